@@ -1,0 +1,45 @@
+"""labkit — a teaching lab for distributed deep-learning training on real ranks.
+
+Start here::
+
+    import labkit
+    result = labkit.run(strategy="ddp", world_size=2, steps=10)
+    labkit.plot_timeline(result.timeline)
+
+Names are imported lazily, so ``import labkit`` is instant and the supervisor process never
+pays for torch; the ranks import what they need.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "run": "labkit.run", "launch": "labkit.run", "RunResult": "labkit.run",
+    "LaunchResult": "labkit.run",
+    "RunConfig": "labkit.config", "ModelConfig": "labkit.config", "FaultSpec": "labkit.config",
+    "Timeline": "labkit.timeline", "Event": "labkit.events", "Lane": "labkit.events",
+    "Op": "labkit.events", "SCHEMA_VERSION": "labkit.events",
+    "LabError": "labkit.errors", "ConfigError": "labkit.errors", "RunFailed": "labkit.errors",
+    "RunTimeout": "labkit.errors",
+    "plot_timeline": "labkit.plots", "timeline_viewer": "labkit.widgets.timeline",
+    "doctor": "labkit.doctor",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,232 @@
+"""The traced communication layer: the only module that calls ``torch.distributed`` ops.
+
+Strategies never call ``torch.distributed`` directly; they call a ``Comm``. Every call
+records one span on the rank's comm lane with the bytes it carried and the peer it talked
+to, so the lessons can count bytes exactly and see when communication happened.
+
+Byte convention (``Event.bytes``): for point-to-point ops, the bytes of the tensor sent or
+received; for collectives, the *payload* (the size of the tensor the caller hands in for
+all-reduce / broadcast / reduce / reduce-scatter input, the gathered output for
+all-gather). What an algorithm actually puts on the wire for a collective depends on the
+algorithm (a ring all-reduce sends ``2(n-1)/n`` of the payload); ``wire_bytes`` converts.
+
+Async ops (``async_op=True``) return a ``Handle``: the span runs from launch to completion
+(taken from the work's future where the backend offers one), and ``Handle.wait`` records the
+time the caller spent blocked as a separate ``wait`` span — the *exposed* communication.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from labkit.events import Op
+from labkit.tracer import Tracer
+
+_now = time.monotonic_ns
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+               "product": dist.ReduceOp.PRODUCT}
+
+
+def wire_bytes(op: Op, payload: int, world_size: int) -> float:
+    """Bytes one rank sends for a collective implemented as a ring (nccl-tests convention)."""
+    n = world_size
+    if op == Op.ALL_REDUCE:
+        return 2 * (n - 1) / n * payload
+    if op in (Op.REDUCE_SCATTER, Op.ALL_GATHER):
+        return (n - 1) / n * payload
+    return float(payload)
+
+
+class Handle:
+    """An in-flight async op. ``wait()`` blocks until it is done and records the blocked time."""
+
+    def __init__(self, comm: Comm, work: Any, op: Op, start: int, meta: dict[str, Any],
+                 then: Callable[[], None] | None = None):
+        self._comm, self._work, self._op, self._start, self._meta = comm, work, op, start, meta
+        self._then = then
+        self._recorded = False
+        self.done_ns: int | None = None
+        try:
+            fut = work.get_future()
+        except RuntimeError:  # gloo p2p works have no future: completion is seen at wait()
+            fut = None
+        if fut is not None:
+            fut.add_done_callback(self._on_done)
+
+    def _on_done(self, _fut: Any) -> None:
+        self.done_ns = _now()
+        self._record(self.done_ns)
+
+    def _record(self, end: int) -> None:
+        if not self._recorded:
+            self._recorded = True
+            self._comm.tracer.record(self._op, self._start, end, **self._meta)
+
+    def future(self) -> Any:
+        """The backend's future for this op (collectives only), for chaining with ``then``."""
+        return self._work.get_future()
+
+    def is_completed(self) -> bool:
+        return bool(self._work.is_completed())
+
+    def wait(self) -> None:
+        comm = self._comm
+        t0 = _now()
+        with comm._blocking():
+            self._work.wait()
+        t1 = _now()
+        self._record(self.done_ns if self.done_ns is not None else t1)
+        if t1 - t0 > 20_000:  # blocked for more than 20 us: show it as exposed comm
+            comm.tracer.record(Op.WAIT, t0, t1, step=self._meta.get("step"),
+                               bucket=self._meta.get("bucket"))
+        if self._then is not None:
+            then, self._then = self._then, None
+            then()
+
+
+class Comm:
+    """Traced wrappers over torch.distributed for one rank.
+
+    ``status`` (optional) is a shared-memory slot the supervisor reads: 1 while this rank is
+    blocked inside communication. When a run hangs, that tells the rank that stopped
+    making progress (0: busy elsewhere) from the ranks waiting for it (1: in a collective).
+    """
+
+    def __init__(self, tracer: Tracer, rank: int, world_size: int, group: Any = None,
+                 status: Any = None):
+        self.tracer = tracer
+        self.rank = rank
+        self.world_size = world_size
+        self.group = group
+        self._status = status
+        self._depth = 0
+
+    # --- hang bookkeeping -------------------------------------------------------------
+    def _blocking(self) -> _Blocking:
+        return _Blocking(self)
+
+    def _set_status(self, value: int) -> None:
+        if self._status is not None:
+            self._status.value = value
+
+    # --- core -------------------------------------------------------------------------
+    def _run(self, op: Op, fn: Callable[..., Any], args: tuple[Any, ...], async_op: bool,
+             meta: dict[str, Any], then: Callable[[], None] | None = None) -> Handle | None:
+        start = _now()
+        if async_op:
+            work = fn(*args, group=self.group, async_op=True)
+            return Handle(self, work, op, start, meta, then)
+        with self._blocking():
+            fn(*args, group=self.group)
+        self.tracer.record(op, start, _now(), **meta)
+        if then is not None:
+            then()
+        return None
+
+    # --- collectives --------------------------------------------------------------------
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum", *, async_op: bool = False,
+                   **meta: Any) -> Handle | None:
+        """Reduce ``tensor`` across ranks in place (``op``: sum, max, min, product, avg)."""
+        avg = op == "avg"
+        red = _REDUCE_OPS["sum" if avg else op]
+        then = (lambda: tensor.div_(self.world_size)) if avg else None
+        meta.setdefault("bytes", _nbytes(tensor))
+        return self._run(Op.ALL_REDUCE, lambda t, **kw: dist.all_reduce(t, op=red, **kw),
+                         (tensor,), async_op, meta, then)
+
+    def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str = "sum", *,
+                       async_op: bool = False, **meta: Any) -> Handle | None:
+        """Sum ``input`` (world_size equal chunks) across ranks; chunk ``rank`` lands in ``output``."""
+        avg = op == "avg"
+        red = _REDUCE_OPS["sum" if avg else op]
+        then = (lambda: output.div_(self.world_size)) if avg else None
+        meta.setdefault("bytes", _nbytes(input))
+        return self._run(Op.REDUCE_SCATTER,
+                         lambda o, i, **kw: dist.reduce_scatter_single(o, i, op=red, **kw),
+                         (output, input), async_op, meta, then)
+
+    def all_gather(self, output: torch.Tensor, input: torch.Tensor, *, async_op: bool = False,
+                   **meta: Any) -> Handle | None:
+        """Concatenate every rank's ``input`` into ``output`` (world_size x input)."""
+        meta.setdefault("bytes", _nbytes(output))
+        return self._run(Op.ALL_GATHER, dist.all_gather_single, (output, input), async_op, meta)
+
+    def broadcast(self, tensor: torch.Tensor, src: int, *, async_op: bool = False,
+                  **meta: Any) -> Handle | None:
+        meta.setdefault("bytes", _nbytes(tensor))
+        meta.setdefault("peer", src)
+        return self._run(Op.BROADCAST, lambda t, **kw: dist.broadcast(t, src, **kw), (tensor,),
+                         async_op, meta)
+
+    def reduce(self, tensor: torch.Tensor, dst: int, op: str = "sum", *, async_op: bool = False,
+               **meta: Any) -> Handle | None:
+        red = _REDUCE_OPS[op]
+        meta.setdefault("bytes", _nbytes(tensor))
+        meta.setdefault("peer", dst)
+        return self._run(Op.REDUCE, lambda t, **kw: dist.reduce(t, dst, op=red, **kw), (tensor,),
+                         async_op, meta)
+
+    def all_to_all(self, output: torch.Tensor, input: torch.Tensor, *, async_op: bool = False,
+                   **meta: Any) -> Handle | None:
+        meta.setdefault("bytes", _nbytes(input))
+        return self._run(Op.ALL_TO_ALL, dist.all_to_all_single, (output, input), async_op, meta)
+
+    def barrier(self, **meta: Any) -> None:
+        self._run(Op.BARRIER, lambda **kw: dist.barrier(**kw), (), False, meta)
+
+    # --- point to point -----------------------------------------------------------------
+    def send(self, tensor: torch.Tensor, dst: int, **meta: Any) -> None:
+        meta.setdefault("bytes", _nbytes(tensor))
+        self._run(Op.SEND, lambda t, **kw: dist.send(t, dst, **kw), (tensor,), False,
+                  {**meta, "peer": dst})
+
+    def recv(self, tensor: torch.Tensor, src: int, **meta: Any) -> None:
+        meta.setdefault("bytes", _nbytes(tensor))
+        self._run(Op.RECV, lambda t, **kw: dist.recv(t, src, **kw), (tensor,), False,
+                  {**meta, "peer": src})
+
+    def isend(self, tensor: torch.Tensor, dst: int, **meta: Any) -> Handle:
+        meta.setdefault("bytes", _nbytes(tensor))
+        start = _now()
+        work = dist.isend(tensor, dst, group=self.group)
+        return Handle(self, work, Op.SEND, start, {**meta, "peer": dst})
+
+    def irecv(self, tensor: torch.Tensor, src: int, **meta: Any) -> Handle:
+        meta.setdefault("bytes", _nbytes(tensor))
+        start = _now()
+        work = dist.irecv(tensor, src, group=self.group)
+        return Handle(self, work, Op.RECV, start, {**meta, "peer": src})
+
+    # --- escape hatch for torch's own wrappers (DDP comm hooks, FSDP) ------------------
+    def traced(self, op: Op, **meta: Any) -> Any:
+        """A span for communication issued by torch itself (e.g. inside FSDP)."""
+        return self.tracer.span(op, **meta)
+
+
+class _Blocking:
+    __slots__ = ("_comm",)
+
+    def __init__(self, comm: Comm):
+        self._comm = comm
+
+    def __enter__(self) -> None:
+        c = self._comm
+        c._depth += 1
+        if c._depth == 1:
+            c._set_status(1)
+
+    def __exit__(self, *exc: object) -> None:
+        c = self._comm
+        c._depth -= 1
+        if c._depth == 0:
+            c._set_status(0)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()

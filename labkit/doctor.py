@@ -1,0 +1,97 @@
+"""``labkit doctor``: what this machine can run, in one look.
+
+Reports Python and torch versions, which distributed backends torch was built with, CPU
+cores and GPUs, the world sizes that make sense here, and whether JupyterLab and nbgrader
+are installed — the first thing to run on a new laptop or GPU server.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from labkit import devices
+
+
+def _version(dist_name: str) -> str | None:
+    try:
+        return metadata.version(dist_name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@dataclass
+class DoctorReport:
+    python: str
+    platform: str
+    torch: str | None
+    backends: dict[str, bool]
+    cpu_cores: int
+    gpus: list[dict[str, Any]]
+    suggested_world_sizes: list[int]
+    packages: dict[str, str | None]
+    strategies: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __str__(self) -> str:
+        ok = lambda b: "yes" if b else "no"  # noqa: E731
+        lines = [f"labkit doctor — {self.platform}",
+                 f"  Python          {self.python}",
+                 f"  torch           {self.torch or 'NOT INSTALLED'}",
+                 "  backends        " + ", ".join(f"{k}: {ok(v)}" for k, v in
+                                                  self.backends.items()),
+                 f"  CPU cores       {self.cpu_cores}",
+                 f"  GPUs            {len(self.gpus) or 'none'}"]
+        for g in self.gpus:
+            lines.append(f"    cuda:{g['index']}  {g['name']}  {g['memory_gb']:.1f} GB")
+        lines.append("  world sizes     " + ", ".join(map(str, self.suggested_world_sizes))
+                     + "  (timings are fair up to one rank per core)")
+        for name, ver in self.packages.items():
+            lines.append(f"  {name:<15} {ver or 'not installed'}")
+        lines.append("  strategies      " + ", ".join(self.strategies))
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(str(self))
+
+
+def doctor() -> DoctorReport:
+    from labkit import strategies
+
+    notes: list[str] = []
+    torch_version = _version("torch")
+    backends = {"gloo": False, "nccl": False, "mpi": False}
+    gpus: list[dict[str, Any]] = []
+    if torch_version:
+        import torch
+        import torch.distributed as dist
+
+        backends = {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
+                    "mpi": dist.is_mpi_available()}
+        for i in range(devices.gpu_count()):
+            props = torch.cuda.get_device_properties(i)
+            gpus.append({"index": i, "name": props.name, "memory_gb": props.total_memory / 1e9})
+    else:
+        notes.append("torch is missing: run `make lab` or `pip install torch==2.13.0`")
+    cores = devices.cpu_count()
+    if gpus:
+        sizes = [n for n in (1, 2, 4, 8) if n <= len(gpus)]
+        notes.append(f"backend='auto' will use NCCL for world sizes up to {len(gpus)}")
+    else:
+        sizes = [n for n in (1, 2, 4) if n <= max(cores, 2)] or [1]
+        if cores < 4:
+            notes.append(f"{cores} cores: 4-rank runs are correct but oversubscribed "
+                         "(their timings include waiting for a core)")
+    return DoctorReport(
+        python=sys.version.split()[0], platform=platform.platform(), torch=torch_version,
+        backends=backends, cpu_cores=cores, gpus=gpus, suggested_world_sizes=sizes,
+        packages={p: _version(p) for p in ("jupyterlab", "ipywidgets", "nbgrader",
+                                            "matplotlib")},
+        strategies=strategies.names(), notes=notes)

@@ -1,0 +1,63 @@
+"""One exception family for everything labkit raises at a user.
+
+Every message names the offending value, the rule it broke, and (where it helps) a valid
+example, so a student can fix the call without reading labkit's source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class LabError(Exception):
+    """Base class of every error labkit raises on purpose."""
+
+
+class ConfigError(LabError, ValueError):
+    """A configuration value broke a rule; raised before any process starts."""
+
+    def __init__(self, problems: str | list[str]):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass
+class RankFailure:
+    """What went wrong on one rank, as the supervisor saw it."""
+
+    rank: int | None
+    kind: str  # "exception" | "exit" | "signal" | "timeout"
+    message: str
+    traceback: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {"rank": self.rank, "kind": self.kind, "message": self.message,
+                "traceback": self.traceback}
+
+
+class RunFailed(LabError):
+    """A multi-process run failed; ``failure`` names the first rank that failed and how.
+
+    ``others`` holds what the remaining ranks reported (often just "connection closed by
+    peer" echoes of the first failure), kept for debugging but never shown first.
+    """
+
+    def __init__(self, failure: RankFailure, others: list[RankFailure] | None = None):
+        self.failure = failure
+        self.others = others or []
+        where = f"rank {failure.rank}" if failure.rank is not None else "the run"
+        head = f"{where} failed ({failure.kind}): {failure.message}"
+        body = f"\n\n--- traceback from {where} ---\n{failure.traceback}" if failure.traceback else ""
+        super().__init__(head + body)
+
+    @property
+    def rank(self) -> int | None:
+        return self.failure.rank
+
+    @property
+    def kind(self) -> str:
+        return self.failure.kind
+
+
+class RunTimeout(RunFailed):
+    """The run exceeded its timeout; ``failure.message`` names the ranks still running."""

@@ -1,0 +1,17 @@
+"""The quick test: ten seeded questions over the course's concepts, pass at 70%.
+
+Python: ``Quiz.new_attempt(seed)`` draws an attempt; ``attempt.answer(i, "0.004")`` scores
+one answer; ``attempt.report()`` is the scored sheet; ``ProgressStore().record(attempt)``
+saves progress under ``$LABKIT_HOME`` (default ``~/.labkit/quiz.json``).
+Notebook: ``labkit.widgets.quiz.quiz_widget()``. Terminal: ``labkit quiz``.
+Numeric answers are accepted within 1% (``REL_TOL``); whole-number keys must be exact.
+"""
+
+from labkit.quiz.engine import ATTEMPT_SIZE, PASS_PERCENT, Attempt, Quiz, new_attempt
+from labkit.quiz.questions import (REL_TOL, ChoiceQuestion, Concept, Item, Kind,
+                                   NumericQuestion, QuizError, Result, parse_number)
+from labkit.quiz.store import ProgressStore
+
+__all__ = ["ATTEMPT_SIZE", "PASS_PERCENT", "REL_TOL", "Attempt", "ChoiceQuestion", "Concept",
+           "Item", "Kind", "NumericQuestion", "ProgressStore", "Quiz", "QuizError", "Result",
+           "new_attempt", "parse_number"]

@@ -1,0 +1,304 @@
+"""Question types and answer reading for the quick test.
+
+Two kinds of question exist:
+
+* multiple choice (``Kind.CHOICE``): the choices are shuffled per attempt; an answer is
+  a letter (``"b"``, ``"B)"``), the choice's text, or both (``"B) all-reduce"``);
+* numeric (``Kind.NUMERIC``): the numbers in the prompt are drawn per attempt from a
+  small grid by a seeded RNG, and the answer key is *computed* by ``labkit.theory``.
+
+Numeric tolerance: an answer is correct when it is within ``REL_TOL`` (1%) of the key,
+relative to the key; questions whose key is a whole number (a batch size, bytes per
+parameter) need the exact value. Three significant figures always pass. Answers may be
+written ``0.004``, ``4e-3``, ``1/250``, ``0.4%``, ``1,024`` or with the unit the question
+names (``"12 GB"``). An answer that cannot be read scores 0 and carries a message saying
+why; checking an answer never raises.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from labkit.errors import LabError
+
+REL_TOL = 0.01
+"""Relative tolerance for numeric answers: |given - key| <= 1% of |key|."""
+
+class QuizError(LabError, ValueError):
+    """An answer sheet or a request to the quiz broke a rule (unknown id, wrong shape)."""
+
+
+class Kind(str, Enum):
+    """How a question is answered."""
+
+    CHOICE = "choice"
+    NUMERIC = "numeric"
+
+
+class Concept(str, Enum):
+    """The concepts the quiz covers; each attempt spreads over as many as it can."""
+
+    DATA_PARALLEL = "data-parallel"
+    COLLECTIVES = "collectives"
+    SYNC_ASYNC = "sync-vs-async"
+    BATCH_LR = "batch-lr-scaling"
+    MIXED_PRECISION = "mixed-precision"
+    MEMORY_ZERO = "memory-zero"
+    PIPELINE = "pipeline"
+    TENSOR_PARALLEL = "tensor-parallel"
+    COMMUNICATION = "communication"
+    FAULT_TOLERANCE = "fault-tolerance"
+    SCALING = "scaling"
+
+    @property
+    def title(self) -> str:
+        return _TITLES[self]
+
+
+_TITLES = {
+    Concept.DATA_PARALLEL: "Data parallelism",
+    Concept.COLLECTIVES: "All-reduce and collectives",
+    Concept.SYNC_ASYNC: "Synchronous vs asynchronous SGD",
+    Concept.BATCH_LR: "Batch size, LR scaling and warmup",
+    Concept.MIXED_PRECISION: "Mixed precision",
+    Concept.MEMORY_ZERO: "Memory and ZeRO sharding",
+    Concept.PIPELINE: "Pipeline parallelism and bubbles",
+    Concept.TENSOR_PARALLEL: "Tensor parallelism",
+    Concept.COMMUNICATION: "Interconnects and overlap",
+    Concept.FAULT_TOLERANCE: "Checkpointing and fault tolerance",
+    Concept.SCALING: "Amdahl's law and scaling",
+}
+
+LETTERS = "ABCDEFGH"
+
+
+def format_number(x: float) -> str:
+    """Show a key the way a student would write it: ``1024``, ``0.004``, ``1.5e-05``."""
+    if float(x).is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.4g}"
+
+
+# ---------------------------------------------------------------- reading answers
+
+_THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(,\d{3})+(\.\d*)?$")
+_LETTER = re.compile(r"^\(?([a-h])\)?[.:)]?$")
+_LETTER_AND_TEXT = re.compile(r"^\(?([a-h])[.:)]\s*(.+)$")
+
+
+class AnswerFormatError(ValueError):
+    """An answer could not be read; the message tells the student how to write it."""
+
+
+def parse_number(text: object, unit: str = "") -> float:
+    """Read a numeric answer (``"0.004"``, ``"4e-3"``, ``"1/250"``, ``"25%"``, ``"1,024"``).
+
+    Raises AnswerFormatError with a message that shows valid forms.
+    """
+    if isinstance(text, bool):
+        raise AnswerFormatError(f"{text!r} is not a number; write e.g. 0.004 or 4e-3")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        s = str(text).strip().lower().replace("×", "x").replace(" ", "")
+        if not s:
+            raise AnswerFormatError("no answer given")
+        u = unit.strip().lower().replace(" ", "")
+        if u and s.endswith(u) and len(s) > len(u):
+            s = s[: -len(u)]
+        scale = 1.0
+        if s.endswith("%"):
+            s, scale = s[:-1], 0.01
+        if _THOUSANDS.match(s):
+            s = s.replace(",", "")
+        elif s.count(",") == 1 and "." not in s:
+            s = s.replace(",", ".")  # a decimal comma: 0,004
+        try:
+            if s.count("/") == 1:
+                num, den = (float(p) for p in s.split("/"))
+                if den == 0:
+                    raise AnswerFormatError(f"{text!r} divides by zero")
+                value = num / den * scale
+            else:
+                value = float(s) * scale
+        except ValueError:
+            raise AnswerFormatError(
+                f"could not read {str(text)!r} as a number; write it like 0.004, 4e-3 or 1/250"
+            ) from None
+    if not math.isfinite(value):
+        raise AnswerFormatError(f"{text!r} is not a finite number")
+    return value
+
+
+def numbers_match(given: float, expected: float, *, integer: bool = False) -> bool:
+    """True when ``given`` is the key: exact for whole-number keys, else within REL_TOL."""
+    if integer:
+        return abs(given - expected) < 1e-9
+    return math.isclose(given, expected, rel_tol=REL_TOL, abs_tol=1e-12)
+
+
+# ---------------------------------------------------------------- drawn questions
+
+
+@dataclass(frozen=True)
+class Result:
+    """How one answer scored; ``message`` says why an answer could not be read."""
+
+    id: str
+    concept: Concept
+    correct: bool
+    given: str
+    expected: str
+    explanation: str
+    message: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "concept": self.concept.value, "correct": self.correct,
+                "given": self.given, "expected": self.expected,
+                "explanation": self.explanation, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One question as drawn for an attempt: concrete numbers, shuffled choices, the key."""
+
+    id: str
+    concept: Concept
+    kind: Kind
+    prompt: str
+    explanation: str
+    choices: tuple[str, ...] = ()
+    answer_index: int | None = None
+    """Index into ``choices`` of the right one (choice questions)."""
+    answer_value: float | None = None
+    """The key computed by ``labkit.theory`` (numeric questions)."""
+    unit: str = ""
+    integer: bool = False
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def expected(self) -> str:
+        if self.kind is Kind.CHOICE:
+            assert self.answer_index is not None
+            return f"{LETTERS[self.answer_index]}) {self.choices[self.answer_index]}"
+        assert self.answer_value is not None
+        text = format_number(self.answer_value)
+        if not self.unit:
+            return text
+        return f"{text}{self.unit}" if self.unit == "x" else f"{text} {self.unit}"
+
+    def public(self) -> dict[str, Any]:
+        """What a student may see before answering (never the key)."""
+        return {"id": self.id, "concept": self.concept.value, "kind": self.kind.value,
+                "prompt": self.prompt, "choices": list(self.choices),
+                "unit": self.unit or None}
+
+    def check(self, given: object) -> Result:
+        """Score one answer; never raises: an unreadable answer scores 0 with a message."""
+        shown = "" if given is None else str(given).strip()
+        try:
+            correct = self._is_correct(given)
+            message = None
+        except AnswerFormatError as exc:
+            correct, message = False, str(exc)
+        return Result(self.id, self.concept, correct, shown, self.expected,
+                      self.explanation, message)
+
+    def _is_correct(self, given: object) -> bool:
+        if given is None or str(given).strip() == "":
+            raise AnswerFormatError("no answer given")
+        if self.kind is Kind.NUMERIC:
+            assert self.answer_value is not None
+            return numbers_match(parse_number(given, self.unit), self.answer_value,
+                                 integer=self.integer)
+        return self._choice_index(str(given)) == self.answer_index
+
+    def _choice_index(self, given: str) -> int:
+        norm = " ".join(given.lower().split())
+        texts = [" ".join(c.lower().split()) for c in self.choices]
+        if norm in texts:
+            return texts.index(norm)
+        letters = LETTERS[: len(self.choices)].lower()
+        m = _LETTER.match(norm)
+        if m and m.group(1) in letters:
+            return letters.index(m.group(1))
+        m = _LETTER_AND_TEXT.match(norm)
+        if m and m.group(1) in letters and texts[letters.index(m.group(1))] == m.group(2):
+            return letters.index(m.group(1))
+        valid = ", ".join(letters.upper())
+        raise AnswerFormatError(f"{given!r} is not one of the choices; answer with a letter "
+                                f"({valid}) or the choice's text")
+
+
+# ---------------------------------------------------------------- question definitions
+
+
+@dataclass(frozen=True)
+class ChoiceQuestion:
+    """A multiple-choice question: one right answer, the rest plausible mistakes."""
+
+    id: str
+    concept: Concept
+    prompt: str
+    correct: str
+    wrong: tuple[str, ...]
+    explanation: str
+    kind: Kind = field(default=Kind.CHOICE, init=False)
+
+    def draw(self, rng: random.Random) -> Item:
+        choices = [self.correct, *self.wrong]
+        rng.shuffle(choices)
+        return Item(self.id, self.concept, Kind.CHOICE, self.prompt, self.explanation,
+                    choices=tuple(choices), answer_index=choices.index(self.correct))
+
+
+@dataclass(frozen=True)
+class NumericQuestion:
+    """A parametrised question whose key ``compute(**params)`` comes from labkit.theory.
+
+    ``prompt`` and ``explanation`` are ``str.format`` templates over the parameters, the
+    values ``derive(**params)`` returns, and ``answer`` (the key, formatted).
+    """
+
+    id: str
+    concept: Concept
+    prompt: str
+    grid: Mapping[str, Sequence[Any]]
+    compute: Callable[..., float]
+    explanation: str
+    unit: str = ""
+    integer: bool = False
+    valid: Callable[..., bool] | None = None
+    derive: Callable[..., Mapping[str, Any]] | None = None
+    worked: Mapping[str, Any] | None = None
+    """The seed page's worked example, when this question has one; always in the grid."""
+    kind: Kind = field(default=Kind.NUMERIC, init=False)
+
+    def sample(self, rng: random.Random) -> dict[str, Any]:
+        """Pick one value per grid axis, retrying until ``valid`` accepts the combination."""
+        for _ in range(1000):
+            params = {k: rng.choice(list(v)) for k, v in self.grid.items()}
+            if self.valid is None or self.valid(**params):
+                return params
+        raise QuizError(f"question {self.id}: no valid parameters in its grid")
+
+    def draw(self, rng: random.Random) -> Item:
+        return self.render(self.sample(rng))
+
+    def render(self, params: Mapping[str, Any]) -> Item:
+        """The question for one fixed set of parameters (used by draw and by tests)."""
+        value = float(self.compute(**params))
+        extra = dict(self.derive(**params)) if self.derive else {}
+        ctx = {**params, **extra, "answer": format_number(value)}
+        return Item(self.id, self.concept, Kind.NUMERIC, self.prompt.format(**ctx),
+                    self.explanation.format(**ctx), answer_value=value, unit=self.unit,
+                    integer=self.integer, params=dict(params))
+
+
+Question = ChoiceQuestion | NumericQuestion

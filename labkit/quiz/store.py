@@ -1,0 +1,125 @@
+"""Quiz progress saved between uses: a small JSON file in the student's labkit home.
+
+Location: ``$LABKIT_HOME/quiz.json``, or ``~/.labkit/quiz.json`` when ``LABKIT_HOME`` is
+unset. The file holds every finished attempt (seed, score, per-question correctness), the
+best score, and per-concept accuracy. Writes are atomic (a temporary file in the same
+folder, fsync, then ``os.replace``), so a crash mid-write never leaves half a file.
+
+A file that cannot be read (hand-edited, truncated by a full disk) is moved aside to
+``quiz.json.corrupt`` and a fresh record starts; ``ProgressStore.warning`` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from labkit.quiz.engine import Attempt
+
+SCHEMA_VERSION = 1
+
+
+def labkit_home() -> Path:
+    """``$LABKIT_HOME`` or ``~/.labkit``."""
+    env = os.environ.get("LABKIT_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".labkit"
+
+
+def default_path() -> Path:
+    return labkit_home() / "quiz.json"
+
+
+def _empty() -> dict[str, Any]:
+    return {"schema": SCHEMA_VERSION, "attempts": [], "best": None, "concepts": {}}
+
+
+class ProgressStore:
+    """Reads and updates the progress file; each ``record`` is one atomic write."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None):
+        self.path = Path(path) if path is not None else default_path()
+        self.warning: str | None = None
+
+    def load(self) -> dict[str, Any]:
+        """The saved progress, or an empty record when there is none yet."""
+        if not self.path.exists():
+            return _empty()
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or not isinstance(data.get("attempts"), list):
+                raise ValueError("not a labkit quiz progress object")
+        except (OSError, ValueError) as exc:
+            aside = self.path.with_name(self.path.name + ".corrupt")
+            try:
+                os.replace(self.path, aside)
+                where = f"moved it to {aside}"
+            except OSError:
+                where = "left it in place"
+            self.warning = (f"could not read quiz progress {self.path} ({exc}); "
+                            f"{where} and started a fresh record")
+            return _empty()
+        base = _empty()
+        base.update(data)
+        return base
+
+    def record(self, attempt: Attempt, *, source: str = "api") -> dict[str, Any]:
+        """Add a scored attempt, update best score and per-concept accuracy, save."""
+        data = self.load()
+        entry = {
+            "seed": attempt.seed,
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "source": source,
+            "score": attempt.score,
+            "total": attempt.total,
+            "percent": attempt.percent,
+            "passed": attempt.passed,
+            "results": [{"id": r.id, "concept": r.concept.value, "correct": r.correct}
+                        for r in attempt.ordered_results()],
+        }
+        data["attempts"].append(entry)
+        best = data.get("best")
+        if not best or entry["percent"] > best.get("percent", -1):
+            data["best"] = {k: entry[k] for k in ("seed", "score", "total", "percent",
+                                                   "passed", "finished_at")}
+        concepts: dict[str, dict[str, Any]] = data.setdefault("concepts", {})
+        for r in entry["results"]:
+            c = concepts.setdefault(r["concept"], {"answered": 0, "correct": 0})
+            c["answered"] += 1
+            c["correct"] += int(r["correct"])
+            c["accuracy"] = round(c["correct"] / c["answered"], 4)
+        self.save(data)
+        return data
+
+    def save(self, data: dict[str, Any]) -> None:
+        """Write atomically: temp file in the same folder, fsync, rename over the old one."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".quiz-", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=2, sort_keys=True)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def summary(self) -> str:
+        """A few lines for a terminal: attempts, best score, weakest concepts."""
+        data = self.load()
+        n = len(data["attempts"])
+        if n == 0:
+            return "No quiz attempts saved yet."
+        best = data["best"] or {}
+        lines = [f"{n} attempt(s) saved in {self.path}",
+                 f"best: {best.get('score')}/{best.get('total')} ({best.get('percent')}%)"
+                 f" with seed {best.get('seed')}"]
+        ranked = sorted(data["concepts"].items(), key=lambda kv: kv[1].get("accuracy", 0))
+        for name, c in ranked:
+            lines.append(f"  {name:<18} {c['correct']}/{c['answered']} correct")
+        return "\n".join(lines)

@@ -1,0 +1,221 @@
+"""What runs inside each rank: the bootstrap and the ``RankContext`` strategies receive.
+
+A rank (1) limits its torch threads so N ranks share the cores, (2) seeds its RNGs,
+(3) joins the process group through the store the supervisor (or torchrun) gave it, with a
+timeout so a dead peer can never block it for 30 minutes, (4) waits at a barrier and sets
+its clock origin so every rank's spans share one time axis, (5) runs the strategy or the
+student's function, and (6) returns its events and results as plain data.
+
+This module imports torch lazily: the supervisor imports it to find the child entry point
+and must not pay for torch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from labkit.events import Event, Op
+
+if TYPE_CHECKING:
+    import torch
+
+    from labkit.comm import Comm
+    from labkit.config import RunConfig
+    from labkit.tracer import Tracer
+
+
+@dataclass
+class Job:
+    """Everything a rank needs, pickled (with cloudpickle) by the supervisor."""
+
+    config: RunConfig | None = None
+    fn: Any = None
+    """A function run on every rank as ``fn(ctx, *args)`` (code exercises); else the strategy."""
+    args: tuple[Any, ...] = ()
+    backend: str = "gloo"
+    threads: int = 1
+    timeout_s: float = 60.0
+    seed: int = 0
+    trace: bool = True
+
+
+@dataclass
+class RankOutput:
+    """What a strategy returns from one rank (plain Python / numpy values only)."""
+
+    losses: list[float] = field(default_factory=list)
+    """Loss per step as this rank computed it (empty on ranks that compute no loss)."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    params_sha256: str | None = None
+    """Hash of the full final model parameters (set by one rank, usually rank 0)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Recorded data the visuals need (e.g. ring chunk values)."""
+
+
+@dataclass
+class RankReport:
+    """What one rank sends back to the supervisor."""
+
+    rank: int
+    host: str
+    events: list[Event]
+    output: Any
+
+
+class _StepSpan:
+    __slots__ = ("_ctx", "_step", "_start")
+
+    def __init__(self, ctx: RankContext, step: int):
+        self._ctx, self._step, self._start = ctx, step, 0
+
+    def __enter__(self) -> int:
+        ctx = self._ctx
+        if ctx.progress is not None:
+            ctx.progress.value = self._step
+        if ctx.fault is not None and ctx.fault.step == self._step and ctx.fault.rank == ctx.rank:
+            inject_fault(ctx.fault.kind, self._step)
+        self._start = ctx.tracer.now()
+        return self._step
+
+    def __exit__(self, *exc: object) -> None:
+        ctx = self._ctx
+        ctx.tracer.record(Op.STEP, self._start, ctx.tracer.now(), step=self._step)
+        if ctx.progress is not None:
+            ctx.progress.value = self._step + 1
+
+
+def inject_fault(kind: str, step: int) -> None:
+    """Fail this rank on purpose (lessons and tests of the supervisor)."""
+    import signal
+
+    if kind == "raise":
+        raise RuntimeError(f"injected fault: rank raised at step {step}")
+    if kind == "exit":
+        os._exit(3)
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        while True:
+            time.sleep(3600)
+
+
+@dataclass
+class RankContext:
+    """Handed to every strategy and to every function run with ``labkit.launch``."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: torch.device
+    tracer: Tracer
+    comm: Comm
+    config: RunConfig | None = None
+    seed: int = 0
+    progress: Any = None
+    fault: Any = None
+
+    @property
+    def options(self) -> Any:
+        return self.config.options if self.config is not None else None
+
+    def step(self, step: int) -> _StepSpan:
+        """``with ctx.step(s):`` marks a training step (progress, fault injection, STEP span)."""
+        return _StepSpan(self, step)
+
+    def span(self, op: Op, **meta: Any) -> Any:
+        return self.tracer.span(op, **meta)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this rank if the supervisor dies (no orphans, even on kill -9)."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def limit_threads(threads: int) -> None:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = None,
+             store: Any = None, status: Any = None, progress: Any = None) -> RankReport:
+    """Set up this rank, run the job, and return its report (the process group is destroyed).
+
+    ``store`` None means env:// rendezvous (torchrun sets MASTER_ADDR / MASTER_PORT).
+    """
+    limit_threads(job.threads)
+    import torch
+    import torch.distributed as dist
+
+    from labkit.comm import Comm
+    from labkit.tracer import CudaTracer, Tracer
+
+    torch.set_num_threads(job.threads)
+    local_rank = rank if local_rank is None else local_rank
+    torch.manual_seed(job.seed * 1000 + rank)
+    if job.backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    timeout = timedelta(seconds=job.timeout_s + 30)
+    kw: dict[str, Any] = {"backend": job.backend, "rank": rank, "world_size": world_size,
+                          "timeout": timeout}
+    if store is not None:
+        kw["store"] = store
+    else:
+        kw["init_method"] = "env://"
+    dist.init_process_group(**kw)
+    try:
+        tracer = CudaTracer(rank, job.trace) if job.backend == "nccl" else Tracer(rank, job.trace)
+        comm = Comm(tracer, rank, world_size, status=status)
+        offset = _align_clocks(tracer, rank, world_size)
+        cfg = job.config
+        ctx = RankContext(rank=rank, world_size=world_size, local_rank=local_rank,
+                          backend=job.backend, device=device, tracer=tracer, comm=comm,
+                          config=cfg, seed=job.seed, progress=progress,
+                          fault=cfg.inject_fault if cfg is not None else None)
+        if job.fn is not None:
+            output = job.fn(ctx, *job.args)
+        else:
+            from labkit import strategies
+
+            assert cfg is not None
+            output = strategies.load_entry(strategies.get(cfg.strategy).entry)(ctx)
+        events = tracer.events(offset)
+    finally:
+        dist.destroy_process_group()
+    return RankReport(rank=rank, host=socket.gethostname(), events=events, output=output)
+
+
+def _align_clocks(tracer: Tracer, rank: int, world_size: int) -> int:
+    """Agree on time zero: right after a barrier, rank 0's clock reading.
+
+    Ranks on rank 0's host share its monotonic clock, so their offsets are exact. Ranks on
+    other hosts cannot read that clock; they assume they left the barrier at the same
+    instant as rank 0 (error: the barrier's skew, typically tens of microseconds).
+    Returns the offset (ns) to add to this rank's local times.
+    """
+    import torch.distributed as dist
+
+    dist.barrier()
+    tracer.align()
+    mine = (socket.gethostname(), int(tracer.origin_ns))
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, mine)
+    host0, t0 = gathered[0]
+    if mine[0] == host0:
+        return int(mine[1] - t0)
+    return 0

@@ -1,0 +1,186 @@
+"""``labkit.run(config) -> RunResult`` and ``labkit.launch(fn, world_size) -> LaunchResult``.
+
+``run`` trains a registered strategy on real ranks and returns everything a lesson shows:
+the merged per-rank ``Timeline``, the losses, the strategy's metrics and the hash of the
+final parameters. ``launch`` runs any function (one a student wrote in a notebook cell,
+shipped by value) on N ranks and returns what each rank returned, with the timeline.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit import devices
+from labkit.config import RunConfig
+from labkit.errors import ConfigError
+from labkit.rank import Job, RankOutput, RankReport
+from labkit.supervisor import supervise
+from labkit.timeline import Timeline
+
+
+@dataclass
+class RunResult:
+    """The outcome of one ``labkit.run``."""
+
+    config: RunConfig
+    backend: str
+    timeline: Timeline
+    losses: list[float]
+    """Per step, the mean over ranks that computed a loss."""
+    metrics: dict[str, Any]
+    wall_s: float
+    """Seconds from the call to the last rank reaped (includes process start-up)."""
+    params_sha256: str | None
+    outputs: list[RankOutput] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    """What each rank printed (stdout and stderr), by rank."""
+    trace_path: str | None = None
+
+    @property
+    def step_time_s(self) -> float:
+        """Median step time (first step skipped: it pays for warm-up)."""
+        return self.timeline.median_step_s()
+
+    def save_trace(self, path: str | Path) -> str:
+        """Write the Chrome / Perfetto trace (open it at ui.perfetto.dev or chrome://tracing)."""
+        self.timeline.to_chrome(path)
+        self.trace_path = str(path)
+        return self.trace_path
+
+    def to_json(self) -> dict[str, Any]:
+        return {"strategy": self.config.strategy, "world_size": self.config.world_size,
+                "backend": self.backend, "steps": self.config.steps,
+                "wall_s": round(self.wall_s, 4), "step_time_s": self.step_time_s,
+                "losses": self.losses, "metrics": self.metrics, "trace": self.trace_path,
+                "params_sha256": self.params_sha256, "config": self.config.to_json()}
+
+    def __repr__(self) -> str:
+        last = f"{self.losses[-1]:.4f}" if self.losses else "n/a"
+        return (f"RunResult(strategy={self.config.strategy!r}, world_size="
+                f"{self.config.world_size}, backend={self.backend!r}, steps="
+                f"{self.config.steps}, final_loss={last}, step_time={self.step_time_s*1e3:.2f} "
+                f"ms, wall={self.wall_s:.2f} s)")
+
+
+@dataclass
+class LaunchResult:
+    """What ``launch`` returns: every rank's return value and the merged timeline."""
+
+    results: list[Any]
+    timeline: Timeline
+    wall_s: float
+    logs: list[str] = field(default_factory=list)
+    """What each rank printed (stdout and stderr), by rank."""
+
+
+def _warn_oversubscribed(world_size: int, backend: str) -> None:
+    cores = devices.cpu_count()
+    if backend == "gloo" and world_size > cores:
+        import warnings
+
+        warnings.warn(f"world_size ({world_size}) > CPU cores ({cores}): ranks share cores, so "
+                      f"timings include waiting for a core; results are still correct",
+                      stacklevel=3)
+
+
+def _interactive() -> bool:
+    """True in a Jupyter kernel or when stderr is a terminal (where a bar can redraw)."""
+    import sys
+
+    if "ipykernel" in sys.modules:
+        return True
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def _progress_bar(total: int, enabled: bool | None, desc: str) -> Any:
+    if enabled is False or (enabled is None and not _interactive()):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", delay=0 if enabled else 2.0, leave=False)
+
+
+def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
+    """Run a strategy on real ranks: ``labkit.run(strategy="ddp", world_size=2)``."""
+    if config is None:
+        config = RunConfig(**kwargs)
+    elif kwargs:
+        config = config.replace(**kwargs)
+    backend = config.resolved_backend()
+    _warn_oversubscribed(config.world_size, backend)
+    job = Job(config=config, backend=backend, threads=config.threads(),
+              timeout_s=config.timeout_s, seed=config.seed, trace=config.trace)
+    total = config.steps * config.world_size
+    bar = _progress_bar(total, config.progress, f"{config.strategy} x{config.world_size}")
+    on_progress = None
+    if bar is not None:
+        def on_progress(done: int) -> None:
+            bar.update(done - bar.n)
+    t0 = time.monotonic()
+    try:
+        reports, logs = supervise(job, config.world_size, config.timeout_s, on_progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    result = _collect(config, backend, reports, time.monotonic() - t0)
+    result.logs = logs
+    return result
+
+
+def _collect(config: RunConfig, backend: str, reports: list[RankReport], wall: float
+             ) -> RunResult:
+    outputs: list[RankOutput] = [r.output for r in reports]
+    events = sorted((e for r in reports for e in r.events), key=lambda e: (e.start_ns, e.rank))
+    hosts = sorted({r.host for r in reports})
+    timeline = Timeline(events, config.world_size,
+                        {"config": config.to_json(), "backend": backend, "hosts": hosts})
+    per_step = [o.losses for o in outputs if o.losses]
+    losses = [statistics.fmean(vals) for vals in zip(*per_step)] if per_step else []
+    metrics: dict[str, Any] = dict(timeline.summary()) if config.trace else {}
+    for o in outputs:  # strategy metrics: rank 0's view wins on clashes
+        for k, v in o.metrics.items():
+            metrics.setdefault(k, v)
+    for k, v in outputs[0].metrics.items():
+        metrics[k] = v
+    sha = next((o.params_sha256 for o in outputs if o.params_sha256), None)
+    return RunResult(config=config, backend=backend, timeline=timeline, losses=losses,
+                     metrics=metrics, wall_s=wall, params_sha256=sha, outputs=outputs)
+
+
+def launch(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: str = "gloo",
+           timeout_s: float = 60.0, seed: int = 0, threads_per_rank: int | None = None,
+           trace: bool = True) -> LaunchResult:
+    """Run ``fn(ctx, *args)`` on ``world_size`` real ranks; ``fn`` may be defined in a notebook.
+
+    ``ctx`` is a ``labkit.rank.RankContext``: ``ctx.rank``, ``ctx.world_size``, ``ctx.comm``
+    (traced send / recv / collectives) and ``ctx.tracer``. Return plain values or tensors.
+    """
+    problems = []
+    if world_size < 1:
+        problems.append(f"world_size ({world_size}) must be >= 1")
+    if backend not in ("gloo", "nccl"):
+        problems.append(f"backend {backend!r} must be 'gloo' or 'nccl' for launch")
+    if not timeout_s > 0:
+        problems.append(f"timeout_s ({timeout_s}) must be > 0 seconds, e.g. 60")
+    if not callable(fn):
+        problems.append(f"fn ({fn!r}) must be callable as fn(ctx, *args)")
+    if problems:
+        raise ConfigError(problems)
+    threads = threads_per_rank or devices.default_threads_per_rank(world_size)
+    job = Job(fn=fn, args=args, backend=backend, threads=threads, timeout_s=timeout_s,
+              seed=seed, trace=trace)
+    t0 = time.monotonic()
+    reports, logs = supervise(job, world_size, timeout_s)
+    events = sorted((e for r in reports for e in r.events), key=lambda e: (e.start_ns, e.rank))
+    return LaunchResult([r.output for r in reports], Timeline(events, world_size),
+                        time.monotonic() - t0, logs)
+
+
+def result_json(result: RunResult) -> str:
+    return json.dumps(result.to_json())

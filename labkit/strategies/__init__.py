@@ -1,0 +1,79 @@
+"""The open registry of training strategies (``labkit run STRATEGY``).
+
+A strategy family is a subpackage of ``labkit.strategies`` whose ``__init__`` is
+*torch-free*: it defines the options dataclass and calls ``register(Strategy(...))``. The
+code that runs on each rank lives in a sibling module named by ``Strategy.entry``
+("module:function") and is imported only inside the ranks, so the supervisor process stays
+light (no torch import) and validates configs instantly.
+
+Adding a strategy never edits this file: drop a subpackage in, it is discovered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How to run one strategy: what each rank calls and which options it takes."""
+
+    name: str
+    entry: str
+    """"package.module:function" called on every rank as ``function(ctx) -> RankOutput``."""
+    summary: str
+    options: type | None = None
+    """Keyword-only dataclass of strategy settings (validated in its __post_init__)."""
+    check: Callable[[Any], list[str]] | None = None
+    """Cross-field rules on the whole RunConfig; returns problem messages (empty if fine)."""
+    lesson: str = ""
+
+
+_REGISTRY: dict[str, Strategy] = {}
+_discovered = False
+
+
+def register(spec: Strategy) -> Strategy:
+    if spec.name in _REGISTRY and _REGISTRY[spec.name] != spec:
+        raise ConfigError(f"strategy {spec.name!r} is registered twice")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    for info in pkgutil.iter_modules(__path__):
+        if info.ispkg:
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+def lookup(name: str) -> Strategy | None:
+    _discover()
+    return _REGISTRY.get(name)
+
+
+def get(name: str) -> Strategy:
+    spec = lookup(name)
+    if spec is None:
+        raise ConfigError(f"strategy {name!r} is not registered; known: {', '.join(names())}")
+    return spec
+
+
+def names() -> list[str]:
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def load_entry(entry: str) -> Callable[..., Any]:
+    """Import "module:function" (done inside a rank)."""
+    module, _, func = entry.partition(":")
+    return getattr(importlib.import_module(module), func)  # type: ignore[no-any-return]

@@ -1,0 +1,99 @@
+"""Pure calculators: the "prediction" every lesson shows next to a measured run.
+
+Nothing here starts a process or imports torch, so it is instant to import and safe to
+call from a quiz, a grader or the CLI. Modules:
+
+* ``batch``: global batch, LR scaling rules, warmup and decay schedules (Goyal et al. 2017)
+* ``memory``: bytes per parameter, ZeRO stages, activation memory, "does it fit?"
+  (Rajbhandari et al. 2020; Korthikanti et al. 2022)
+* ``pipeline``: bubble fraction, activation memory of GPipe vs 1F1B, stage balance
+  (Huang et al. 2019; Narayanan et al. 2021)
+* ``comm``: ring all-reduce bytes and time, algbw/busbw (nccl-tests), alpha-beta fits,
+  Amdahl and scaling efficiency
+* ``interconnect``: link presets and per-strategy step-time predictions
+* ``cli``: the ``labkit calc`` command
+"""
+
+from __future__ import annotations
+
+from labkit.theory.batch import (
+    global_batch,
+    lr_at_step,
+    lr_schedule,
+    scaled_lr,
+    warmup_lr,
+)
+from labkit.theory.comm import (
+    AlphaBeta,
+    algbw,
+    amdahl_speedup,
+    busbw,
+    dp_speedup,
+    fit_alpha_beta,
+    naive_allreduce_bytes,
+    ring_allreduce_bytes,
+    ring_allreduce_time,
+    scaling_efficiency,
+)
+from labkit.theory.interconnect import (
+    INTERCONNECTS,
+    Interconnect,
+    StepPrediction,
+    get_link,
+    predict_step_time,
+    this_machine,
+)
+from labkit.theory.memory import (
+    FitReport,
+    bytes_per_param,
+    fits,
+    mlp_activation_bytes,
+    mlp_saved_tensors,
+    transformer_activation_bytes,
+    zero_comm_volume,
+    zero_memory,
+)
+from labkit.theory.pipeline import (
+    bubble_fraction,
+    ideal_pipeline_speedup,
+    pipeline_peak_activations,
+    pipeline_speedup,
+    stage_balance_speedup,
+)
+
+__all__ = [
+    "INTERCONNECTS",
+    "AlphaBeta",
+    "FitReport",
+    "Interconnect",
+    "StepPrediction",
+    "algbw",
+    "amdahl_speedup",
+    "bubble_fraction",
+    "busbw",
+    "bytes_per_param",
+    "dp_speedup",
+    "fit_alpha_beta",
+    "fits",
+    "get_link",
+    "global_batch",
+    "ideal_pipeline_speedup",
+    "lr_at_step",
+    "lr_schedule",
+    "mlp_activation_bytes",
+    "mlp_saved_tensors",
+    "naive_allreduce_bytes",
+    "pipeline_peak_activations",
+    "pipeline_speedup",
+    "predict_step_time",
+    "ring_allreduce_bytes",
+    "ring_allreduce_time",
+    "scaled_lr",
+    "scaling_efficiency",
+    "stage_balance_speedup",
+    "this_machine",
+    "transformer_activation_bytes",
+    "warmup_lr",
+    "zero_comm_volume",
+    "zero_memory",
+]

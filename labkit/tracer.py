@@ -1,0 +1,150 @@
+"""Per-rank span recorder: cheap enough to leave on.
+
+Each rank appends plain tuples to a list (a monotonic-ns clock read and one ``list.append``
+per span edge, no I/O, no locks held across work). ``events()`` turns them into
+``labkit.events.Event`` objects after the run. Times are taken from ``time.monotonic_ns``,
+which on Linux is one system-wide clock, so ranks on one host share it; ``origin_ns`` (set
+right after a barrier) makes every rank's zero the same instant.
+
+On CUDA, spans of GPU work are timed with CUDA events instead (``CudaClock``): recording an
+event does not synchronise; the events are resolved once, after the step loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from labkit.events import RAW_FIELDS, Event, Lane, Op
+
+_now = time.monotonic_ns
+
+
+class _Span:
+    """Context manager for one span; created by ``Tracer.span``."""
+
+    __slots__ = ("_tracer", "_op", "_meta", "_start")
+
+    def __init__(self, tracer: Tracer, op: Op, meta: tuple[Any, ...]):
+        self._tracer = tracer
+        self._op = op
+        self._meta = meta
+        self._start = 0
+
+    def __enter__(self) -> _Span:
+        self._start = self._tracer.clock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        tr = self._tracer
+        tr._raw.append((self._op, self._start, tr.clock(), self._meta))
+
+
+class _NullSpan:
+    __slots__ = ()
+
+    def __enter__(self) -> _NullSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL = _NullSpan()
+
+
+class Tracer:
+    """Records spans for one rank.
+
+    ``enabled=False`` turns every call into a no-op so a run can be timed without tracing.
+    """
+
+    def __init__(self, rank: int, enabled: bool = True, clock: Any = None):
+        self.rank = rank
+        self.enabled = enabled
+        self.clock = clock or _now
+        self.origin_ns = self.clock()
+        self._raw: list[tuple[Op, Any, Any, tuple[Any, ...]]] = []
+
+    @staticmethod
+    def _meta(step: int | None = None, microbatch: int | None = None, stage: int | None = None,
+              peer: int | None = None, bytes: int | None = None, bucket: int | None = None,
+              chunk: int | None = None, name: str | None = None) -> tuple[Any, ...]:
+        return (step, microbatch, stage, peer, bytes, bucket, chunk, name)
+
+    def span(self, op: Op, **meta: Any) -> _Span | _NullSpan:
+        """``with tracer.span(Op.FORWARD, step=3): ...`` records one span."""
+        if not self.enabled:
+            return _NULL
+        return _Span(self, op, self._meta(**meta))
+
+    def record(self, op: Op, start: Any, end: Any, **meta: Any) -> None:
+        """Record a span whose edges were measured elsewhere (e.g. an async op's completion)."""
+        if self.enabled:
+            self._raw.append((op, start, end, self._meta(**meta)))
+
+    def now(self) -> Any:
+        return self.clock()
+
+    def align(self) -> None:
+        """Call right after a barrier: this instant becomes time zero for this rank."""
+        self.origin_ns = self.clock()
+
+    def events(self, offset_ns: int = 0) -> list[Event]:
+        """Resolve the raw records into Events (``offset_ns`` shifts onto a shared clock)."""
+        out = []
+        origin = self.origin_ns
+        for op, start, end, meta in self._raw:
+            s, e = self._resolve(start), self._resolve(end)
+            kw = dict(zip(RAW_FIELDS, meta))
+            out.append(Event(self.rank, op.lane, op, s - origin + offset_ns, max(0, e - s), **kw))
+        out.sort(key=lambda ev: ev.start_ns)
+        return out
+
+    def _resolve(self, t: Any) -> int:
+        return int(t)
+
+    def clear(self) -> None:
+        self._raw.clear()
+
+
+class CudaTracer(Tracer):
+    """A tracer whose span edges are CUDA events on the current stream.
+
+    ``clock()`` records an event (no synchronisation). After the step loop, ``events()``
+    synchronises once and converts each event to host nanoseconds through a reference
+    event recorded together with a host timestamp at ``align()``.
+    """
+
+    def __init__(self, rank: int, enabled: bool = True, torch_cuda: Any = None):
+        import torch
+
+        self._cuda = torch_cuda or torch.cuda
+        super().__init__(rank, enabled, clock=self._record)
+        self._ref_event: Any = None
+        self._ref_host_ns = 0
+        self.align()
+
+    def _record(self) -> Any:
+        ev = self._cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def now(self) -> Any:
+        return self._record()
+
+    def align(self) -> None:
+        self._cuda.synchronize()
+        self._ref_event = self._record()
+        self._cuda.synchronize()
+        self._ref_host_ns = _now()
+        self.origin_ns = self._ref_host_ns
+
+    def _resolve(self, t: Any) -> int:
+        if isinstance(t, int):
+            return t
+        return self._ref_host_ns + int(self._ref_event.elapsed_time(t) * 1e6)
+
+    def events(self, offset_ns: int = 0) -> list[Event]:
+        self._cuda.synchronize()
+        return super().events(offset_ns)

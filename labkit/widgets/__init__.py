@@ -1,0 +1,1 @@
+"""Notebook widgets: the only place labkit imports ipywidgets (one module per widget)."""
