@@ -1,0 +1,42 @@
+"""Every lesson notebook runs top to bottom, headless, on CPU, within its time budget.
+
+Notebooks are committed without outputs; this test executes a copy with nbclient and fails
+on the first cell that raises (the error names the notebook and the cell).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+BUDGET_S = 240  # "about a minute" each on 2 cores; generous for a loaded CI machine
+
+
+def lesson_marker(path: Path) -> pytest.MarkDecorator:
+    return getattr(pytest.mark, f"lesson{path.name[:2]}")
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=lesson_marker(p))
+                                  for p in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
+    """The lesson executes without an error output, inside its time budget."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.get("outputs"), f"{path.name} is committed with outputs; clear them"
+    client = NotebookClient(nb, timeout=BUDGET_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    start = time.monotonic()
+    client.execute()
+    elapsed = time.monotonic() - start
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+    assert elapsed < BUDGET_S, f"{path.name} took {elapsed:.0f} s (budget {BUDGET_S} s)"
