@@ -52,6 +52,7 @@ class Handle:
         self._then = then
         self._recorded = False
         self.done_ns: int | None = None
+        comm._pending_add(1)
         try:
             fut = work.get_future()
         except RuntimeError:  # gloo p2p works have no future: completion is seen at wait()
@@ -67,6 +68,7 @@ class Handle:
         if not self._recorded:
             self._recorded = True
             self._comm.tracer.record(self._op, self._start, end, **self._meta)
+            self._comm._pending_add(-1)
 
     def future(self) -> Any:
         """The backend's future for this op (collectives only), for chaining with ``then``."""
@@ -94,8 +96,9 @@ class Comm:
     """Traced wrappers over torch.distributed for one rank.
 
     ``status`` (optional) is a shared-memory slot the supervisor reads: 1 while this rank is
-    blocked inside communication. When a run hangs, that tells the rank that stopped
-    making progress (0: busy elsewhere) from the ranks waiting for it (1: in a collective).
+    blocked inside communication or has an async op in flight. When a run hangs, that tells
+    the rank that stopped making progress (0: stuck elsewhere) from the ranks waiting for it
+    (1: waiting on a peer).
     """
 
     def __init__(self, tracer: Tracer, rank: int, world_size: int, group: Any = None,
@@ -105,15 +108,20 @@ class Comm:
         self.world_size = world_size
         self.group = group
         self._status = status
-        self._depth = 0
+        self._depth = 0  # nesting of blocking calls
+        self._pending = 0  # async ops launched and not yet complete
 
     # --- hang bookkeeping -------------------------------------------------------------
     def _blocking(self) -> _Blocking:
         return _Blocking(self)
 
-    def _set_status(self, value: int) -> None:
+    def _update_status(self) -> None:
         if self._status is not None:
-            self._status.value = value
+            self._status.value = 1 if (self._depth > 0 or self._pending > 0) else 0
+
+    def _pending_add(self, delta: int) -> None:
+        self._pending += delta
+        self._update_status()
 
     # --- core -------------------------------------------------------------------------
     def _run(self, op: Op, fn: Callable[..., Any], args: tuple[Any, ...], async_op: bool,
@@ -181,26 +189,26 @@ class Comm:
         self._run(Op.BARRIER, lambda **kw: dist.barrier(**kw), (), False, meta)
 
     # --- point to point -----------------------------------------------------------------
-    def send(self, tensor: torch.Tensor, dst: int, **meta: Any) -> None:
+    def send(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> None:
         meta.setdefault("bytes", _nbytes(tensor))
-        self._run(Op.SEND, lambda t, **kw: dist.send(t, dst, **kw), (tensor,), False,
+        self._run(Op.SEND, lambda t, **kw: dist.send(t, dst, tag=tag, **kw), (tensor,), False,
                   {**meta, "peer": dst})
 
-    def recv(self, tensor: torch.Tensor, src: int, **meta: Any) -> None:
+    def recv(self, tensor: torch.Tensor, src: int, *, tag: int = 0, **meta: Any) -> None:
         meta.setdefault("bytes", _nbytes(tensor))
-        self._run(Op.RECV, lambda t, **kw: dist.recv(t, src, **kw), (tensor,), False,
+        self._run(Op.RECV, lambda t, **kw: dist.recv(t, src, tag=tag, **kw), (tensor,), False,
                   {**meta, "peer": src})
 
-    def isend(self, tensor: torch.Tensor, dst: int, **meta: Any) -> Handle:
+    def isend(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> Handle:
         meta.setdefault("bytes", _nbytes(tensor))
         start = _now()
-        work = dist.isend(tensor, dst, group=self.group)
+        work = dist.isend(tensor, dst, group=self.group, tag=tag)
         return Handle(self, work, Op.SEND, start, {**meta, "peer": dst})
 
-    def irecv(self, tensor: torch.Tensor, src: int, **meta: Any) -> Handle:
+    def irecv(self, tensor: torch.Tensor, src: int, *, tag: int = 0, **meta: Any) -> Handle:
         meta.setdefault("bytes", _nbytes(tensor))
         start = _now()
-        work = dist.irecv(tensor, src, group=self.group)
+        work = dist.irecv(tensor, src, group=self.group, tag=tag)
         return Handle(self, work, Op.RECV, start, {**meta, "peer": src})
 
     # --- escape hatch for torch's own wrappers (DDP comm hooks, FSDP) ------------------
@@ -218,14 +226,12 @@ class _Blocking:
     def __enter__(self) -> None:
         c = self._comm
         c._depth += 1
-        if c._depth == 1:
-            c._set_status(1)
+        c._update_status()
 
     def __exit__(self, *exc: object) -> None:
         c = self._comm
         c._depth -= 1
-        if c._depth == 0:
-            c._set_status(0)
+        c._update_status()
 
 
 def _nbytes(t: torch.Tensor) -> int:

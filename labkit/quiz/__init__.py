@@ -7,9 +7,17 @@ Notebook: ``labkit.widgets.quiz.quiz_widget()``. Terminal: ``labkit quiz``.
 Numeric answers are accepted within 1% (``REL_TOL``); whole-number keys must be exact.
 """
 
+from labkit.quiz.answers import REL_TOL, parse_number
 from labkit.quiz.engine import ATTEMPT_SIZE, PASS_PERCENT, Attempt, Quiz, new_attempt
-from labkit.quiz.questions import (REL_TOL, ChoiceQuestion, Concept, Item, Kind,
-                                   NumericQuestion, QuizError, Result, parse_number)
+from labkit.quiz.questions import (
+    ChoiceQuestion,
+    Concept,
+    Item,
+    Kind,
+    NumericQuestion,
+    QuizError,
+    Result,
+)
 from labkit.quiz.store import ProgressStore
 
 __all__ = ["ATTEMPT_SIZE", "PASS_PERCENT", "REL_TOL", "Attempt", "ChoiceQuestion", "Concept",

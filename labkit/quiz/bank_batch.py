@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from labkit.quiz.questions import ChoiceQuestion, Concept, NumericQuestion, format_number
+from labkit.quiz.questions import ChoiceQuestion, Concept, NumericQuestion, Question, format_number
 from labkit.theory import global_batch, lr_at_step, scaled_lr, warmup_lr
 
 DP, SYNC, LR = Concept.DATA_PARALLEL, Concept.SYNC_ASYNC, Concept.BATCH_LR
@@ -35,16 +35,16 @@ def _cosine_lr(target_lr: float, warmup_steps: int, decay_steps: int, frac: floa
                       total_steps=p["total_steps"], decay="cosine")
 
 
-QUESTIONS = [
+QUESTIONS: list[Question] = [
     # ------------------------------------------------------------ data parallelism
     ChoiceQuestion(
         "dp-01", DP,
         "In data-parallel training (PyTorch DDP), what does each rank hold, and what is "
         "different from one rank to the next?",
-        "A complete copy of the model and optimizer; each rank reads its own slice of every batch",
-        ("A different group of layers; all ranks read the same batch",
-         "A complete copy of the model; all ranks read the same batch with different dropout",
-         "Only optimizer state; the parameters live on rank 0"),
+        "A full copy of the model and optimizer; each rank reads a different slice of the data",
+        ("A different group of layers; all ranks read the same batch and pass activations along",
+         "A full copy of the model; all ranks read the same batch but use different dropout masks",
+         "Only the optimizer state for its shard; the parameters live on rank 0 and are broadcast"),
         "Data parallelism copies the whole model to every rank and splits the data: N "
         "processes run the same code on different samples and meet once per step to "
         "average gradients. Giving layers to different ranks is pipeline (model) "
@@ -53,10 +53,10 @@ QUESTIONS = [
         "dp-02", DP,
         "Right after loss.backward() in DDP, every rank holds the same gradients even though "
         "each saw different samples. What made them equal?",
-        "An all-reduce summed the local gradients and divided by the world size on every rank",
-        ("Rank 0 computed the gradient and broadcast it to the others",
-         "The ranks saw statistically similar data, so their gradients already matched",
-         "Each rank applied its own gradient; the weights are averaged once per epoch"),
+        "An all-reduce averaged the local gradients across all ranks",
+        ("Rank 0 computed the gradient for the whole batch and broadcast it to the others",
+         "The ranks saw statistically similar data, so their gradients already matched closely",
+         "Each rank applied its own gradient; weights are averaged across ranks once per epoch"),
         "DDP hooks an all-reduce into the backward pass: each rank contributes its local "
         "gradient, gets back the mean, and then steps its own optimizer. Local gradients "
         "differ because the data differs; without the all-reduce the replicas would drift "
@@ -65,10 +65,10 @@ QUESTIONS = [
         "dp-03", DP,
         "A CNN with BatchNorm trains well on 1 GPU. On 8 GPUs with 8 images per GPU, accuracy "
         "drops and the ranks disagree about the running statistics. What is the usual fix?",
-        "Synchronise BatchNorm statistics across ranks (SyncBatchNorm) or switch to GroupNorm",
-        ("Multiply the learning rate by 8",
-         "Exclude the BatchNorm layers from the gradient all-reduce",
-         "Give every rank the same data-shuffling seed so they see the same images"),
+        "Use SyncBatchNorm (statistics over the global batch) or GroupNorm",
+        ("Multiply the learning rate by 8 to make up for the smaller per-GPU batch",
+         "Exclude the BatchNorm layers from the gradient all-reduce so each rank keeps its own",
+         "Give every rank the same data-shuffling seed so they all see the same images"),
         "BatchNorm normalises with the mean and variance of the batch it sees, and under "
         "DDP that is each rank's small local batch: 8 images give noisy statistics and each "
         "rank's running averages differ. SyncBatchNorm all-reduces the statistics so they "
@@ -77,10 +77,10 @@ QUESTIONS = [
         "dp-04", DP,
         "Why must a training loop call sampler.set_epoch(epoch) on its DistributedSampler "
         "before every epoch?",
-        "So all ranks shuffle with the same new permutation: slices stay disjoint, order changes",
-        ("So every rank draws its own independent permutation",
-         "To tell the all-reduce how many steps remain in the epoch",
-         "Because the sampler raises StopIteration after the first epoch otherwise"),
+        "So every epoch gets a new shuffle that all ranks agree on",
+        ("So every rank draws its own independent permutation and the shards stay random",
+         "To tell the all-reduce how many steps remain in the epoch so it can prefetch",
+         "Because otherwise the sampler raises StopIteration after the first epoch ends"),
         "The sampler shuffles with a seed derived from the epoch number, then hands each "
         "rank its own slice of that one permutation. Every rank must use the same "
         "permutation, or slices would overlap and some samples would be skipped; without "
@@ -90,10 +90,10 @@ QUESTIONS = [
         "sync-01", SYNC,
         "What is the main risk of asynchronous SGD, where workers push gradients to a "
         "parameter server whenever they finish?",
-        "Stale gradients: a gradient was computed on weights that others have since changed",
-        ("Every step waits for the slowest worker",
-         "It sends twice as many bytes as a synchronous all-reduce",
-         "All replicas stay bit-identical, which wastes memory"),
+        "Stale gradients, computed on weights that have since changed",
+        ("Every step must wait for the slowest worker before anyone can continue",
+         "It sends twice as many bytes per step as a synchronous ring all-reduce",
+         "Replicas stay bit-identical, so the memory for the extra copies is wasted"),
         "In asynchronous SGD nobody waits, so by the time a slow worker's gradient arrives "
         "the weights have moved on; applying it pushes in a direction computed for an older "
         "model. Staleness grows with the number of workers and can hurt convergence. "
@@ -102,10 +102,10 @@ QUESTIONS = [
         "sync-02", SYNC,
         "In synchronous data-parallel SGD on 16 GPUs, one GPU runs 30% slower than the rest "
         "(a straggler). What happens to the time per step?",
-        "Every step waits for the straggler, so the job runs at its pace: about 30% slower",
-        ("The other 15 carry on and apply the straggler's gradient one step late",
-         "It rises by only 30% / 16, about 2%",
-         "The all-reduce leaves the straggler out automatically"),
+        "Every step waits for the straggler: about 30% slower",
+        ("The other 15 carry on and apply the straggler's gradient one step later",
+         "It rises by only 30% / 16, about 2%, since the delay is averaged over ranks",
+         "Nothing: the all-reduce leaves the straggler out until it catches up"),
         "The gradient all-reduce is a meeting point: it cannot finish until every rank has "
         "contributed, so the fastest ranks idle until the slowest arrives. One bad GPU, a "
         "throttled node or a busy data loader slows the whole job; asynchronous SGD avoids "
@@ -114,11 +114,10 @@ QUESTIONS = [
         "sync-03", SYNC,
         "Synchronous DDP replicas stay identical step after step, yet DDP never sends the "
         "weights during training. Why does that work?",
-        "They start equal and apply the same averaged gradient with the same deterministic "
-        "optimizer",
-        ("DDP broadcasts rank 0's weights after every optimizer step",
-         "Each rank's local gradient converges to the same value after warmup",
-         "The all-reduce averages the weights rather than the gradients"),
+        "Same starting weights + same averaged gradient + same optimizer = same result",
+        ("DDP quietly broadcasts rank 0's weights to all ranks after every optimizer step",
+         "Each rank's local gradient converges to the same value once warmup has ended",
+         "The all-reduce averages the weights, not the gradients, at the end of backward"),
         "DDP broadcasts the initial weights once, when the model is wrapped. After that each "
         "step gives every rank the same averaged gradient, and the same optimizer applied to "
         "the same weights and gradient gives the same result, so the copies never diverge "
@@ -126,10 +125,10 @@ QUESTIONS = [
     ChoiceQuestion(
         "sync-04", SYNC,
         "When can asynchronous SGD be the better choice than synchronous SGD?",
-        "Workers differ in speed or the network is unreliable, and some staleness is acceptable",
-        ("When results must reproduce exactly from a seed",
-         "When the model does not fit on one GPU",
-         "When you use a very large batch with linear LR scaling"),
+        "When workers run at uneven speeds or the network is flaky, and some staleness is fine",
+        ("When results must reproduce exactly from a fixed seed, run after run on any cluster",
+         "When the model does not fit in one GPU's memory, even after ZeRO sharding",
+         "When you train with a very large batch and scale the learning rate linearly"),
         "Asynchronous updates keep every worker busy even when some are slow or the network "
         "hiccups, because nobody waits at a barrier. The price is stale gradients and "
         "runs that depend on timing, so they do not reproduce exactly. Memory limits call "
@@ -207,11 +206,10 @@ QUESTIONS = [
         "lr-scaling-06", LR,
         "You move from 1 GPU to 8 GPUs at the same per-GPU batch and keep the learning rate "
         "unchanged. What typically happens?",
-        "Each step averages 8x more samples but moves no further, so the run quietly "
-        "under-trains",
-        ("The run stops with a shape-mismatch error",
-         "Training diverges because the summed gradients are 8x larger",
-         "Nothing: DDP rescales the learning rate for you"),
+        "It trains, but learns less per sample and may end less accurate",
+        ("The run stops with a shape-mismatch error when the per-GPU batches are concatenated",
+         "Training diverges because the gradients are summed, so they are 8x larger",
+         "Nothing changes: DDP detects the new world size and rescales the learning rate"),
         "DDP averages gradients, so their size does not grow, but an epoch now takes 8x fewer "
         "steps of the same length. The model makes less progress per sample and can end "
         "less accurate, and no error says why. Scale the LR with the global batch (linear "
@@ -219,10 +217,10 @@ QUESTIONS = [
     ChoiceQuestion(
         "lr-scaling-07", LR,
         "The loss diverges after you scale from 1 to 8 GPUs. Which change should you try first?",
-        "Recheck the scaled LR, lengthen the warmup and clip gradients (e.g. max norm 1.0)",
-        ("Remove the warmup so the target LR is reached sooner",
-         "Double the learning rate to get past the unstable region",
-         "Turn off the gradient all-reduce for the first epoch"),
+        "Recheck the scaled LR, warm up longer and clip gradients (e.g. norm 1.0)",
+        ("Remove the warmup so the target learning rate is reached sooner and held longer",
+         "Double the learning rate to push the optimizer through the unstable region",
+         "Turn off the gradient all-reduce for the first epoch so each rank settles alone"),
         "Divergence right after scaling is usually a learning-rate problem: a wrong global "
         "batch in the scaling formula, too short a warmup, or rare huge gradients. Check the "
         "arithmetic, warm up for a few hundred steps and clip the gradient norm; then check "

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.quiz.questions import ChoiceQuestion, Concept, NumericQuestion, format_number
-from labkit.theory import (amdahl_speedup, busbw, dp_speedup, ring_allreduce_bytes,
-                           ring_allreduce_time)
+from labkit.quiz.questions import ChoiceQuestion, Concept, NumericQuestion, Question, format_number
+from labkit.theory import (
+    amdahl_speedup,
+    busbw,
+    dp_speedup,
+    ring_allreduce_bytes,
+    ring_allreduce_time,
+)
 
 COLL, COMM, SCALE = Concept.COLLECTIVES, Concept.COMMUNICATION, Concept.SCALING
 
@@ -40,7 +45,7 @@ def _amdahl_parts(parallel_fraction: float, n: int) -> dict[str, Any]:
 
 _AMDAHL_GRID = {"parallel_fraction": (0.9, 0.95, 0.99), "n": (4, 8, 16, 64)}
 
-QUESTIONS = [
+QUESTIONS: list[Question] = [
     # ------------------------------------------------------------ collectives
     NumericQuestion(
         "allreduce-01", COLL,
@@ -130,11 +135,10 @@ QUESTIONS = [
     ChoiceQuestion(
         "comm-03", COMM,
         "How does DDP hide gradient communication behind the backward pass?",
-        "It groups gradients into buckets and starts an asynchronous all-reduce per bucket "
-        "as soon as that bucket is ready",
-        ("It waits for backward to finish, then sends one large all-reduce",
+        "It all-reduces gradients in buckets, each as soon as it is ready, during backward",
+        ("It waits for backward to finish, then sends one large all-reduce of every gradient",
          "It sends the gradients during the next forward pass and applies them a step late",
-         "It skips the all-reduce on steps where the gradients are small"),
+         "It skips the all-reduce on steps where the gradient norm is small enough"),
         "Backward produces gradients from the last layer to the first. As soon as a bucket "
         "(about 25 MB by default) is complete, DDP launches its all-reduce while the earlier "
         "layers are still computing. Only the last bucket's communication is left exposed "
@@ -151,11 +155,10 @@ QUESTIONS = [
     ChoiceQuestion(
         "comm-05", COMM,
         "What do gradient-compression methods such as top-k sparsification and PowerSGD do?",
-        "Send an approximation of the gradient with far fewer bytes, trading a little fidelity "
-        "for bandwidth",
-        ("Compress the model weights stored on disk",
-         "Reduce the compute time of the backward pass",
-         "Make the all-reduce exact on slow links"),
+        "Send a cheaper approximation of the gradient, trading fidelity for bandwidth",
+        ("Compress the model weights stored on disk so checkpoints load faster",
+         "Reduce the compute time of the backward pass by skipping small layers",
+         "Make the all-reduce exact on slow links by adding error-correcting codes"),
         "Top-k sends only the largest gradient entries; PowerSGD sends a low-rank "
         "factorisation; both usually keep an error-feedback buffer so the dropped part is sent "
         "later. They pay off when the network is the bottleneck; with fast links, overlap "
@@ -164,10 +167,9 @@ QUESTIONS = [
         "comm-06", COMM,
         "DDP's gradient communication usually costs a few percent of step time inside one "
         "8-GPU server but a lot more once the job spans servers. Why?",
-        "Between servers the gradients cross a network (e.g. 25 GB/s InfiniBand) far slower "
-        "than NVLink inside the server",
-        ("More servers mean each GPU has more gradient to send",
-         "The ring all-reduce only works within one server, so a slower algorithm is used",
+        "Across servers gradients cross a network far slower than NVLink",
+        ("More servers mean each GPU has more gradient bytes to send per step",
+         "The ring all-reduce only works inside one server, so a slower algorithm runs",
          "GPUs in different servers cannot overlap communication with compute"),
         "Per-rank traffic in a ring barely changes with GPU count, but the slowest link in the "
         "ring sets its speed. Within a server that is NVLink at hundreds of GB/s; across "
@@ -207,11 +209,10 @@ QUESTIONS = [
         "amdahl-04", SCALE,
         "A DDP job gives 6x, not 8x, on 8 GPUs. What most likely caps it, and what narrows "
         "the gap?",
-        "Gradient all-reduce not hidden behind compute; overlap it (bucketing) and shrink it "
-        "(bf16 gradients)",
-        ("The learning rate is too low; scale it linearly",
-         "Python's GIL; run the ranks as threads instead of processes",
-         "Too many micro-batches; use fewer"),
+        "Exposed all-reduce time; overlap it with backward and send bf16 gradients",
+        ("The learning rate is too low for the bigger batch; scale it linearly",
+         "Python's GIL serialises the ranks; run them as threads instead",
+         "Too many micro-batches per step; use fewer, larger ones instead"),
         "8 GPUs doing 8 GPUs' worth of compute lose the rest to waiting: if each step computes "
         "for 0.3 s and then waits 0.1 s for the all-reduce, throughput is 8 x 0.3 / 0.4 = 6x. "
         "Start the all-reduce during backward and send half the bytes; the learning rate "
@@ -220,10 +221,10 @@ QUESTIONS = [
         "amdahl-05", SCALE,
         "A job must run twice as fast as on one GPU, and you have 4 GPUs in one server. Which "
         "plan most likely reaches about 2x while staying stable?",
-        "DDP on all 4 GPUs with bf16, linear LR scaling with warmup, and bucketed overlap",
-        ("A 4-stage pipeline with one micro-batch per batch",
-         "Asynchronous SGD with the original learning rate",
-         "Tensor parallelism in fp32 across the 4 GPUs"),
+        "DDP on all 4 with bf16, scaled LR plus warmup, and overlap",
+        ("A 4-stage pipeline with a single micro-batch per batch, in bf16",
+         "Asynchronous SGD on 4 workers, keeping the original learning rate",
+         "Tensor parallelism across the 4 GPUs in fp32 to keep full accuracy"),
         "The model fits, so data parallelism is the simple choice: over NVLink or PCIe in one "
         "server, overlapped bf16 all-reduces cost little and 4 GPUs leave plenty of margin "
         "for 2x. Scaling the LR with a warmup keeps the larger batch stable. A pipeline "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from labkit.quiz.questions import ChoiceQuestion, Concept, NumericQuestion, format_number
+from labkit.quiz.questions import ChoiceQuestion, Concept, NumericQuestion, Question, format_number
 from labkit.theory import bytes_per_param, zero_memory
 
 AMP, ZERO, CKPT = Concept.MIXED_PRECISION, Concept.MEMORY_ZERO, Concept.FAULT_TOLERANCE
@@ -34,7 +34,7 @@ def _zero_parts(params: float, dp: int, stage: int) -> dict[str, Any]:
             **{f"{k}_gb": format_number(v / 1e9) for k, v in parts.items()}}
 
 
-QUESTIONS = [
+QUESTIONS: list[Question] = [
     # ------------------------------------------------------------ mixed precision
     NumericQuestion(
         "amp-01", AMP,
@@ -52,11 +52,10 @@ QUESTIONS = [
         "amp-02", AMP,
         "Why does fp16 mixed-precision training multiply the loss by a large scale factor "
         "before calling backward()?",
-        "Small gradients would underflow to zero in fp16; scaling lifts them into range, and "
-        "they are unscaled before the optimizer step",
-        ("To raise the effective learning rate without touching the optimizer",
-         "fp16 cannot hold large values, so the loss has to be made smaller",
-         "To undo the division by world size in the gradient all-reduce"),
+        "Small gradients would underflow to zero in fp16",
+        ("To raise the effective learning rate without touching the optimizer's settings",
+         "fp16 cannot hold large values, so the loss has to be scaled down before backward",
+         "To undo the division by the world size that the gradient all-reduce applies"),
         "fp16 has a narrow exponent range: gradients below about 6e-8 become 0. Multiplying "
         "the loss multiplies every gradient, keeping them representable; the scaler divides "
         "them back before the update and skips steps that overflowed. bf16 keeps fp32's "
@@ -65,11 +64,10 @@ QUESTIONS = [
         "amp-03", AMP,
         "Mixed-precision training computes in bf16 but keeps an fp32 master copy of the "
         "weights. Why keep the fp32 copy?",
-        "Tiny updates (learning rate x gradient) would round away when added to a 16-bit "
-        "weight",
-        ("GPUs cannot multiply matrices in 16-bit",
-         "The gradient all-reduce only accepts fp32 tensors",
-         "It is a backup in case a rank fails mid-step"),
+        "Small updates would round away when added to a 16-bit weight",
+        ("GPUs cannot multiply matrices in 16-bit, so the weights must be fp32 at compute time",
+         "The gradient all-reduce in NCCL only accepts fp32 tensors as input",
+         "It is a backup copy of the model in case a rank fails in the middle of a step"),
         "A 16-bit float has only 8 (bf16) or 11 (fp16) bits of precision, so adding an update "
         "a thousand times smaller than the weight leaves the weight unchanged. The optimizer "
         "applies updates to the fp32 copy, where they accumulate, and casts it back to 16-bit "
@@ -78,11 +76,10 @@ QUESTIONS = [
         "amp-04", AMP,
         "You switch the gradients that DDP all-reduces from fp32 to bf16. What happens to "
         "the communication?",
-        "Each rank sends half the bytes, so a bandwidth-bound all-reduce takes about half "
-        "as long",
-        ("Nothing: the all-reduce always runs in fp32",
-         "The bytes drop to a quarter",
-         "The ring needs twice as many steps to keep precision"),
+        "Half the bytes on the wire, so about half the time when bandwidth-bound",
+        ("Nothing changes: NCCL always upcasts the buffers and sends all-reduce traffic in fp32",
+         "The bytes drop to a quarter, since bf16 also compresses the exponent",
+         "The ring needs twice as many steps so that no precision is lost"),
         "bf16 stores a value in 2 bytes instead of 4, so every chunk the ring passes around is "
         "half the size. Mixed precision helps twice: faster matrix multiplies on tensor cores "
         "and half the gradient traffic on the interconnect. The number of ring steps depends "
@@ -114,11 +111,10 @@ QUESTIONS = [
         "zero-03", ZERO,
         "A 3B-parameter model with bf16 mixed precision and Adam must train on 4 GPUs with "
         "24 GB each. Will plain data parallelism (DDP) fit?",
-        "No: model state alone is about 48 GB per GPU; shard it (ZeRO-2/3) and add activation "
-        "checkpointing",
-        ("Yes: the bf16 weights are only 6 GB",
-         "Yes, as long as the per-GPU batch size is 1",
-         "No, and only tensor parallelism across several nodes can fix it"),
+        "No: about 48 GB of model state per GPU; use ZeRO-2/3 and activation checkpointing",
+        ("Yes: the bf16 weights take only 6 GB, far below the 24 GB per GPU",
+         "Yes, provided the per-GPU batch size is reduced to 1 and activations stay small",
+         "No, and the only fix is tensor parallelism across several nodes over InfiniBand"),
         "At 16 bytes per parameter, 3e9 parameters need 48 GB of weights, gradients and Adam "
         "state on every DDP rank, twice the card, before a single activation. Sharding over "
         "4 ranks cuts that to 16.5 GB (ZeRO-2) or 12 GB (ZeRO-3); activation checkpointing "
@@ -126,11 +122,10 @@ QUESTIONS = [
     ChoiceQuestion(
         "zero-04", ZERO,
         "What does activation checkpointing trade?",
-        "Extra compute for less memory: most activations are dropped after the forward pass "
-        "and recomputed during backward",
-        ("Less compute for more memory: activations are cached across steps",
-         "Disk space for GPU memory: activations are written to the checkpoint file",
-         "Accuracy for speed: activations are stored in 8-bit"),
+        "More compute for less memory: activations are recomputed in backward",
+        ("Less compute for more memory: activations are cached and reused across steps",
+         "Disk for GPU memory: activations are written into the training checkpoint",
+         "Accuracy for speed: the stored activations are quantised to 8-bit"),
         "Backward needs the forward activations. Instead of keeping every layer's, "
         "checkpointing keeps a few and reruns the forward pieces between them when backward "
         "reaches them, typically about a third more compute for a large cut in activation "
@@ -140,10 +135,10 @@ QUESTIONS = [
         "ckpt-01", CKPT,
         "To resume a run exactly where it stopped, what must a checkpoint hold besides the "
         "model weights?",
-        "Optimizer state, LR-scheduler state, the step/epoch counters and the RNG states",
-        ("Nothing else: the weights define the run",
-         "Only the current learning rate",
-         "The gradients of the last step"),
+        "Optimizer and scheduler state, step counters and RNG states",
+        ("Nothing else: the weights alone define where the run was",
+         "Only the current learning rate, so the schedule can continue from it",
+         "The gradients of the last step, so the next update can be applied at once"),
         "Adam's moment estimates take thousands of steps to build; restarting them from zero "
         "causes a loss spike. Without the scheduler and step counter the warmup starts over; "
         "without RNG and sampler state the data order repeats. Gradients are recomputed every "
@@ -151,11 +146,10 @@ QUESTIONS = [
     ChoiceQuestion(
         "ckpt-02", CKPT,
         "In a plain DDP job, which rank should write the checkpoint file?",
-        "One rank, usually rank 0, since all replicas are identical; every rank loads it "
-        "on restart",
-        ("Every rank, all to the same path",
-         "None: DDP writes checkpoints automatically",
-         "The rank with the lowest loss"),
+        "Just rank 0 (replicas are identical); all ranks load it on restart",
+        ("Every rank, each writing the same file path so no copy is missing",
+         "None: DDP writes a checkpoint automatically at the end of each epoch",
+         "Whichever rank has the lowest loss at the moment of saving"),
         "DDP replicas are identical, so one copy is enough; letting every rank write the same "
         "file wastes I/O and can corrupt it. The other ranks wait at a barrier so nobody "
         "moves on before the file exists. With sharded state (ZeRO-3, FSDP) no rank has "
@@ -163,10 +157,10 @@ QUESTIONS = [
     ChoiceQuestion(
         "ckpt-03", CKPT,
         "You checkpoint every N steps. What does a smaller N buy, and what does it cost?",
-        "Less lost work after a crash, at the cost of more time spent writing checkpoints",
-        ("Faster training with no downside",
-         "Fewer crashes, at the cost of more memory",
-         "A better final model, at the cost of disk space"),
+        "Less work redone after a crash, but more time spent saving",
+        ("Faster training overall, with no downside except disk space",
+         "Fewer crashes, at the cost of more GPU memory held for snapshots",
+         "A better final model, at the cost of more files to keep track of"),
         "After a failure the run restarts from the last checkpoint, so on average about N/2 "
         "steps are redone. Checkpointing more often shrinks that loss but pauses training for "
         "each write. Pick N so the expected redo time and the checkpoint overhead are both "
@@ -175,11 +169,10 @@ QUESTIONS = [
         "ckpt-04", CKPT,
         "One of 64 ranks dies mid-step in a synchronous job launched with torchrun "
         "(elastic). What happens next?",
-        "The survivors' collectives cannot finish; the worker group is torn down and restarts "
-        "from the last checkpoint",
-        ("The other 63 ranks carry on without the lost rank's data",
-         "The lost rank's work is handed to the others mid-step",
-         "Only the lost rank restarts and rejoins in the middle of the step"),
+        "The collectives stall; the whole group restarts from the last checkpoint",
+        ("The other 63 ranks carry on, and the lost rank's data is skipped this epoch",
+         "The lost rank's share of the step is handed to the others mid-step",
+         "Only the lost rank restarts, reloads the weights and rejoins mid-step"),
         "A synchronous all-reduce needs every rank, so the survivors block and then error or "
         "time out. An elastic launcher tears the whole group down, re-forms it (possibly with "
         "fewer ranks) and every worker resumes from the last checkpoint. That is why "
@@ -187,10 +180,10 @@ QUESTIONS = [
     ChoiceQuestion(
         "ckpt-05", CKPT,
         "What is the most convincing check that your checkpointing actually works?",
-        "Kill a run on purpose, resume it, and compare its loss curve with an uninterrupted run",
-        ("Check that the checkpoint files are not empty",
-         "Load the weights and confirm the model's accuracy matches",
-         "Confirm that torch.save returned without an error"),
+        "Kill a run, resume it, and compare its loss curve with an unbroken run",
+        ("Check that every checkpoint file is non-empty and has a recent timestamp",
+         "Load the saved weights and confirm the model's validation accuracy matches",
+         "Confirm that torch.save returned without raising an error on every rank"),
         "A checkpoint can load fine and still lose state, for example a missing optimizer or "
         "scheduler, a reset data order, or a step counter that restarts warmup. Those show up "
         "only as a bump or a shift in the loss curve after resuming, so test the whole "

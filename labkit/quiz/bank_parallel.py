@@ -9,7 +9,7 @@ step time or relative to the ideal compute time, and each prompt says which.
 
 from __future__ import annotations
 
-from labkit.quiz.questions import ChoiceQuestion, Concept, NumericQuestion
+from labkit.quiz.questions import ChoiceQuestion, Concept, NumericQuestion, Question
 from labkit.theory import bubble_fraction
 
 PP, TP = Concept.PIPELINE, Concept.TENSOR_PARALLEL
@@ -20,7 +20,7 @@ def _slots(stages: int, microbatches: int, virtual: int = 1) -> dict[str, int]:
             "span": virtual * microbatches + stages - 1}
 
 
-QUESTIONS = [
+QUESTIONS: list[Question] = [
     # ------------------------------------------------------------ pipeline parallelism
     NumericQuestion(
         "pipeline-01", PP,
@@ -65,10 +65,10 @@ QUESTIONS = [
         "pipeline-04", PP,
         "A team gives each of 4 GPUs 8 of a transformer's 32 layers. Throughput is barely "
         "better than 1 GPU, and profiling shows one GPU at 100% while the others idle. Why?",
-        "The slowest stage sets the pace; balance stages by measured time, not layer count",
-        ("4 stages are too few; the pipeline needs at least 8",
-         "Activations sent between stages saturate the interconnect",
-         "The pipeline needs more data-parallel replicas"),
+        "The slowest stage sets the pace; balance by measured time, not layer count",
+        ("4 stages are too few; a pipeline needs at least 8 stages to overlap work",
+         "Activations sent between stages saturate the interconnect between GPUs",
+         "The pipeline also needs data-parallel replicas before it can speed anything up"),
         "Every micro-batch must pass through every stage, so the pipeline produces one result "
         "per slowest-stage time and the faster stages wait. Equal layer counts are not equal "
         "work: embeddings, heads and dense blocks cost very different amounts. Balancing by "
@@ -77,11 +77,10 @@ QUESTIONS = [
         "pipeline-05", PP,
         "Compared with GPipe (all forwards, then all backwards), what does the 1F1B schedule "
         "improve?",
-        "Peak activation memory: a stage holds at most about p micro-batches, not all m; the "
-        "bubble stays the same",
-        ("It removes the bubble entirely",
-         "It halves the number of messages between stages",
-         "It lets a stage start before receiving the previous stage's activations"),
+        "Activation memory: a stage holds about p micro-batches, not all m",
+        ("The bubble: 1F1B removes the fill and drain phases entirely",
+         "Traffic: it halves the number of messages sent between stages",
+         "Latency: a stage can start before the previous stage's activations arrive"),
         "GPipe runs every forward first, so each stage keeps the activations of all m "
         "micro-batches until the backwards begin. 1F1B starts a backward as soon as the pipe "
         "is full and then alternates, so the first stage holds about p micro-batches and the "
@@ -117,9 +116,9 @@ QUESTIONS = [
         "Naive model parallelism puts the first half of the layers on GPU 0 and the second "
         "half on GPU 1, with no micro-batches. Why is utilisation poor?",
         "Only one GPU computes at a time; each waits for the other's half",
-        ("Both GPUs compute every layer twice",
-         "The GPUs must all-reduce the gradients after every layer",
-         "All the weights are copied between the GPUs every step"),
+        ("Both GPUs end up computing every layer twice, forward and backward",
+         "The GPUs must all-reduce the gradients after every single layer",
+         "All of the weights are copied between the two GPUs every step"),
         "The second GPU needs the first one's output and the first needs the second one's "
         "gradients, so they take turns and utilisation is about 1/k for k GPUs. Pipelining "
         "with micro-batches overlaps them; tensor parallelism splits each layer so all GPUs "
@@ -127,11 +126,10 @@ QUESTIONS = [
     ChoiceQuestion(
         "tp-04", TP,
         "Compared with pipeline parallelism, what is characteristic of tensor parallelism?",
-        "No pipeline bubble, but heavy communication inside every layer, so it needs a fast "
-        "interconnect",
-        ("A larger bubble, but lighter communication",
-         "No communication at all in the forward pass",
-         "It shards only the optimizer state, not the weights"),
+        "No bubble, but a collective inside every layer, so it needs fast links",
+        ("A larger bubble than pipelining, but much lighter communication",
+         "No communication at all in the forward pass, only in backward",
+         "It shards only the optimizer state, leaving every weight replicated"),
         "Every tensor-parallel GPU works on every layer of every micro-batch, so nobody waits "
         "for a pipe to fill. In exchange each layer ends with a collective over activations, "
         "many per step, on the critical path. Over NVLink that is affordable; over a slower "

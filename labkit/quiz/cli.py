@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from labkit.quiz.answers import LETTERS
 from labkit.quiz.engine import Attempt, Quiz
-from labkit.quiz.questions import LETTERS, Kind, QuizError
+from labkit.quiz.questions import Kind, QuizError
 from labkit.quiz.store import ProgressStore
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -77,11 +79,15 @@ def handler(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
 
     if not args.no_save:
-        store.record(attempt, source="cli")
+        try:
+            store.record(attempt, source="cli")
+            if not args.answers:
+                print(f"Progress saved to {store.path}.")
+        except OSError as exc:
+            print(f"labkit quiz: warning: could not save progress to {store.path}: {exc}",
+                  file=sys.stderr)
         if store.warning:
             print(f"labkit quiz: warning: {store.warning}", file=sys.stderr)
-        if not args.answers:
-            print(f"Progress saved to {store.path}.")
     if args.answers:
         if args.json:
             print(json.dumps(attempt.report(), indent=2))
@@ -95,7 +101,7 @@ def handler(args: argparse.Namespace) -> int:
 
 def _load_sheet(path: str) -> Any:
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise QuizError(f"cannot read answer file {path!r}: {exc.strerror or exc}") from None
     try:
@@ -163,8 +169,7 @@ def _question_lines(n: int, total: int, item: Any) -> list[str]:
     lines = [f"Q{n}/{total}  [{item.concept.value}]  {item.id}", f"  {item.prompt}"]
     lines += [f"    {LETTERS[i]}) {c}" for i, c in enumerate(item.choices)]
     if item.kind is Kind.NUMERIC:
-        unit = f" in {item.unit}" if item.unit else ""
-        lines.append(f"    (a number{unit}, e.g. 0.004 or 4e-3; within 1% counts)")
+        lines.append(f"    ({item.hint})")
     return lines
 
 

@@ -13,7 +13,7 @@ The same seed gives the same questions, numbers and choice order on every machin
 (string seeding of :class:`random.Random` does not depend on hash randomisation).
 
 Scoring never raises on a bad *answer* (it scores 0 with a message, see
-``labkit.quiz.questions``); it raises :class:`QuizError` only for a bad *request*: an
+``labkit.quiz.answers``); it raises :class:`QuizError` only for a bad *request*: an
 unknown question id, or an answer sheet of the wrong shape.
 """
 

@@ -1,4 +1,4 @@
-"""Question types and answer reading for the quick test.
+"""Question types for the quick test: how a question is written and how it is drawn.
 
 Two kinds of question exist:
 
@@ -7,28 +7,27 @@ Two kinds of question exist:
 * numeric (``Kind.NUMERIC``): the numbers in the prompt are drawn per attempt from a
   small grid by a seeded RNG, and the answer key is *computed* by ``labkit.theory``.
 
-Numeric tolerance: an answer is correct when it is within ``REL_TOL`` (1%) of the key,
-relative to the key; questions whose key is a whole number (a batch size, bytes per
-parameter) need the exact value. Three significant figures always pass. Answers may be
-written ``0.004``, ``4e-3``, ``1/250``, ``0.4%``, ``1,024`` or with the unit the question
-names (``"12 GB"``). An answer that cannot be read scores 0 and carries a message saying
-why; checking an answer never raises.
+How answers are read and the numeric tolerance (1%) are in ``labkit.quiz.answers``.
+``Item.check`` never raises: an answer that cannot be read scores 0 with a message.
 """
 
 from __future__ import annotations
 
-import math
 import random
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from labkit.errors import LabError
+from labkit.quiz.answers import (
+    LETTERS,
+    AnswerFormatError,
+    numbers_match,
+    parse_choice,
+    parse_number,
+)
 
-REL_TOL = 0.01
-"""Relative tolerance for numeric answers: |given - key| <= 1% of |key|."""
 
 class QuizError(LabError, ValueError):
     """An answer sheet or a request to the quiz broke a rule (unknown id, wrong shape)."""
@@ -57,11 +56,12 @@ class Concept(str, Enum):
     SCALING = "scaling"
 
     @property
-    def title(self) -> str:
-        return _TITLES[self]
+    def label(self) -> str:
+        """A human-readable name, e.g. "Pipeline parallelism and bubbles"."""
+        return _LABELS[self]
 
 
-_TITLES = {
+_LABELS = {
     Concept.DATA_PARALLEL: "Data parallelism",
     Concept.COLLECTIVES: "All-reduce and collectives",
     Concept.SYNC_ASYNC: "Synchronous vs asynchronous SGD",
@@ -75,72 +75,12 @@ _TITLES = {
     Concept.SCALING: "Amdahl's law and scaling",
 }
 
-LETTERS = "ABCDEFGH"
-
 
 def format_number(x: float) -> str:
     """Show a key the way a student would write it: ``1024``, ``0.004``, ``1.5e-05``."""
     if float(x).is_integer() and abs(x) < 1e15:
         return str(int(x))
     return f"{x:.4g}"
-
-
-# ---------------------------------------------------------------- reading answers
-
-_THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(,\d{3})+(\.\d*)?$")
-_LETTER = re.compile(r"^\(?([a-h])\)?[.:)]?$")
-_LETTER_AND_TEXT = re.compile(r"^\(?([a-h])[.:)]\s*(.+)$")
-
-
-class AnswerFormatError(ValueError):
-    """An answer could not be read; the message tells the student how to write it."""
-
-
-def parse_number(text: object, unit: str = "") -> float:
-    """Read a numeric answer (``"0.004"``, ``"4e-3"``, ``"1/250"``, ``"25%"``, ``"1,024"``).
-
-    Raises AnswerFormatError with a message that shows valid forms.
-    """
-    if isinstance(text, bool):
-        raise AnswerFormatError(f"{text!r} is not a number; write e.g. 0.004 or 4e-3")
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        s = str(text).strip().lower().replace("×", "x").replace(" ", "")
-        if not s:
-            raise AnswerFormatError("no answer given")
-        u = unit.strip().lower().replace(" ", "")
-        if u and s.endswith(u) and len(s) > len(u):
-            s = s[: -len(u)]
-        scale = 1.0
-        if s.endswith("%"):
-            s, scale = s[:-1], 0.01
-        if _THOUSANDS.match(s):
-            s = s.replace(",", "")
-        elif s.count(",") == 1 and "." not in s:
-            s = s.replace(",", ".")  # a decimal comma: 0,004
-        try:
-            if s.count("/") == 1:
-                num, den = (float(p) for p in s.split("/"))
-                if den == 0:
-                    raise AnswerFormatError(f"{text!r} divides by zero")
-                value = num / den * scale
-            else:
-                value = float(s) * scale
-        except ValueError:
-            raise AnswerFormatError(
-                f"could not read {str(text)!r} as a number; write it like 0.004, 4e-3 or 1/250"
-            ) from None
-    if not math.isfinite(value):
-        raise AnswerFormatError(f"{text!r} is not a finite number")
-    return value
-
-
-def numbers_match(given: float, expected: float, *, integer: bool = False) -> bool:
-    """True when ``given`` is the key: exact for whole-number keys, else within REL_TOL."""
-    if integer:
-        return abs(given - expected) < 1e-9
-    return math.isclose(given, expected, rel_tol=REL_TOL, abs_tol=1e-12)
 
 
 # ---------------------------------------------------------------- drawn questions
@@ -193,6 +133,25 @@ class Item:
             return text
         return f"{text}{self.unit}" if self.unit == "x" else f"{text} {self.unit}"
 
+    @property
+    def hint(self) -> str:
+        """How to write the answer, shown next to the prompt."""
+        if self.kind is Kind.CHOICE:
+            return f"a letter, {LETTERS[0]} to {LETTERS[len(self.choices) - 1]}"
+        if self.integer:
+            return f"a whole number of {self.unit}" if self.unit else "a whole number"
+        what = "a speedup factor, e.g. 3.5" if self.unit == "x" else (
+            f"a number in {self.unit}" if self.unit else "a number, e.g. 0.004, 4e-3 or 1/250")
+        return f"{what}; within 1% counts"
+
+    @property
+    def model_answer(self) -> str:
+        """A correct answer as a student would type it: the letter, or the number."""
+        if self.kind is Kind.CHOICE:
+            assert self.answer_index is not None
+            return LETTERS[self.answer_index]
+        return repr(self.answer_value)
+
     def public(self) -> dict[str, Any]:
         """What a student may see before answering (never the key)."""
         return {"id": self.id, "concept": self.concept.value, "kind": self.kind.value,
@@ -217,23 +176,7 @@ class Item:
             assert self.answer_value is not None
             return numbers_match(parse_number(given, self.unit), self.answer_value,
                                  integer=self.integer)
-        return self._choice_index(str(given)) == self.answer_index
-
-    def _choice_index(self, given: str) -> int:
-        norm = " ".join(given.lower().split())
-        texts = [" ".join(c.lower().split()) for c in self.choices]
-        if norm in texts:
-            return texts.index(norm)
-        letters = LETTERS[: len(self.choices)].lower()
-        m = _LETTER.match(norm)
-        if m and m.group(1) in letters:
-            return letters.index(m.group(1))
-        m = _LETTER_AND_TEXT.match(norm)
-        if m and m.group(1) in letters and texts[letters.index(m.group(1))] == m.group(2):
-            return letters.index(m.group(1))
-        valid = ", ".join(letters.upper())
-        raise AnswerFormatError(f"{given!r} is not one of the choices; answer with a letter "
-                                f"({valid}) or the choice's text")
+        return parse_choice(str(given), self.choices) == self.answer_index
 
 
 # ---------------------------------------------------------------- question definitions

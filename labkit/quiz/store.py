@@ -5,8 +5,10 @@ unset. The file holds every finished attempt (seed, score, per-question correctn
 best score, and per-concept accuracy. Writes are atomic (a temporary file in the same
 folder, fsync, then ``os.replace``), so a crash mid-write never leaves half a file.
 
-A file that cannot be read (hand-edited, truncated by a full disk) is moved aside to
-``quiz.json.corrupt`` and a fresh record starts; ``ProgressStore.warning`` says so.
+A file that is not valid progress JSON (hand-edited, truncated by a full disk) is moved
+aside to ``quiz.json.corrupt`` and a fresh record starts; ``ProgressStore.warning`` says
+so. Errors from the file system itself (no permission, read-only home) are raised as
+``OSError``; the CLI and the widget report them and carry on without saving.
 """
 
 from __future__ import annotations
@@ -48,18 +50,22 @@ class ProgressStore:
         """The saved progress, or an empty record when there is none yet."""
         if not self.path.exists():
             return _empty()
+        text = self.path.read_text(encoding="utf-8", errors="replace")  # OSError propagates
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict) or not isinstance(data.get("attempts"), list):
-                raise ValueError("not a labkit quiz progress object")
-        except (OSError, ValueError) as exc:
+            data, problem = json.loads(text), None
+        except ValueError as exc:
+            data, problem = None, str(exc)
+        if problem is None and not (isinstance(data, dict)
+                                    and isinstance(data.get("attempts"), list)):
+            problem = "not a labkit quiz progress object"
+        if problem is not None:
             aside = self.path.with_name(self.path.name + ".corrupt")
             try:
                 os.replace(self.path, aside)
                 where = f"moved it to {aside}"
             except OSError:
                 where = "left it in place"
-            self.warning = (f"could not read quiz progress {self.path} ({exc}); "
+            self.warning = (f"could not read quiz progress {self.path} ({problem}); "
                             f"{where} and started a fresh record")
             return _empty()
         base = _empty()
@@ -69,7 +75,7 @@ class ProgressStore:
     def record(self, attempt: Attempt, *, source: str = "api") -> dict[str, Any]:
         """Add a scored attempt, update best score and per-concept accuracy, save."""
         data = self.load()
-        entry = {
+        entry: dict[str, Any] = {
             "seed": attempt.seed,
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "source": source,
@@ -117,8 +123,8 @@ class ProgressStore:
             return "No quiz attempts saved yet."
         best = data["best"] or {}
         lines = [f"{n} attempt(s) saved in {self.path}",
-                 f"best: {best.get('score')}/{best.get('total')} ({best.get('percent')}%)"
-                 f" with seed {best.get('seed')}"]
+                 (f"best: {best.get('score')}/{best.get('total')} ({best.get('percent')}%)"
+                  f" with seed {best.get('seed')}")]
         ranked = sorted(data["concepts"].items(), key=lambda kv: kv[1].get("accuracy", 0))
         for name, c in ranked:
             lines.append(f"  {name:<18} {c['correct']}/{c['answered']} correct")

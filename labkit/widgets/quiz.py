@@ -14,8 +14,9 @@ import os
 
 import ipywidgets as widgets
 
+from labkit.quiz.answers import LETTERS
 from labkit.quiz.engine import Attempt, Quiz
-from labkit.quiz.questions import LETTERS, Item, Kind, Result
+from labkit.quiz.questions import Item, Kind, Result
 from labkit.quiz.store import ProgressStore
 
 _HIDE, _SHOW = "none", ""
@@ -82,10 +83,12 @@ class QuizPanel:
     def _show(self) -> None:
         item, a = self.item, self.attempt
         self.title.value = (f"<b>Quick test</b> (seed {a.seed}): question {self.index + 1} of "
-                            f"{a.total} &middot; <i>{html.escape(item.concept.title)}</i>")
+                            f"{a.total} &middot; <i>{html.escape(item.concept.label)}</i>")
         self.progress.value = len(a.results)
-        unit = f" <i>(in {html.escape(item.unit)})</i>" if item.unit else ""
-        self.prompt.value = f"<p>{html.escape(item.prompt)}{unit}</p>"
+        hint = ("" if item.kind is Kind.CHOICE else
+                f"<br><small><i>Answer with {html.escape(item.hint)}.</i></small>")
+        self.prompt.value = f"<p>{html.escape(item.prompt)}{hint}</p>"
+        self.number.placeholder = item.hint
         self.choices.options = [(f"{LETTERS[i]}) {c}", LETTERS[i])
                                 for i, c in enumerate(item.choices)]
         self.choices.value = None
@@ -135,17 +138,21 @@ class QuizPanel:
         verdict = ("<b style='color:#1a7f37'>Passed</b>" if a.passed
                    else "<b style='color:#b3261e'>Not passed yet</b>")
         missed = [r for r in a.ordered_results() if not r.correct]
-        review = "".join(f"<li>{html.escape(r.id)} ({html.escape(r.concept.title)})</li>"
+        review = "".join(f"<li>{html.escape(r.id)} ({html.escape(r.concept.label)})</li>"
                          for r in missed)
         lines = [f"<h3>Score: {a.score}/{a.total} ({a.percent:g}%)</h3>",
                  f"<p>{verdict}: the pass mark is {a.pass_percent}%.</p>"]
         if review:
             lines.append(f"<p>Worth another look:</p><ul>{review}</ul>")
         if self.save:
-            self.saved = self.store.record(a, source="widget")
-            best = self.saved.get("best") or {}
-            lines.append(f"<p>Progress saved ({len(self.saved['attempts'])} attempt(s)); best "
-                         f"so far {best.get('score')}/{best.get('total')}.</p>")
+            try:
+                self.saved = self.store.record(a, source="widget")
+                best = self.saved.get("best") or {}
+                lines.append(f"<p>Progress saved ({len(self.saved['attempts'])} attempt(s)); "
+                             f"best so far {best.get('score')}/{best.get('total')}.</p>")
+            except OSError as exc:
+                lines.append(f"<p><i>Could not save progress to {html.escape(str(self.store.path))}"
+                             f": {html.escape(str(exc))}</i></p>")
             if self.store.warning:
                 lines.append(f"<p><i>{html.escape(self.store.warning)}</i></p>")
         self.summary.value = "".join(lines)

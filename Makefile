@@ -1,0 +1,34 @@
+# Two commands do all set-up (see README):
+#   make lab   — create .venv, install everything, open JupyterLab on notebooks/
+#   make test  — same set-up when needed, then the whole test suite
+# torch is pinned and installed *before* the project so the project's torch>=… range is
+# already satisfied (no multi-GB CUDA download on CPU machines).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+TORCH  ?= torch==2.13.0
+ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
+
+.PHONY: lab test setup clean-course exercises
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+lab: $(VENV)/.installed
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+exercises: $(VENV)/.installed
+	$(VENV)/bin/labkit course release
+
+clean-course:
+	rm -rf course/

@@ -1,0 +1,41 @@
+"""Shared fixtures: find rank processes this test process started, so tests can prove that
+none survive a run (success, failure, timeout or interrupt)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def rank_children() -> list[int]:
+    """PIDs of live ``labkit._rank_main`` processes whose parent is this process."""
+    me = os.getpid()
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmd = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        state = stat.rsplit(")", 1)[1].split()[0]
+        if ppid == me and b"labkit._rank_main" in cmd and state != "Z":
+            out.append(int(proc.name))
+    return out
+
+
+@pytest.fixture
+def no_leftover_ranks():
+    """Fails the test if any rank process it started is still alive afterwards."""
+    yield
+    assert rank_children() == [], "rank processes survived the run"
+
+
+@pytest.fixture(autouse=True)
+def _private_labkit_home(tmp_path_factory, monkeypatch):
+    """Quiz progress and other per-user state go to a temp dir, never the real home."""
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path_factory.mktemp("labkit_home")))

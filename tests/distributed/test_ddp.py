@@ -1,0 +1,68 @@
+"""torch DDP on N ranks equals one process on the global batch, bit for bit in spirit:
+max abs weight difference <= 1e-5 after 10 fp32 steps; the CLI reports it as JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import labkit
+
+pytestmark = [pytest.mark.distributed, pytest.mark.lesson00]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_ddp_matches_single_process_reference(world_size, no_leftover_ranks):
+    res = labkit.run(strategy="ddp", world_size=world_size, steps=10, check_reference=True,
+                     timeout_s=120)
+    diff = res.metrics["max_abs_diff_vs_reference"]
+    assert diff <= 1e-5, f"ddp x{world_size}: max abs weight diff {diff} > 1e-5"
+    assert len(res.losses) == 10 and res.params_sha256
+    comm = res.timeline.select(op=labkit.Op.ALL_REDUCE)
+    assert {e.rank for e in comm} == set(range(world_size))
+    assert all(e.bucket is not None for e in comm)
+
+
+def test_same_seed_same_params_hash(no_leftover_ranks):
+    a = labkit.run(strategy="ddp", world_size=2, steps=3)
+    b = labkit.run(strategy="ddp", world_size=2, steps=3)
+    c = labkit.run(strategy="ddp", world_size=2, steps=3, seed=1)
+    assert a.params_sha256 == b.params_sha256 != c.params_sha256
+
+
+def test_cli_json_has_the_contract_keys(tmp_path, no_leftover_ranks):
+    trace = tmp_path / "t.json"
+    out = subprocess.run([sys.executable, "-m", "labkit", "run", "ddp", "--world-size", "2",
+                          "--steps", "4", "--json", "--trace", str(trace), "--check-reference",
+                          "--bucket-cap-mb", "0.05"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    for key in ("strategy", "world_size", "backend", "steps", "wall_s", "step_time_s", "losses",
+                "metrics", "trace", "params_sha256"):
+        assert key in d, key
+    assert d["metrics"]["buckets"] > 1  # a 0.05 MB cap splits the grads into several buckets
+    assert d["metrics"]["max_abs_diff_vs_reference"] <= 1e-5
+    chrome = json.loads(trace.read_text())
+    assert {e["pid"] for e in chrome["traceEvents"] if e["ph"] == "X"} == {0, 1}
+
+
+def test_cli_failure_json_names_rank_and_kind():
+    out = subprocess.run([sys.executable, "-m", "labkit", "run", "ddp", "--steps", "5",
+                          "--inject-fault", "1:2:exit", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    err = json.loads(out.stdout)["error"]
+    assert (err["rank"], err["kind"]) == (1, "exit") and "code 3" in err["message"]
+    assert set(err) == {"rank", "kind", "message", "traceback"}
+
+
+def test_cli_bad_input_exits_2_before_starting():
+    out = subprocess.run([sys.executable, "-m", "labkit", "run", "ddp", "--world-size", "0",
+                          "--timeout", "0", "--json"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    msg = json.loads(out.stdout)["error"]["message"]
+    assert "world_size (0)" in msg and "timeout_s (0.0)" in msg
