@@ -187,6 +187,7 @@ class Timeline:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_json()))
         return path
 
@@ -200,5 +201,6 @@ class Timeline:
 
         trace = to_chrome_trace(self)
         if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps(trace, indent=1))
         return trace
