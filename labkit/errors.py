@@ -54,6 +54,21 @@ class RunFailed(LabError):
     def rank(self) -> int | None:
         return self.failure.rank
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython / Jupyter shows for this error: the failing rank's block, not the
+        supervisor's frames and not the other ranks' echoes."""
+        f = self.failure
+        where = f"rank {f.rank}" if f.rank is not None else "the run"
+        red, bold, reset = "\x1b[31m", "\x1b[1m", "\x1b[0m"
+        lines = [f"{red}{bold}{type(self).__name__}: {where} failed ({f.kind}){reset}",
+                 f"{bold}{f.message}{reset}", ""]
+        if f.traceback:
+            lines += [f"{bold}--- traceback from {where} ---{reset}", f.traceback.rstrip()]
+        if self.others:
+            lines += ["", f"({len(self.others)} other rank(s) stopped after this failure; "
+                          f"see err.others)"]
+        return lines
+
     @property
     def kind(self) -> str:
         return self.failure.kind

@@ -1,0 +1,94 @@
+"""The surfaces a student touches without starting ranks: plots, the viewer widget, the
+doctor, the CLI's input errors, and how a failure is rendered in a notebook."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from labkit.cli import main
+from labkit.errors import RankFailure, RunFailed
+from labkit.plots import COLORS, plot_timeline, plot_timelines
+from tests.unit.test_timeline import two_rank_timeline
+
+pytestmark = pytest.mark.lesson00
+
+
+def test_plot_timeline_draws_one_bar_per_compute_and_comm_span():
+    fig = plot_timeline(two_rank_timeline())
+    ax = fig.axes[0]
+    bars = [c for c in ax.collections]  # broken_barh -> one collection per span
+    assert len(bars) == 7  # 3 compute + 4 comm spans; step spans are not drawn
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1"]
+    colors = {tuple(round(x, 3) for x in c.get_facecolor()[0][:3]) for c in bars}
+    assert len(colors) == 5  # forward, backward, all_reduce, send, recv
+    assert "µs" in ax.get_xlabel() or "ms" in ax.get_xlabel()
+
+
+def test_plot_timelines_stacks_runs_on_one_scale():
+    tl = two_rank_timeline()
+    fig = plot_timelines({"a": tl, "b": tl})
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["a", "b"]
+
+
+def test_every_op_has_a_colour():
+    from labkit.events import Op
+
+    assert set(COLORS) == set(Op)
+
+
+def test_timeline_viewer_redraws_on_slider_change():
+    from labkit.widgets.timeline import timeline_viewer
+
+    from labkit.events import Event, Op
+    from labkit.timeline import Timeline
+
+    base = two_rank_timeline()
+    later = [Event(e.rank, e.lane, e.op, e.start_ns + 1000, e.dur_ns // 2, step=1)
+             for e in base.events]
+    box = timeline_viewer(Timeline(base.events + later, 2))
+    slider, stats = box.children[0].children[0], box.children[1]
+    slider.value = (0, 0)
+    first = stats.value
+    slider.value = (1, 1)
+    assert "steps 0–0" in first and "steps 1–1" in stats.value and first != stats.value
+
+
+def test_doctor_reports_cores_backends_and_packages():
+    from labkit.doctor import doctor
+
+    rep = doctor()
+    assert rep.cpu_cores >= 1 and rep.backends["gloo"] and "ddp" in rep.strategies
+    assert "jupyterlab" in rep.packages and "CPU cores" in str(rep)
+
+
+def test_cli_doctor_json(capsys):
+    assert main(["doctor", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cpu_cores"] >= 1
+
+
+def test_cli_list_names_strategies(capsys):
+    assert main(["list"]) == 0
+    assert "ddp" in capsys.readouterr().out
+
+
+def test_cli_unknown_strategy_and_flags_exit_2(capsys):
+    assert main(["run", "nope"]) == 2
+    assert "strategy 'nope' is not registered" in capsys.readouterr().err
+    assert main(["run", "ddp", "--bogus-flag", "1"]) == 2
+    assert "--bogus-flag" in capsys.readouterr().err
+
+
+def test_cli_strategy_help_lists_its_options(capsys):
+    assert main(["run", "ddp", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--bucket-cap-mb" in out and "--world-size" in out
+
+
+def test_failure_renders_as_the_failing_ranks_block_in_notebooks():
+    err = RunFailed(RankFailure(2, "exception", "ValueError: bad", "Traceback...\nValueError"),
+                    [RankFailure(0, "exception", "Connection closed by peer")])
+    text = "\n".join(err._render_traceback_())
+    assert "rank 2 failed (exception)" in text and "ValueError: bad" in text
+    assert "Connection closed" not in text and "1 other rank(s)" in text
