@@ -14,7 +14,7 @@ import os
 class Slot:
     """One int32 cell with a ``.value`` attribute (the ``multiprocessing.Value`` interface)."""
 
-    __slots__ = ("_view", "_index")
+    __slots__ = ("_index", "_view")
 
     def __init__(self, view: memoryview, index: int):
         self._view, self._index = view, index

@@ -58,11 +58,11 @@ def to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
         out.append({"ph": "X", "name": _label(e), "cat": e.op.value, "pid": e.rank,
                     "tid": TIDS[e.lane], "ts": e.start_ns / 1e3, "dur": e.dur_ns / 1e3,
                     "args": args})
-    for i, (s, r) in enumerate(match_sends(timeline.events)):
-        out.append({"ph": "s", "id": i, "name": "p2p", "cat": "p2p", "pid": s.rank,
-                    "tid": TIDS[Lane.COMM], "ts": s.start_ns / 1e3})
-        out.append({"ph": "f", "id": i, "name": "p2p", "cat": "p2p", "pid": r.rank,
-                    "tid": TIDS[Lane.COMM], "ts": max(r.start_ns, r.end_ns - 1) / 1e3,
+    for flow, (snd, rcv) in enumerate(match_sends(timeline.events)):
+        out.append({"ph": "s", "id": flow, "name": "p2p", "cat": "p2p", "pid": snd.rank,
+                    "tid": TIDS[Lane.COMM], "ts": snd.start_ns / 1e3})
+        out.append({"ph": "f", "id": flow, "name": "p2p", "cat": "p2p", "pid": rcv.rank,
+                    "tid": TIDS[Lane.COMM], "ts": max(rcv.start_ns, rcv.end_ns - 1) / 1e3,
                     "bp": "e"})
     return {"traceEvents": out, "displayTimeUnit": "ms",
             "metadata": {"labkit_schema_version": timeline.schema_version,

@@ -47,7 +47,7 @@ class Handle:
     """An in-flight async op. ``wait()`` blocks until it is done and records the blocked time."""
 
     def __init__(self, comm: Comm, work: Any, op: Op, start: int, meta: dict[str, Any],
-                 then: Callable[[], None] | None = None):
+                 then: Callable[[], object] | None = None):
         self._comm, self._work, self._op, self._start, self._meta = comm, work, op, start, meta
         self._then = then
         self._recorded = False
@@ -125,7 +125,7 @@ class Comm:
 
     # --- core -------------------------------------------------------------------------
     def _run(self, op: Op, fn: Callable[..., Any], args: tuple[Any, ...], async_op: bool,
-             meta: dict[str, Any], then: Callable[[], None] | None = None) -> Handle | None:
+             meta: dict[str, Any], then: Callable[[], object] | None = None) -> Handle | None:
         start = _now()
         if async_op:
             work = fn(*args, group=self.group, async_op=True)

@@ -40,7 +40,7 @@ class DoctorReport:
         return dict(self.__dict__)
 
     def __str__(self) -> str:
-        ok = lambda b: "yes" if b else "no"  # noqa: E731
+        ok = lambda b: "yes" if b else "no"
         lines = [f"labkit doctor — {self.platform}",
                  f"  Python          {self.python}",
                  f"  torch           {self.torch or 'NOT INSTALLED'}",

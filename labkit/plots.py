@@ -91,7 +91,7 @@ def plot_timeline(timeline: Timeline, steps: Iterable[int] | None = None, *,
     if ax is None:
         fig, ax = plt.subplots(figsize=(10, 0.8 + 0.7 * timeline.world_size))
     else:
-        fig = ax.figure
+        fig = ax.get_figure(root=True)  # type: ignore[assignment]
     if not events:
         ax.text(0.5, 0.5, "no events recorded", ha="center", transform=ax.transAxes)
         return fig

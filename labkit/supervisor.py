@@ -226,10 +226,11 @@ class Supervisor:
             stacks.append(f"--- rank {r} (step {self.progress[r].value}) ---\n{text.strip()}")
         stuck = [r for r in running if self.status[r].value == 0]
         waiting = [r for r in running if r not in stuck]
-        if len(stuck) >= 1 and waiting:
-            suspect: int | None = stuck[0]
+        suspect: int | None = None
+        if stuck and waiting:
+            suspect = stuck[0]
             why = (f"rank {suspect} stopped making progress at step "
-                   f"{self.progress[suspect].value} outside any communication call, while "
+                   f"{self.progress[stuck[0]].value} outside any communication call, while "
                    f"rank(s) {', '.join(map(str, waiting))} waited for it")
         else:
             suspect = running[0] if len(running) == 1 else None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from labkit.events import RAW_FIELDS, Event, Lane, Op
+from labkit.events import RAW_FIELDS, Event, Op
 
 _now = time.monotonic_ns
 
@@ -23,7 +23,7 @@ _now = time.monotonic_ns
 class _Span:
     """Context manager for one span; created by ``Tracer.span``."""
 
-    __slots__ = ("_tracer", "_op", "_meta", "_start")
+    __slots__ = ("_meta", "_op", "_start", "_tracer")
 
     def __init__(self, tracer: Tracer, op: Op, meta: tuple[Any, ...]):
         self._tracer = tracer

@@ -39,10 +39,9 @@ def test_every_op_has_a_colour():
 
 
 def test_timeline_viewer_redraws_on_slider_change():
-    from labkit.widgets.timeline import timeline_viewer
-
-    from labkit.events import Event, Op
+    from labkit.events import Event
     from labkit.timeline import Timeline
+    from labkit.widgets.timeline import timeline_viewer
 
     base = two_rank_timeline()
     later = [Event(e.rank, e.lane, e.op, e.start_ns + 1000, e.dur_ns // 2, step=1)

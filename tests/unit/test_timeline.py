@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from labkit.chrome import match_sends
-from labkit.events import SCHEMA_VERSION, Event, Lane, Op
 from labkit.errors import LabError
+from labkit.events import SCHEMA_VERSION, Event, Lane, Op
 from labkit.timeline import Timeline, intersect, union
 from labkit.tracer import Tracer
 

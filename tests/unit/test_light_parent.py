@@ -1,0 +1,25 @@
+"""The supervisor process stays light: importing labkit, listing strategies and validating
+every strategy's default config must not import torch (it costs over a second)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.lesson00
+
+
+def test_registry_and_config_validation_never_import_torch():
+    code = ("import sys, labkit; from labkit import strategies; from labkit.config import "
+            "RunConfig\n"
+            "for name in strategies.names():\n"
+            "    RunConfig(strategy=name, world_size=2)\n"
+            "from labkit.supervisor import supervise\n"
+            "mods = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+            "print(','.join(mods))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", f"torch imported in the supervisor: {out.stdout.strip()}"
