@@ -1,0 +1,71 @@
+"""Pipeline bubbles and stage balance, measured on real gloo ranks (lesson 03 bars).
+
+Prints three tables from one run of this script:
+
+1. P=2, M in {2, 4, 8} (GPipe and 1F1B): measured bubble fraction vs (p-1)/(m+p-1), both as a
+   share of total step time (bar: within 0.05 when stages are balanced).
+2. Interleaved (v=2) bubble / 1F1B bubble at P=2, M=4 (bar: in [0.4, 0.65] where cores allow;
+   the prediction is (p-1)/(2m+p-1) / ((p-1)/(m+p-1)) = 5/9 = 0.56 at p=2, m=4).
+3. Stage balance: an uneven model split by layer count vs by measured cost; the speedup of
+   the balanced split in step time, beside the prediction from the stage costs.
+
+Usage: python bench/bench_pipeline.py [--width 1024] [--steps 5]. Needs >= 2 free cores;
+P=4 on 2 cores oversubscribes (ranks wait for a core), so P=4 is not measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from labkit.config import ModelConfig
+from labkit.devices import cpu_count
+from labkit.strategies.pipeline.lab import balance_demo, run_pipeline
+from labkit.theory import pipeline_speedup
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, default=128)
+    args = ap.parse_args()
+    model = ModelConfig(width=args.width, depth=8)
+    kw = {"steps": args.steps, "batch_size": args.batch_size, "model": model}
+    print(f"# cores: {cpu_count()}, width {args.width}, batch {args.batch_size}, "
+          f"{args.steps} steps (first skipped)\n")
+    print("## 1. bubble fraction (share of total step time), P=2")
+    print(f"{'schedule':<10} {'M':>3} {'predicted':>10} {'measured':>9} {'|diff|':>7} "
+          f"{'within 0.05':>11}")
+    bubbles: dict[tuple[str, int], float] = {}
+    for schedule in ("gpipe", "1f1b"):
+        for m in (2, 4, 8):
+            met = run_pipeline(schedule, 2, m, **kw).metrics
+            pred, meas = met["bubble_fraction_predicted"], met["bubble_fraction"]
+            bubbles[(schedule, m)] = meas
+            print(f"{schedule:<10} {m:>3} {pred:>10.3f} {meas:>9.3f} {abs(meas - pred):>7.3f} "
+                  f"{'yes' if abs(meas - pred) <= 0.05 else 'NO':>11}")
+    print("\n## 2. interleaved (v=2) vs 1F1B, P=2, M=4")
+    inter = run_pipeline("interleaved", 2, 4, virtual=2, **kw).metrics
+    ratio = inter["bubble_fraction"] / max(bubbles[("1f1b", 4)], 1e-9)
+    pred_ratio = inter["bubble_fraction_predicted"] / (1 / 5)
+    print(f"interleaved bubble {inter['bubble_fraction']:.3f} (predicted "
+          f"{inter['bubble_fraction_predicted']:.3f}); 1f1b bubble {bubbles[('1f1b', 4)]:.3f}")
+    print(f"ratio interleaved/1f1b measured {ratio:.2f}, predicted {pred_ratio:.2f}, "
+          f"bar [0.40, 0.65]: {'yes' if 0.4 <= ratio <= 0.65 else 'NO'}")
+    print("\n## 3. stage balance: layer costs 1,1,1,1,1,1,4,4 on P=2, 1F1B, M=8")
+    costs = (1, 1, 1, 1, 1, 1, 4, 4)
+    runs = balance_demo(costs, 2, 8, steps=args.steps, batch_size=args.batch_size,
+                        model=ModelConfig(width=args.width, depth=len(costs)))
+    for label, res in runs.items():
+        stage_ms = res.metrics["stage_time_ms"]
+        print(f"{label:<17} bounds {res.metrics['stage_bounds']}  stage ms/microbatch "
+              f"{[round(t, 2) for t in stage_ms]}  step {res.step_time_s * 1e3:.1f} ms  "
+              f"predicted speedup over 1 device x{pipeline_speedup(stage_ms, 8):.2f}")
+    count, cost = runs["by layer count"], runs["by measured cost"]
+    print(f"balancing speedup (step time count / cost): measured "
+          f"x{count.step_time_s / cost.step_time_s:.2f}, predicted "
+          f"x{pipeline_speedup(cost.metrics['stage_time_ms'], 8) / pipeline_speedup(count.metrics['stage_time_ms'], 8):.2f}")
+
+
+if __name__ == "__main__":
+    main()

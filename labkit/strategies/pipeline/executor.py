@@ -1,0 +1,306 @@
+"""Run a pipeline plan on real ranks: each rank walks its list of actions in order.
+
+What this teaches: a schedule is just an order. Given a ``labkit.schedules.Plan``, rank r
+runs ``plan.actions(r)`` one by one; an action ``2F0`` (stage 2, forward, microbatch 0)
+receives stage 1's activation, runs stage 2's layers and sends the result on to stage 3; the
+matching ``2B0`` receives the gradient from stage 3, backpropagates through stage 2 and sends
+the input gradient back to stage 1. GPipe, 1F1B (PipeDream-Flush, Narayanan et al. 2021),
+interleaved 1F1B (Megatron-LM) and zero bubble (Qi et al. 2023) differ only in the order.
+
+Why it never deadlocks on gloo: every send is asynchronous (``isend``, waited at the end of
+the step), and a rank blocks only in ``recv``, for an input the plan says was produced in an
+EARLIER slot. Each message carries a tag naming (kind, stage, microbatch), so a receive
+matches its send even when two ranks exchange activations and gradients in different orders
+(interleaved plans with two ranks). Every F / B / I / W runs in a traced compute span named
+like ``2F0``, and every send / recv in a comm span with the same microbatch and stage.
+
+``run_plan(plan, ...)`` (parent side) runs any valid plan -- e.g. one a student wrote.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from labkit.events import Op as Ev
+from labkit.rank import RankContext, RankOutput
+from labkit.schedules import Op, Plan
+from labkit.strategies.pipeline import PipelineOptions, options_for, orders_text, plan_for
+from labkit.strategies.pipeline.metrics import StepStat, bubble_summary, predictions, step_stats
+from labkit.strategies.pipeline.model import (
+    StageModule,
+    build_full,
+    measure_layer_costs,
+    stage_bounds,
+)
+from labkit.training import make_optimizer, task_for
+
+if TYPE_CHECKING:
+    from labkit.config import ModelConfig
+    from labkit.run import RunResult
+
+_now = time.monotonic_ns
+ACT, GRAD = 0, 1  # message kinds: an activation going forward, a gradient going back
+_TRACE_OP = {Op.F: Ev.FORWARD, Op.B: Ev.BACKWARD, Op.I: Ev.BACKWARD_INPUT,
+             Op.W: Ev.BACKWARD_WEIGHT}
+
+
+@dataclass
+class StepRecord:
+    """What one rank measured in one step."""
+
+    loss: float | None
+    stat: StepStat
+    peak_activations: int
+    messages: int
+    bytes_sent: int
+    stage_ns: dict[int, int] = field(default_factory=dict)
+
+
+def tag(kind: int, stage: int, microbatch: int, microbatches: int) -> int:
+    """A unique message tag for (kind, sending stage, microbatch)."""
+    return 1 + (2 * stage + kind) * microbatches + microbatch
+
+
+class _StepRunner:
+    """One step of one rank: the plan's actions, their messages and their spans."""
+
+    def __init__(self, ctx: RankContext, plan: Plan, modules: dict[int, StageModule],
+                 step: int, width: int):
+        self.ctx, self.plan, self.modules, self.step, self.width = ctx, plan, modules, step, width
+        self.saved: dict[tuple[int, int], list[Any]] = {}
+        self.local: dict[tuple[int, int, int], torch.Tensor] = {}
+        self.pending: list[Any] = []
+        self.spans: list[tuple[int, int]] = []
+        self.stage_ns: dict[int, int] = {}
+        self.peak = self.messages = self.bytes = 0
+        self.loss = 0.0
+        self.cuda = ctx.device.type == "cuda"
+
+    # ---- messages ------------------------------------------------------------------------
+    def _get(self, kind: int, src_stage: int, m: int, rows: int, action: Any) -> torch.Tensor:
+        src = self.plan.stage_to_rank(src_stage)
+        if src == self.ctx.rank:  # producer and consumer on this rank (P = 1)
+            return self.local.pop((kind, src_stage, m))
+        buf = torch.empty(rows, self.width, device=self.ctx.device)
+        self.ctx.comm.recv(buf, src, tag=tag(kind, src_stage, m, self.plan.microbatches),
+                           step=self.step, microbatch=m, stage=action.stage, name=str(action))
+        return buf
+
+    def _put(self, kind: int, stage: int, m: int, tensor: torch.Tensor, action: Any) -> None:
+        dst = self.plan.stage_to_rank(stage + 1 if kind == ACT else stage - 1)
+        if dst == self.ctx.rank:
+            self.local[(kind, stage, m)] = tensor
+            return
+        tensor = tensor.contiguous()
+        h = self.ctx.comm.isend(tensor, dst, tag=tag(kind, stage, m, self.plan.microbatches),
+                                step=self.step, microbatch=m, stage=stage, name=str(action))
+        self.pending.append((h, tensor))  # keep the tensor alive until the send completes
+        self.messages += 1
+        self.bytes += tensor.numel() * tensor.element_size()
+
+    def _poll(self) -> None:
+        """Close sends the receiver has taken, so their spans end near when they finished."""
+        still = []
+        for h, t in self.pending:
+            if h.is_completed():
+                h.wait()
+            else:
+                still.append((h, t))
+        self.pending = still
+
+    # ---- actions -------------------------------------------------------------------------
+    def run(self, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> StepRecord:
+        for action in self.plan.actions(self.ctx.rank):
+            self._poll()
+            self._action(action, xs, ys)
+        for h, _ in self.pending:  # 3. flush: every send has been received
+            h.wait()
+        last = self.plan.num_model_stages - 1
+        has_last = last in self.modules
+        return StepRecord(self.loss if has_last else None, step_stats(self.spans), self.peak,
+                          self.messages, self.bytes, self.stage_ns)
+
+    def _action(self, a: Any, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> None:
+        s, m, mod = a.stage, a.microbatch, self.modules[a.stage]
+        rows = xs[m].shape[0]
+        # 1. receive what this action needs (blocks until the upstream rank sent it)
+        inp = grad = None
+        if a.op is Op.F and s > 0:
+            inp = self._get(ACT, s - 1, m, rows, a).requires_grad_()
+        if a.op in (Op.B, Op.I) and not mod.last:
+            grad = self._get(GRAD, s + 1, m, rows, a)
+        # 2. compute, timed as one span named like "2F0"
+        t0 = _now()
+        send = self._compute(a, mod, inp, grad, xs, ys)
+        if self.cuda:
+            torch.cuda.synchronize()
+        t1 = _now()
+        self.ctx.tracer.record(_TRACE_OP[a.op], t0, t1, step=self.step, microbatch=m, stage=s,
+                               name=str(a))
+        self.spans.append((t0, t1))
+        self.stage_ns[s] = self.stage_ns.get(s, 0) + (t1 - t0)
+        # 3. send the result on: activations downstream, input gradients upstream
+        if send is not None:
+            self._put(ACT if a.op is Op.F else GRAD, s, m, send, a)
+
+    def _compute(self, a: Any, mod: StageModule, inp: torch.Tensor | None,
+                 grad: torch.Tensor | None, xs: list[torch.Tensor], ys: list[torch.Tensor]
+                 ) -> torch.Tensor | None:
+        s, m, key = a.stage, a.microbatch, (a.stage, a.microbatch)
+        if a.op is Op.F:
+            x = xs[m] if s == 0 else inp
+            assert x is not None
+            out = mod(x)
+            if mod.last:  # mean loss of the batch = sum over microbatches of loss_m / M
+                out = nn.functional.cross_entropy(out, ys[m]) / self.plan.microbatches
+                self.loss += float(out.detach())
+            self.saved[key] = [x, out, None]
+            self.peak = max(self.peak, len(self.saved))
+            return None if mod.last else out.detach()
+        x, out, _ = self.saved[key]
+        if a.op is Op.B:  # input grad and weight grads together
+            del self.saved[key]
+            torch.autograd.backward(out, grad)
+            return x.grad if s > 0 else None
+        if a.op is Op.I:  # input grad only; keep the graph for W
+            self.saved[key][2] = grad
+            if s == 0:
+                return None
+            (g_in,) = torch.autograd.grad(out, x, grad, retain_graph=True)
+            return g_in
+        # W: weight grads, accumulated like backward() would
+        _, _, g_out = self.saved.pop(key)
+        params = [p for p in mod.parameters() if p.requires_grad]
+        for p, g in zip(params, torch.autograd.grad(out, params, g_out)):
+            p.grad = g if p.grad is None else p.grad.add_(g)
+        return None
+
+
+def run_step(ctx: RankContext, plan: Plan, modules: dict[int, StageModule], x: torch.Tensor,
+             y: torch.Tensor, step: int) -> StepRecord:
+    """Run this rank's actions of ``plan`` for one batch; gradients accumulate in ``modules``."""
+    xs = list(x.tensor_split(plan.microbatches))
+    ys = list(y.tensor_split(plan.microbatches))
+    first = next(iter(modules.values()))
+    width = next(m for m in first.layers.modules() if isinstance(m, nn.Linear)).in_features
+    return _StepRunner(ctx, plan, modules, step, width).run(xs, ys)
+
+
+def build_stages(ctx: RankContext, plan: Plan, model: ModelConfig, opts: PipelineOptions,
+                 seed: int, rows: int) -> tuple[dict[int, StageModule], list[int], Any]:
+    """This rank's stage modules, the stage boundaries, and the full model (for reference)."""
+    full = build_full(model, opts.layer_costs, seed)
+    measured = None
+    if opts.balance == "cost":  # rank 0 times every layer; all ranks use its numbers
+        costs = torch.zeros(model.depth, dtype=torch.float64)
+        if ctx.rank == 0:
+            costs = torch.tensor(measure_layer_costs(full, rows), dtype=torch.float64)
+        ctx.comm.broadcast(costs, 0)
+        measured = costs.tolist()
+    num = plan.num_model_stages
+    bounds = stage_bounds(opts.balance, model.depth, num, measured)
+    mods = {s: StageModule(full, s, num, bounds).to(ctx.device)
+            for s in range(num) if plan.stage_to_rank(s) == ctx.rank}
+    return mods, bounds, full
+
+
+def train(ctx: RankContext) -> RankOutput:
+    """The strategy entry: ``labkit run pipeline`` on every rank."""
+    from labkit.strategies.pipeline.reference import reference_check
+
+    cfg = ctx.config
+    assert cfg is not None
+    opts = options_for(cfg)
+    plan = plan_for(opts, ctx.world_size)
+    rows = cfg.batch_size // plan.microbatches
+    mods, bounds, _full = build_stages(ctx, plan, cfg.model, opts, cfg.seed, rows)
+    params = [p for mod in mods.values() for p in mod.parameters()]
+    opt = make_optimizer(cfg.optimizer, params, cfg.lr)
+    task = task_for(cfg)
+    records: list[StepRecord] = []
+    first_grads: dict[str, torch.Tensor] = {}
+    for step in range(cfg.steps):
+        with ctx.step(step):
+            x, y = task.batch(step, cfg.batch_size)
+            opt.zero_grad(set_to_none=True)
+            records.append(run_step(ctx, plan, mods, x.to(ctx.device), y.to(ctx.device), step))
+            if step == 0 and cfg.check_reference:
+                first_grads = {n: p.grad.detach().cpu().clone() for mod in mods.values()
+                               for n, p in zip(mod.param_names(), mod.parameters())
+                               if p.grad is not None}
+            with ctx.tracer.span(Ev.OPTIMIZER, step=step):
+                opt.step()
+    diffs = reference_check(cfg, mods, records, first_grads) if cfg.check_reference else {}
+    return _output(ctx, plan, opts, bounds, records, diffs)
+
+
+def _gather(ctx: RankContext, values: list[float]) -> list[list[float]]:
+    """Every rank's list of floats (same length on all ranks), by rank."""
+    mine = torch.tensor(values, dtype=torch.float64)
+    out = torch.zeros(ctx.world_size * len(values), dtype=torch.float64)
+    ctx.comm.all_gather(out, mine)
+    return out.view(ctx.world_size, len(values)).tolist()  # type: ignore[no-any-return]
+
+
+def _output(ctx: RankContext, plan: Plan, opts: PipelineOptions, bounds: list[int],
+            records: list[StepRecord], diffs: dict[str, float]) -> RankOutput:
+    num, steps = plan.num_model_stages, len(records)
+    steady = records[1:] or records
+    stage_ms = [statistics.fmean(r.stage_ns.get(s, 0) for r in steady) / plan.microbatches / 1e6
+                for s in range(num)]
+    keys = ("max_abs_diff_grads", "max_abs_diff_vs_reference", "max_abs_diff_loss")
+    mine = [float(v) for r in records for v in r.stat] + stage_ms + [
+        float(records[-1].peak_activations), statistics.fmean(r.messages for r in records),
+        statistics.fmean(r.bytes_sent for r in records)] + [diffs.get(k, 0.0) for k in keys]
+    rows = _gather(ctx, mine)  # 1. every rank's numbers, on every rank
+    stats = [[(int(row[3 * k]), int(row[3 * k + 1]), int(row[3 * k + 2])) for k in range(steps)]
+             for row in rows]
+    tail = [row[3 * steps:] for row in rows]
+    label = "custom" if opts.orders else opts.schedule
+    metrics: dict[str, Any] = {"schedule": label, "stages": plan.stages,
+                               "microbatches": plan.microbatches, "virtual": plan.virtual,
+                               "stage_bounds": bounds, "balance": opts.balance}
+    # 2. measured, beside the predictions (both as shares of total step time)
+    metrics.update(bubble_summary(stats))
+    metrics.update(predictions(label, plan.stages, plan.microbatches, plan.virtual, plan))
+    metrics["stage_time_ms"] = [sum(t[s] for t in tail) for s in range(num)]
+    metrics["peak_activations"] = [int(t[num]) for t in tail]
+    metrics["p2p_messages_per_step"] = sum(t[num + 1] for t in tail)
+    metrics["p2p_bytes_per_step"] = sum(t[num + 2] for t in tail)
+    if diffs:
+        for i, k in enumerate(keys):
+            metrics[k] = max(t[num + 3 + i] for t in tail)
+    out = RankOutput(losses=[r.loss for r in records if r.loss is not None], metrics=metrics)
+    return out
+
+
+def run_plan(plan: Plan, *, steps: int = 2, batch_size: int | None = None,
+             model: ModelConfig | None = None, layer_costs: tuple[int, ...] = (),
+             balance: str = "count", check_reference: bool = True, timeout_s: float = 90.0,
+             **run_kwargs: Any) -> RunResult:
+    """Run any valid ``Plan`` (e.g. a student's 1F1B) on ``plan.stages`` real ranks.
+
+    The plan is validated before any process starts (``ScheduleError`` with the offending
+    step marked). With ``check_reference`` the result's metrics hold
+    ``max_abs_diff_grads`` / ``max_abs_diff_loss`` against one process on the whole batch.
+    """
+    from labkit.config import ModelConfig, RunConfig
+    from labkit.run import run
+    from labkit.schedules import validate_plan
+
+    validate_plan(plan)
+    model = model or ModelConfig(width=256, depth=max(4, plan.num_model_stages))
+    opts = PipelineOptions(schedule="1f1b", stages=plan.stages,
+                           microbatches=plan.microbatches, virtual=plan.virtual,
+                           orders=orders_text(plan), layer_costs=layer_costs, balance=balance)
+    config = RunConfig(strategy="pipeline", world_size=plan.stages, steps=steps,
+                       batch_size=batch_size or 4 * plan.microbatches, model=model,
+                       options=opts, check_reference=check_reference, timeout_s=timeout_s,
+                       **run_kwargs)
+    return run(config)

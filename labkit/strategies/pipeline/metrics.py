@@ -1,0 +1,135 @@
+"""Pipeline metrics measured from a run, next to the predictions for the same quantities.
+
+Conventions (stated once, used everywhere in lesson 03):
+
+* **Measured bubble fraction** of rank r in step s: the share of the step's *pipeline
+  window* in which rank r ran no F / B (or I / W) action. The window runs from the first
+  action's start on ANY rank to the last action's end on ANY rank, so it is the bubble as a
+  **share of total step time** -- the same convention as the prediction
+  ``(p-1)/(m+p-1)`` (``labkit.theory.bubble_fraction(..., relative_to="total")``). The
+  optimizer update after the flush is not part of the window. The overall figure is the
+  mean over ranks, averaged over the steps after the first (warm-up) step.
+* **Relative to ideal**: bubble time / busy time, ``(p-1)/m`` for GPipe and 1F1B; reported
+  as ``bubble_fraction_ideal`` (measured) and ``bubble_fraction_predicted_ideal``.
+* **Peak activations**: the most (stage, microbatch) activations a rank held at once,
+  counted exactly by the executor (1F1B: rank r holds p - r; GPipe: m).
+
+Pure Python: works inside a rank (on gathered statistics) and on a saved ``Timeline``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from labkit.events import Event, Op
+
+PIPELINE_OPS = (Op.FORWARD, Op.BACKWARD, Op.BACKWARD_INPUT, Op.BACKWARD_WEIGHT)
+
+StepStat = tuple[int, int, int]
+"""(first action start ns, last action end ns, busy ns) of one rank in one step."""
+
+
+def step_stats(spans: Iterable[tuple[int, int]]) -> StepStat:
+    """Summarise one rank's action spans of one step (they never overlap on a rank)."""
+    spans = list(spans)
+    if not spans:
+        return (0, 0, 0)
+    return (min(s for s, _ in spans), max(e for _, e in spans), sum(e - s for s, e in spans))
+
+
+def bubble_by_step(stats: Sequence[Sequence[StepStat]]) -> list[list[float]]:
+    """``stats[rank][step]`` -> idle share ``[step][rank]`` of each step's shared window."""
+    steps = min((len(s) for s in stats), default=0)
+    out: list[list[float]] = []
+    for k in range(steps):
+        rows = [stats[r][k] for r in range(len(stats)) if stats[r][k][2] > 0]
+        if not rows:
+            continue
+        window = max(e for _, e, _ in rows) - min(s for s, _, _ in rows)
+        out.append([1.0 - stats[r][k][2] / window if window > 0 else 0.0
+                    for r in range(len(stats))])
+    return out
+
+
+def bubble_summary(stats: Sequence[Sequence[StepStat]], skip_first: bool = True
+                   ) -> dict[str, Any]:
+    """Measured bubble per rank and overall (share of total), plus relative to ideal."""
+    per_step = bubble_by_step(stats)
+    if skip_first and len(per_step) > 1:
+        per_step = per_step[1:]
+    if not per_step:
+        return {"bubble_fraction": 0.0, "bubble_fraction_per_rank": [],
+                "bubble_fraction_ideal": 0.0}
+    ranks = len(per_step[0])
+    per_rank = [statistics.fmean(step[r] for step in per_step) for r in range(ranks)]
+    overall = statistics.fmean(per_rank)
+    return {"bubble_fraction": overall, "bubble_fraction_per_rank": per_rank,
+            "bubble_fraction_ideal": overall / (1.0 - overall) if overall < 1 else float("inf")}
+
+
+def predictions(schedule: str, stages: int, microbatches: int, virtual: int,
+                plan: Any = None) -> dict[str, Any]:
+    """The predicted bubble for the same run: the closed form where one exists, and the
+    plan simulated with F=1, B=2 time units (``labkit.schedules.planned_bubble_fraction``)."""
+    from labkit.schedules import peak_in_flight, planned_bubble_fraction
+    from labkit.theory import bubble_fraction
+
+    out: dict[str, Any] = {}
+    if plan is not None:
+        out["bubble_fraction_planned"] = planned_bubble_fraction(plan)
+        out["peak_activations_predicted"] = [peak_in_flight(plan, r) for r in range(stages)]
+    if schedule in ("gpipe", "1f1b", "interleaved"):
+        out["bubble_fraction_predicted"] = bubble_fraction(stages, microbatches, schedule,
+                                                           virtual, "total")
+        out["bubble_fraction_predicted_ideal"] = bubble_fraction(stages, microbatches, schedule,
+                                                                 virtual, "ideal")
+    elif plan is not None:  # zb and hand-written plans: the simulated plan is the prediction
+        out["bubble_fraction_predicted"] = out["bubble_fraction_planned"]
+        b = out["bubble_fraction_planned"]
+        out["bubble_fraction_predicted_ideal"] = b / (1 - b) if b < 1 else float("inf")
+    return out
+
+
+# ---- the same numbers from a Timeline (parent side: visuals, bench, tests) ----------------
+def actions_of(events: Iterable[Event]) -> list[Event]:
+    """The pipeline actions (F / B / I / W spans that carry a stage) of a run."""
+    return [e for e in events if e.op in PIPELINE_OPS and e.stage is not None]
+
+
+def timeline_stats(timeline: Any) -> list[list[StepStat]]:
+    """``stats[rank][step]`` from a Timeline's action spans (steps in order)."""
+    acts = actions_of(timeline.events)
+    steps = sorted({e.step for e in acts if e.step is not None})
+    return [[step_stats((e.start_ns, e.end_ns) for e in acts if e.rank == r and e.step == s)
+             for s in steps] for r in range(timeline.world_size)]
+
+
+def timeline_bubble(timeline: Any, skip_first: bool = True) -> dict[str, Any]:
+    """Measured bubble of a recorded pipeline run (see the conventions above)."""
+    return bubble_summary(timeline_stats(timeline), skip_first)
+
+
+def stage_times_ms(events: Iterable[Event], skip_first_step: bool = True) -> dict[int, float]:
+    """Mean compute time per microbatch of each model stage (F + B, or F + I + W), in ms."""
+    acts = actions_of(events)
+    steps = sorted({e.step for e in acts if e.step is not None})
+    if skip_first_step and len(steps) > 1:
+        acts = [e for e in acts if e.step != steps[0]]
+    total: dict[int, int] = {}
+    count: dict[int, set[tuple[Any, Any]]] = {}
+    for e in acts:
+        assert e.stage is not None
+        total[e.stage] = total.get(e.stage, 0) + e.dur_ns
+        count.setdefault(e.stage, set()).add((e.step, e.microbatch))
+    return {s: total[s] / len(count[s]) / 1e6 for s in sorted(total)}
+
+
+def p2p_per_step(events: Iterable[Event]) -> dict[str, float]:
+    """Point-to-point sends per step, summed over ranks: messages and bytes."""
+    sends = [e for e in events if e.op == Op.SEND and e.step is not None]
+    steps = {e.step for e in sends}
+    n = max(len(steps), 1)
+    return {"p2p_messages_per_step": len(sends) / n,
+            "p2p_bytes_per_step": sum(e.bytes or 0 for e in sends) / n}

@@ -1,0 +1,90 @@
+"""The executor's math in one process: P=1 plans (stages pass tensors locally).
+
+With one rank every message stays on the rank, so these tests pin down the per-action math
+(forward, full backward, the I / W split, loss scaling by 1/M) against a plain full-batch
+backward, without starting processes. The distributed tests cover the wire.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from labkit.config import ModelConfig
+from labkit.rank import RankContext
+from labkit.schedules import build_plan
+from labkit.strategies.pipeline.executor import run_step, tag
+from labkit.strategies.pipeline.model import StageModule, build_full
+from labkit.strategies.pipeline.partition import bounds_by_count
+from labkit.tracer import Tracer
+from labkit.training import SyntheticTask
+
+pytestmark = pytest.mark.lesson03
+MODEL = ModelConfig(in_dim=8, width=32, depth=4, out_dim=5)
+
+
+def _ctx() -> RankContext:
+    return RankContext(rank=0, world_size=1, local_rank=0, backend="gloo",
+                       device=torch.device("cpu"), tracer=Tracer(0), comm=None)  # type: ignore[arg-type]
+
+
+def _reference(x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    full = build_full(MODEL, (1, 2, 1, 1), seed=3)
+    nn.functional.cross_entropy(full(x), y).backward()
+    return {n: p.grad for n, p in full.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("schedule, virtual", [("gpipe", 1), ("1f1b", 1), ("zb", 1),
+                                               ("interleaved", 2)])
+def test_single_rank_plan_matches_full_batch_gradients(schedule: str, virtual: int) -> None:
+    """Every schedule's gradients equal one full-batch backward (max abs diff <= 1e-5)."""
+    x, y = SyntheticTask(3, MODEL.in_dim, MODEL.out_dim).batch(0, 16)
+    plan = build_plan(schedule, 1, 4, virtual)
+    num = plan.num_model_stages
+    full = build_full(MODEL, (1, 2, 1, 1), seed=3)
+    mods = {s: StageModule(full, s, num, bounds_by_count(4, num)) for s in range(num)}
+    ctx = _ctx()
+    rec = run_step(ctx, plan, mods, x, y, step=0)
+    ref = _reference(x, y)
+    for mod in mods.values():
+        for name, p in zip(mod.param_names(), mod.parameters()):
+            diff = float((p.grad - ref[name]).abs().max())
+            assert diff <= 1e-5, f"{schedule}: gradient of {name} differs by {diff}"
+    with torch.no_grad():
+        expected_loss = float(nn.functional.cross_entropy(build_full(MODEL, (1, 2, 1, 1), 3)(x), y))
+    assert rec.loss == pytest.approx(expected_loss, abs=1e-5)
+    names = [e.name for e in ctx.tracer.events() if e.stage is not None]
+    assert sorted(names) == sorted(str(a) for a in plan.actions(0)), "one span per action"
+    assert rec.messages == 0 and rec.bytes_sent == 0  # all transfers were local
+
+
+def test_gpipe_holds_all_microbatches_and_1f1b_one() -> None:
+    """Peak activations are counted exactly: GPipe m, 1F1B on one stage 1."""
+    x, y = SyntheticTask(0, MODEL.in_dim, MODEL.out_dim).batch(0, 16)
+    peaks = {}
+    for schedule in ("gpipe", "1f1b"):
+        full = build_full(MODEL, (), seed=0)
+        mods = {0: StageModule(full, 0, 1, [0, 4])}
+        peaks[schedule] = run_step(_ctx(), build_plan(schedule, 1, 4), mods, x, y, 0
+                                   ).peak_activations
+    assert peaks == {"gpipe": 4, "1f1b": 1}
+
+
+def test_stage_modules_chain_to_the_full_model() -> None:
+    """Stages cover every parameter once, and chaining them equals the full forward."""
+    full = build_full(MODEL, (1, 1, 3, 1), seed=1)
+    bounds = [0, 1, 3, 4]
+    stages = [StageModule(full, s, 3, bounds) for s in range(3)]
+    names = [n for st in stages for n in st.param_names()]
+    assert sorted(names) == sorted(n for n, _ in full.named_parameters())
+    x = torch.randn(5, MODEL.in_dim)
+    h = x
+    for st in stages:
+        h = st(h)
+    assert torch.allclose(h, full(x))
+
+
+def test_message_tags_are_unique() -> None:
+    tags = {tag(k, s, m, 4) for k in (0, 1) for s in range(4) for m in range(4)}
+    assert len(tags) == 2 * 4 * 4 and min(tags) >= 1

@@ -1,0 +1,71 @@
+"""Measured bubble definitions, checked on timings whose answer is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.events import Event, Lane, Op
+from labkit.schedules import build_plan, planned_bubble_fraction, simulate
+from labkit.strategies.pipeline.metrics import (
+    bubble_summary,
+    p2p_per_step,
+    predictions,
+    stage_times_ms,
+    step_stats,
+    timeline_bubble,
+)
+from labkit.timeline import Timeline
+
+pytestmark = pytest.mark.lesson03
+
+
+def _events_from_plan(schedule: str, p: int, m: int, steps: int = 2) -> list[Event]:
+    """A fake run: the simulated plan (F=1 ms, B=2 ms) repeated for each step."""
+    out = []
+    for step in range(steps):
+        base = step * 10**9
+        for e in simulate(build_plan(schedule, p, m)):
+            op = Op.FORWARD if e.action.op.value == "F" else Op.BACKWARD
+            out.append(Event(e.rank, Lane.COMPUTE, op, base + int(e.start * 1e6),
+                             int(e.duration * 1e6), step=step, microbatch=e.action.microbatch,
+                             stage=e.action.stage, name=str(e.action)))
+    return out
+
+
+@pytest.mark.parametrize("schedule, p, m", [("gpipe", 2, 4), ("1f1b", 4, 8), ("gpipe", 2, 1)])
+def test_measured_bubble_of_an_ideal_run_is_the_formula(schedule: str, p: int, m: int) -> None:
+    """On perfectly timed spans the measured bubble is (p-1)/(m+p-1), share of total."""
+    tl = Timeline(_events_from_plan(schedule, p, m), p)
+    got = timeline_bubble(tl)
+    assert got["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1))
+    assert got["bubble_fraction"] == pytest.approx(planned_bubble_fraction(build_plan(
+        schedule, p, m)))
+    assert got["bubble_fraction_ideal"] == pytest.approx((p - 1) / m)
+    assert len(got["bubble_fraction_per_rank"]) == p
+
+
+def test_window_is_shared_across_ranks() -> None:
+    """A rank that works 2 of a 10 ns window idles 0.8, even if its own spans are tight."""
+    stats = [[(0, 10, 10)], [(4, 6, 2)]]
+    got = bubble_summary(stats, skip_first=False)
+    assert got["bubble_fraction_per_rank"] == pytest.approx([0.0, 0.8])
+    assert got["bubble_fraction"] == pytest.approx(0.4)
+    assert step_stats([(5, 7), (1, 2)]) == (1, 7, 3)
+
+
+def test_predictions_use_theory_and_the_plan() -> None:
+    plan = build_plan("1f1b", 4, 8)
+    pred = predictions("1f1b", 4, 8, 1, plan)
+    assert pred["bubble_fraction_predicted"] == pytest.approx(3 / 11)
+    assert pred["bubble_fraction_predicted_ideal"] == pytest.approx(3 / 8)
+    assert pred["peak_activations_predicted"] == [4, 3, 2, 1]
+    zb = predictions("zb", 2, 4, 1, build_plan("zb", 2, 4))
+    assert zb["bubble_fraction_predicted"] == zb["bubble_fraction_planned"] < 1 / 5
+
+
+def test_stage_times_and_p2p_counts() -> None:
+    evs = _events_from_plan("gpipe", 2, 2, steps=2)
+    evs.append(Event(0, Lane.COMM, Op.SEND, 0, 5, step=1, bytes=100, peer=1))
+    evs.append(Event(1, Lane.COMM, Op.SEND, 0, 5, step=1, bytes=50, peer=0))
+    assert stage_times_ms(evs) == pytest.approx({0: 3.0, 1: 3.0})  # F=1 ms + B=2 ms
+    assert p2p_per_step(evs) == {"p2p_messages_per_step": 2.0, "p2p_bytes_per_step": 150.0}
