@@ -93,8 +93,23 @@ def test_fit_alpha_beta_clamps_negative_latency_and_refits_bandwidth() -> None:
     fit = fit_alpha_beta(sizes, times, world_size=2)
     assert fit.alpha_s == 0.0
     x = sizes  # 2(n-1)/n = 1 for n = 2
-    slope = sum(a * b for a, b in zip(x, times)) / sum(a * a for a in x)
+    w = [1 / t**2 for t in times]  # relative-error weights
+    slope = (sum(wi * a * b for wi, a, b in zip(w, x, times))
+             / sum(wi * a * a for wi, a in zip(w, x)))
     assert fit.bandwidth_Bps == pytest.approx(1 / slope)
+
+
+def test_fit_alpha_beta_is_accurate_in_percent_across_decades() -> None:
+    """Sizes from 4 KB to 128 MB with +-8% noise: every size predicted within 20%."""
+    import random
+
+    rng = random.Random(0)
+    sizes = [4e3 * 4**k for k in range(9)]
+    truth = [ring_allreduce_time(s, 2, 50e-6, 2e9) for s in sizes]
+    noisy = [t * (1 + rng.uniform(-0.08, 0.08)) for t in truth]
+    fit = fit_alpha_beta(sizes, noisy, world_size=2)
+    errors = [abs(fit.predict(s) - t) / t for s, t in zip(sizes, truth)]
+    assert max(errors) < 0.2, errors
 
 
 def test_amdahl_speedup() -> None:

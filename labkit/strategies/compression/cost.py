@@ -1,0 +1,73 @@
+"""Bytes a compressed gradient exchange should put on the wire, computed from the shapes.
+
+Pure (no torch), so tests and notebooks can state the prediction before a run.
+
+* fp16 / bf16: the same all-reduce on 2-byte values: exactly half of fp32.
+* PowerSGD (Vogels et al. 2019; torch's ``powerSGD_hook``): each gradient is viewed as a
+  matrix ``(shape[0], rest)``; with rank ``r' = min(rows, cols, r)`` it is sent as
+  P (rows x r') and Q (cols x r') — two all-reduces — *if* that saves enough:
+  ``(rows + cols) * r' * min_compression_rate < rows * cols`` (torch's rule, default rate 2).
+  Other tensors (biases, thin matrices) are all-reduced uncompressed.
+* top-k: each rank all-gathers k values and k int32 indices per bucket, so one rank's
+  payload grows with the world size: ``n * k * 8`` bytes gathered per bucket.
+
+Payload follows ``labkit.comm``: the input of an all-reduce, the gathered output of an
+all-gather. ``wire`` = what one rank sends in a ring: ``2(n-1)/n`` x all-reduce payload,
+``(n-1)/n`` x all-gather payload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+
+
+def _matrix(shape: Sequence[int]) -> tuple[int, int]:
+    rows = int(shape[0]) if shape else 1
+    return rows, prod(int(s) for s in shape) // max(rows, 1)
+
+
+def powersgd_values(shapes: Sequence[Sequence[int]], rank: int,
+                    min_compression_rate: float = 2.0) -> dict[str, int]:
+    """Values all-reduced per step by PowerSGD: ``uncompressed``, ``p``, ``q``, ``total``."""
+    unc = p = q = 0
+    for shape in shapes:
+        rows, cols = _matrix(shape)
+        r = min(rows, cols, rank)
+        if (rows + cols) * r * min_compression_rate < rows * cols:
+            p, q = p + rows * r, q + cols * r
+        else:
+            unc += rows * cols
+    return {"uncompressed": unc, "p": p, "q": q, "total": unc + p + q}
+
+
+def allreduce_wire(payload: float, world_size: int) -> float:
+    return 2 * (world_size - 1) / world_size * payload
+
+
+def allgather_wire(payload: float, world_size: int) -> float:
+    return (world_size - 1) / world_size * payload
+
+
+def predicted_payload_bytes(method: str, shapes: Sequence[Sequence[int]], world_size: int, *,
+                            rank: int = 2, bucket_numels: Sequence[int] = (),
+                            topk_ratio: float = 0.01) -> dict[str, float]:
+    """Predicted payload and per-rank wire bytes of one step's gradient exchange.
+
+    ``bucket_numels`` (values per DDP bucket) is needed for top-k only: k is taken per
+    bucket as ``max(1, int(ratio * numel))``.
+    """
+    numel = sum(prod(int(s) for s in shape) for shape in shapes)
+    if method == "none":
+        payload = 4.0 * numel
+    elif method in ("fp16", "bf16"):
+        payload = 2.0 * numel
+    elif method == "powersgd":
+        payload = 4.0 * powersgd_values(shapes, rank)["total"]
+    elif method == "topk":
+        ks = [max(1, int(topk_ratio * b)) for b in bucket_numels]
+        payload = float(sum(world_size * k * 8 for k in ks))
+        return {"payload": payload, "wire": allgather_wire(payload, world_size)}
+    else:
+        raise ValueError(f"method {method!r} must be none, fp16, bf16, powersgd or topk")
+    return {"payload": payload, "wire": allreduce_wire(payload, world_size)}

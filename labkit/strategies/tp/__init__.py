@@ -1,0 +1,71 @@
+"""Tensor parallelism (lesson 04). Torch-free: options, cross-field rules and registration.
+
+``labkit run tp --world-size N`` trains a small stack of transformer-style blocks
+(multi-head attention, then an MLP, each with a residual) where every weight matrix is split
+across the N ranks the Megatron-LM way (Shoeybi et al. 2019): the first linear of each pair
+is column-parallel, the second row-parallel, so each block needs exactly one all-reduce in
+forward and one in backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.errors import ConfigError
+from labkit.strategies import Strategy, register
+
+BLOCKS = ("both", "mlp", "attention")
+
+
+@dataclass(kw_only=True, frozen=True)
+class TPOptions:
+    """Shape of the tensor-parallel model (the batch size is ``RunConfig.batch_size``)."""
+
+    hidden: int = 256
+    """Hidden size h of the activations (b, s, h)."""
+    ffn_mult: int = 4
+    """MLP inner width as a multiple of hidden (Megatron uses 4)."""
+    heads: int = 8
+    """Attention heads; they are split evenly across the ranks."""
+    seq: int = 16
+    """Sequence length s (tokens per sample)."""
+    layers: int = 2
+    """Number of blocks (each: attention then MLP, as chosen by ``block``)."""
+    block: str = "both"
+    """What one layer holds: both (attention + MLP), mlp or attention."""
+    dtensor_check: bool = False
+    """Also run torch's DTensor parallelize_module (Colwise/Rowwise) on the MLP as a cross-check."""
+
+    def __post_init__(self) -> None:
+        problems = [f"{name} ({getattr(self, name)}) must be >= 1, e.g. {name}={example}"
+                    for name, example in (("hidden", 256), ("ffn_mult", 4), ("heads", 8),
+                                          ("seq", 16), ("layers", 2))
+                    if getattr(self, name) < 1]
+        if self.block not in BLOCKS:
+            problems.append(f"block {self.block!r} must be one of {', '.join(BLOCKS)}; "
+                            "e.g. block='both'")
+        if not problems and self.hidden % self.heads:
+            problems.append(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}) "
+                            "so every head has the same size; e.g. hidden=256, heads=8")
+        if problems:
+            raise ConfigError(problems)
+
+
+def check(config: Any) -> list[str]:
+    """Rules across fields: the heads and the MLP width must split evenly over the ranks."""
+    opts, n = config.options, config.world_size
+    problems = []
+    if opts.block in ("both", "attention") and opts.heads % n:
+        problems.append(f"heads ({opts.heads}) must be a multiple of world_size ({n}) so each "
+                        f"rank gets whole heads; e.g. heads={n * 2}")
+    if opts.block in ("both", "mlp") and (opts.hidden * opts.ffn_mult) % n:
+        problems.append(f"hidden*ffn_mult ({opts.hidden * opts.ffn_mult}) must be a multiple of "
+                        f"world_size ({n}) to split the MLP columns; e.g. hidden={n * 64}")
+    return problems
+
+
+register(Strategy(
+    name="tp", entry="labkit.strategies.tp.impl:train", options=TPOptions, check=check,
+    summary="Megatron tensor parallel attention + MLP (f/g operators) vs the unsharded model",
+    lesson="04_tensor_parallelism"))
