@@ -1,0 +1,76 @@
+"""``labkit submit ASSIGNMENT`` and ``labkit course release|check`` (nbgrader, one machine).
+
+``submit`` grades the student's notebook with nbgrader exactly as the instructor would and
+prints the score per question and the feedback HTML's path (exit 0 graded, 2 bad input,
+1 nbgrader failed). ``course release`` regenerates ``exercises/`` from ``solutions/``;
+``course check`` exits 1 when the committed release is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from labkit.errors import ConfigError, LabError
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``submit`` and ``course``; each parser sets ``func=handler`` (returns exit code)."""
+    p = subparsers.add_parser(
+        "submit", help="grade your exercise notebook locally with nbgrader",
+        description="Copy your notebook into course/submitted, run nbgrader autograde and "
+                    "generate_feedback, print the score per question and the feedback path.")
+    p.add_argument("assignment", help="e.g. ps1_numbers (a folder of solutions/)")
+    p.add_argument("--notebook", action="append", default=None, metavar="PATH",
+                   help="notebook to submit (default: exercises/ASSIGNMENT/*.ipynb); repeat "
+                        "for several")
+    p.add_argument("--student", default="student", help="student id (default: student)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_submit)
+
+    c = subparsers.add_parser("course", help="instructor: regenerate or check exercises/")
+    sub = c.add_subparsers(dest="course_command", metavar="COMMAND", required=True)
+    r = sub.add_parser("release", help="regenerate exercises/ from solutions/ (nbgrader)")
+    r.add_argument("assignments", nargs="*", help="default: all")
+    r.set_defaults(func=_release)
+    k = sub.add_parser("check", help="exit 1 if exercises/ is stale")
+    k.set_defaults(func=_check)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from labkit.grading.submit import submit
+
+    try:
+        result = submit(args.assignment, args.notebook, student=args.student)
+    except ConfigError as error:
+        print(f"labkit submit: error: {error}", file=sys.stderr)
+        return 2
+    except LabError as error:
+        print(f"labkit submit: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(result.to_json()) if args.json else result.report())
+    return 0
+
+
+def _release(args: argparse.Namespace) -> int:
+    from labkit.grading import course
+
+    try:
+        for path in course.release(names=args.assignments or None):
+            print(f"released {path}")
+    except (ConfigError, RuntimeError) as error:
+        print(f"labkit course release: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from labkit.grading import course
+
+    stale = course.stale_assignments()
+    for name, why in stale.items():
+        print(f"stale: {name}: {why} (run `labkit course release`)")
+    if not stale:
+        print("exercises/ matches solutions/")
+    return 1 if stale else 0

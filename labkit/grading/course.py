@@ -1,0 +1,128 @@
+"""The nbgrader course inside the repo: where things are, release regeneration, staleness.
+
+``solutions/`` (nbgrader's *source*) is the single place exercises are written;
+``exercises/`` (the *release*) is generated from it by ``nbgrader generate_assignment`` and
+committed so students get it with a clone. ``release`` regenerates it; ``stale_assignments``
+generates a fresh release in a temporary copy of the course and compares the notebooks'
+cells (type, source, and the nbgrader ids / points / locks), ignoring volatile metadata
+such as checksums' formatting, kernel info and cell ids, so a test can fail when someone
+edits a solution notebook and forgets to regenerate.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from labkit.errors import ConfigError
+
+CONFIG = "nbgrader_config.py"
+
+
+def repo_root() -> Path:
+    """The folder holding ``nbgrader_config.py`` (the labkit checkout)."""
+    env = os.environ.get("LABKIT_COURSE_ROOT")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / CONFIG).exists():
+            return parent
+    cwd = Path.cwd()
+    for parent in (cwd, *cwd.parents):
+        if (parent / CONFIG).exists():
+            return parent
+    raise ConfigError(f"no {CONFIG} found above {here} or {cwd}; run from the labkit checkout "
+                      "or set LABKIT_COURSE_ROOT=/path/to/labkit")
+
+
+def assignments(root: Path | None = None) -> list[str]:
+    """Assignment names: the folders of ``solutions/``."""
+    src = (root or repo_root()) / "solutions"
+    return sorted(p.name for p in src.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def check_assignment(name: str, root: Path | None = None) -> str:
+    known = assignments(root)
+    if name not in known:
+        raise ConfigError(f"assignment ({name!r}) is not in solutions/; one of {known}; "
+                          f"e.g. labkit submit {known[0] if known else 'ps1_numbers'}")
+    return name
+
+
+def nbgrader(args: list[str], root: Path, env: dict[str, str] | None = None,
+             timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m nbgrader ARGS`` in the course root (its nbgrader_config.py applies)."""
+    full_env = dict(os.environ if env is None else env)
+    full_env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+    # nbgrader runs the `alembic` script by name: put this interpreter's bin/ first on PATH
+    bindir = str(Path(sys.executable).parent)
+    full_env["PATH"] = bindir + os.pathsep + full_env.get("PATH", "")
+    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root,
+                          capture_output=True, text=True, env=full_env, timeout=timeout,
+                          check=False)
+
+
+def release(root: Path | None = None, names: list[str] | None = None,
+            release_dir: str | None = None) -> list[Path]:
+    """Regenerate ``exercises/<name>/`` from ``solutions/<name>/`` (all assignments by default).
+
+    ``release_dir`` writes elsewhere (relative to root), e.g. to fill a gradebook without
+    touching the committed release.
+    """
+    root = root or repo_root()
+    (root / "course").mkdir(exist_ok=True)
+    out = []
+    for name in names or assignments(root):
+        args = ["generate_assignment", name, "--force"]
+        if release_dir:
+            args.append(f"--CourseDirectory.release_directory={release_dir}")
+        proc = nbgrader(args, root)
+        if proc.returncode != 0:
+            raise RuntimeError(f"nbgrader generate_assignment {name} failed:\n{proc.stderr}")
+        out.append(root / (release_dir or "exercises") / name)
+    return out
+
+
+def _cells(path: Path) -> list[tuple[Any, ...]]:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    rows = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        rows.append((cell.cell_type, cell.source.strip(), meta.get("grade_id"),
+                     bool(meta.get("grade")), bool(meta.get("solution")),
+                     bool(meta.get("locked")), meta.get("points")))
+    return rows
+
+
+def stale_assignments(root: Path | None = None) -> dict[str, str]:
+    """Assignments whose committed release differs from a fresh generation: name -> why."""
+    root = root or repo_root()
+    problems: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="labkit-release-") as tmp:
+        copy = Path(tmp)
+        shutil.copy(root / CONFIG, copy / CONFIG)
+        shutil.copytree(root / "solutions", copy / "solutions")
+        release(copy)
+        for name in assignments(root):
+            fresh_dir, committed_dir = copy / "exercises" / name, root / "exercises" / name
+            fresh = sorted(p.name for p in fresh_dir.glob("*.ipynb"))
+            have = sorted(p.name for p in committed_dir.glob("*.ipynb"))
+            if fresh != have:
+                problems[name] = f"notebooks {have} in exercises/, fresh release has {fresh}"
+                continue
+            for nb in fresh:
+                a, b = _cells(fresh_dir / nb), _cells(committed_dir / nb)
+                if a != b:
+                    diff = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y),
+                                min(len(a), len(b)))
+                    problems[name] = f"{nb}: cell {diff} differs from a fresh release"
+                    break
+    return problems

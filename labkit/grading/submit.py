@@ -1,0 +1,184 @@
+"""``labkit submit ASSIGNMENT``: grade your own notebook locally, the way the instructor will.
+
+Phases (nbgrader's instructor workflow, run for one student on one machine):
+  1. make sure the gradebook knows the assignment (``generate_assignment`` into
+     ``course/release``, so the committed ``exercises/`` is never touched);
+  2. copy the student's notebook(s) into ``course/submitted/<student>/<assignment>/``
+     with a timestamp;
+  3. ``nbgrader autograde``: a fresh kernel runs the notebook with the locked test cells
+     restored from the gradebook (edited or deleted test cells are caught by nbgrader's
+     checksums and reported here as tampering), hidden tests included; code exercises
+     start their own rank processes, which the supervisor always reaps;
+  4. ``nbgrader generate_feedback``: HTML without hidden test source;
+  5. read the score of every graded cell from the gradebook.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.errors import ConfigError, LabError
+from labkit.grading import course
+
+_MISSING = re.compile(r"Missing grade cell (\S+)")
+
+
+@dataclass
+class QuestionScore:
+    grade_id: str
+    notebook: str
+    score: float
+    max_score: float
+
+
+@dataclass
+class SubmitResult:
+    """What ``submit`` did: scores per graded cell, feedback files, tampering found."""
+
+    assignment: str
+    student: str
+    questions: list[QuestionScore]
+    feedback_html: list[Path]
+    tampered: list[str] = field(default_factory=list)
+    log: str = ""
+
+    @property
+    def score(self) -> float:
+        return sum(q.score for q in self.questions)
+
+    @property
+    def max_score(self) -> float:
+        return sum(q.max_score for q in self.questions)
+
+    def report(self) -> str:
+        """The text ``labkit submit`` prints."""
+        lines = [f"{self.assignment} for {self.student}:"]
+        width = max((len(q.grade_id) for q in self.questions), default=8)
+        for q in self.questions:
+            lines.append(f"  {q.grade_id:<{width}}  {q.score:g} / {q.max_score:g}")
+        lines.append(f"  {'total':<{width}}  {self.score:g} / {self.max_score:g}")
+        for t in self.tampered:
+            lines.append(f"  tampering: {t}")
+        for path in self.feedback_html:
+            lines.append(f"feedback: {path}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"assignment": self.assignment, "student": self.student, "score": self.score,
+                "max_score": self.max_score, "tampered": self.tampered,
+                "questions": [q.__dict__ for q in self.questions],
+                "feedback": [str(p) for p in self.feedback_html]}
+
+
+def _locked_sources(path: Path) -> dict[str, str]:
+    """grade_id -> source (hidden-test regions removed) of every locked cell."""
+    import nbformat
+
+    from labkit.grading.feedback import strip_hidden
+
+    out = {}
+    for cell in nbformat.read(path, as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("locked") and meta.get("grade_id"):
+            source, _ = strip_hidden(cell.source)
+            out[meta["grade_id"]] = "\n".join(
+                line for line in source.split("\n") if "hidden tests ran here" not in line).strip()
+    return out
+
+
+def tampering(submitted: Path, released: Path) -> list[str]:
+    """Locked cells of the release that the submission deleted or edited.
+
+    nbgrader restores them while grading (its checksums catch the edit; OverwriteCells puts
+    the original back), so tampering never earns points; this names it for the student.
+    Hidden tests are not part of the comparison (the release does not have them).
+    """
+    if not released.exists():
+        return []
+    want, have = _locked_sources(released), _locked_sources(submitted)
+    found = []
+    for gid, source in want.items():
+        if gid not in have:
+            found.append(f"locked cell {gid} was deleted; nbgrader put it back and ran it")
+        elif have[gid] != source:
+            found.append(f"locked cell {gid} was edited; the original was graded instead")
+    return found
+
+
+def _in_gradebook(root: Path, assignment: str) -> bool:
+    db = root / "course" / "gradebook.db"
+    if not db.exists():
+        return False
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{db}") as gb:
+        try:
+            gb.find_assignment(assignment)
+            return True
+        except MissingEntry:
+            return False
+
+
+def _scores(root: Path, assignment: str, student: str) -> list[QuestionScore]:
+    from nbgrader.api import Gradebook
+
+    out = []
+    with Gradebook(f"sqlite:///{root / 'course' / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(assignment, student)
+        for nb in sorted(sub.notebooks, key=lambda n: n.name):
+            for grade in nb.grades:
+                out.append(QuestionScore(grade.name, nb.name, float(grade.score),
+                                         float(grade.max_score)))
+    return out
+
+
+def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
+           student: str = "student", root: Path | None = None) -> SubmitResult:
+    """Grade ``notebooks`` (default: ``exercises/<assignment>/*.ipynb``) as ``student``."""
+    root = root or course.repo_root()
+    course.check_assignment(assignment, root)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", student):
+        raise ConfigError(f"student ({student!r}) must be letters, digits, '_', '-' or '.'; "
+                          "e.g. student='alice'")
+    paths = [Path(p) for p in notebooks] if notebooks else sorted(
+        (root / "exercises" / assignment).glob("*.ipynb"))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing or not paths:
+        raise ConfigError(f"notebook(s) {missing or paths} not found; pass the path of your "
+                          f"notebook, e.g. labkit submit {assignment} --notebook "
+                          f"exercises/{assignment}/{assignment}.ipynb")
+    # 1. the gradebook must know the assignment's cells and checksums
+    if not _in_gradebook(root, assignment):
+        course.release(root, [assignment], release_dir=str(Path("course") / "release"))
+    # 2. copy into the submitted folder, with a timestamp
+    dest = root / "course" / "submitted" / student / assignment
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    tampered: list[str] = []
+    for p in paths:
+        shutil.copy(p, dest / p.name)
+        tampered += tampering(p, root / "exercises" / assignment / p.name)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f %Z")
+    (dest / "timestamp.txt").write_text(stamp)
+    # 3. autograde, 4. feedback
+    log = ""
+    for args in (["autograde", assignment, "--student", student, "--create", "--force"],
+                 ["generate_feedback", assignment, "--student", student, "--force"]):
+        proc = course.nbgrader(args, root)
+        log += proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            raise LabError(f"nbgrader {args[0]} failed (exit {proc.returncode}):\n"
+                           f"{proc.stderr[-3000:]}")
+    feedback_dir = root / "course" / "feedback" / student / assignment
+    html = sorted(feedback_dir.glob("*.html"))
+    # 5. scores
+    tampered += [f"test cell {gid} was missing; nbgrader put it back"
+                 for gid in _MISSING.findall(log) if not any(gid in t for t in tampered)]
+    return SubmitResult(assignment, student, _scores(root, assignment, student), html,
+                        tampered, log)

@@ -1,0 +1,155 @@
+"""The whole nbgrader flow, end to end, on a temporary copy of the course.
+
+Release -> submit the solutions (full marks) -> submit the released stubs (zero) -> submit
+crafted wrong answers (partial marks, feedback that says what to try) -> submit tampered
+notebooks (edited / deleted locked test cells are caught and graded as the original).
+Feedback never shows hidden test source, and grading leaves no rank process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit.grading.submit import SubmitResult, submit
+
+pytestmark = [pytest.mark.grading, pytest.mark.lesson08]
+REPO = Path(__file__).resolve().parents[2]
+ASSIGNMENTS = ("ps1_numbers", "ps2_planning", "ps3_build_it")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private course root: config, solutions and the committed release."""
+    path = tmp_path_factory.mktemp("course")
+    shutil.copy(REPO / "nbgrader_config.py", path / "nbgrader_config.py")
+    shutil.copytree(REPO / "solutions", path / "solutions")
+    shutil.copytree(REPO / "exercises", path / "exercises")
+    return path
+
+
+def notebook(root: Path, where: str, name: str) -> nbformat.NotebookNode:
+    return nbformat.read(root / where / name / f"{name}.ipynb", as_version=4)
+
+
+def set_cell(nb: nbformat.NotebookNode, grade_id: str, source: str | None) -> None:
+    """Replace the source of the cell with ``grade_id`` (None: delete the cell)."""
+    for i, cell in enumerate(nb.cells):
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+            if source is None:
+                del nb.cells[i]
+            else:
+                cell.source = source
+            return
+    raise KeyError(grade_id)
+
+
+def hidden_lines(nb: nbformat.NotebookNode) -> list[str]:
+    """The lines inside BEGIN/END HIDDEN TESTS regions of the source notebook."""
+    out, inside = [], False
+    for cell in nb.cells:
+        for line in cell.source.splitlines():
+            if "BEGIN HIDDEN TESTS" in line or "END HIDDEN TESTS" in line:
+                inside = "BEGIN" in line
+            elif inside and line.strip():
+                out.append(line.strip())
+    return out
+
+
+def grade(root: Path, name: str, nb: nbformat.NotebookNode, student: str,
+          tmp_path: Path) -> SubmitResult:
+    path = tmp_path / f"{name}.ipynb"
+    nbformat.write(nb, path)
+    return submit(name, [path], student=student, root=root)
+
+
+def scores(result: SubmitResult) -> dict[str, float]:
+    return {q.grade_id: q.score for q in result.questions}
+
+
+def feedback_text(result: SubmitResult) -> str:
+    html = result.feedback_html[0].read_text()
+    return re.sub(r"<[^>]+>", "", html).replace("&quot;", '"').replace("&#39;", "'")
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_solutions_get_full_marks(root: Path, name: str, tmp_path: Path) -> None:
+    result = grade(root, name, notebook(root, "solutions", name), "solver", tmp_path)
+    assert result.max_score > 0
+    assert result.score == result.max_score, result.report()
+    assert result.tampered == []
+    assert result.feedback_html and result.feedback_html[0].exists()
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_released_stubs_get_zero_and_feedback_hides_hidden_tests(root: Path, name: str,
+                                                                  tmp_path: Path) -> None:
+    result = grade(root, name, notebook(root, "exercises", name), "stub", tmp_path)
+    assert result.score == 0, result.report()
+    text = feedback_text(result)
+    assert "BEGIN HIDDEN TESTS" not in text and "hidden=True" not in text
+    assert "HIDDEN_CASES" not in text and "world_sizes=(3, 4)" not in text
+    for line in hidden_lines(notebook(root, "solutions", name)):
+        assert line not in text, f"hidden test line shown in feedback: {line}"
+
+
+def test_wrong_answers_get_partial_marks_and_tampering_is_caught(root: Path,
+                                                                 tmp_path: Path) -> None:
+    """ps1: two wrong formulas, one hard-coded answer, one edited and one deleted test cell."""
+    nb = notebook(root, "solutions", "ps1_numbers")
+    set_cell(nb, "bubble_answer", "def bubble_share(stages, microbatches):\n"
+             "    return (stages - 1) / microbatches\n")
+    set_cell(nb, "global_batch_answer", "def global_batch_size(gpus, per_gpu_batch, "
+             "accumulation):\n    return 1024 if per_gpu_batch == 32 else 512\n")
+    # stubs whose locked tests the "student" disabled or deleted
+    set_cell(nb, "ring_answer", "def ring_bytes(size_bytes, world_size):\n    return 0\n\n"
+             "def ring_time(size_bytes, world_size, alpha_s, bandwidth_Bps):\n    return 0\n")
+    set_cell(nb, "ring_bytes", "pass  # nothing to see here")
+    set_cell(nb, "ring_time", None)
+    result = grade(root, "ps1_numbers", nb, "wrong", tmp_path)
+    got = scores(result)
+    assert got["bubble_share"] == 0 and got["global_batch"] == 0
+    assert got["ring_bytes"] == 0 and got["ring_time"] == 0
+    assert got["target_lr"] == 2 and got["adam_gb_per_gpu"] == 3
+    assert 0 < result.score < result.max_score
+    text = feedback_text(result)
+    assert "Try: the pipeline runs m + p - 1 slots" in text
+    assert "global_batch(gpus=" in text  # the hidden variant that failed, by its inputs
+    tampered = " ".join(result.tampered)
+    assert "ring_bytes was edited" in tampered and "ring_time was deleted" in tampered
+
+
+def test_code_exercises_catch_cheats_and_leave_no_processes(root: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """ps3: ring via the built-in all-reduce, GPipe instead of 1F1B -> 0 for those."""
+    token = f"labkit-grading-{uuid.uuid4().hex}"
+    monkeypatch.setenv("LABKIT_TEST_TOKEN", token)
+    nb = notebook(root, "solutions", "ps3_build_it")
+    set_cell(nb, "ring_answer", "def ring_all_reduce(ctx, tensor):\n"
+             "    ctx.comm.all_reduce(tensor)\n    return tensor\n")
+    set_cell(nb, "one_f_one_b_answer", "def one_f_one_b(stages, microbatches):\n"
+             "    return {r: [f'{r}F{m}' for m in range(microbatches)]\n"
+             "            + [f'{r}B{m}' for m in range(microbatches)] for r in range(stages)}\n")
+    result = grade(root, "ps3_build_it", nb, "cheat", tmp_path)
+    got = scores(result)
+    assert got["ring_allreduce"] == 0 and got["one_f_one_b"] == 0
+    assert got["bucketed_sync"] == 3 and got["zero1"] == 3
+    text = feedback_text(result)
+    assert "used built-in collective(s) ['all_reduce']" in text
+    assert "GPipe's memory cost" in text
+    leftovers = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if token.encode() in env.read_bytes():
+                leftovers.append(env.parent.name)
+        except OSError:
+            continue
+    assert leftovers == [], f"processes left behind by grading: {leftovers}"
+    assert os.environ["LABKIT_TEST_TOKEN"] == token

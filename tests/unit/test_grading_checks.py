@@ -1,0 +1,86 @@
+"""Check helpers: answers become plain numbers before any comparison; feedback says what to try."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from labkit.grading import numeric
+from labkit.grading.checks import NotANumber, as_number, as_tensor, check_function, check_number
+
+pytestmark = pytest.mark.lesson08
+
+
+class AlwaysEqual:
+    """A cheating answer: equal to everything."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+class SneakyFloat(float):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = float.__hash__
+
+
+def test_always_equal_object_scores_zero() -> None:
+    """An object whose __eq__ always says True is not a number and fails the check."""
+    verdict = check_number("global batch", AlwaysEqual(), 1024)
+    assert not verdict.passed
+    assert "must be a number" in verdict.feedback
+
+
+def test_float_subclass_with_lying_eq_is_compared_by_value() -> None:
+    assert not check_number("x", SneakyFloat(3.0), 1024).passed
+    assert check_number("x", SneakyFloat(1024.0), 1024).passed
+
+
+def test_as_number_accepts_numpy_and_torch_scalars_rejects_bool_and_strings() -> None:
+    assert as_number(np.float32(0.5)) == 0.5
+    assert as_number(torch.tensor(3)) == 3.0
+    assert type(as_number(np.int64(4))) is float
+    for bad in (True, "1024", None, [1], torch.ones(2)):
+        with pytest.raises(NotANumber):
+            as_number(bad)
+
+
+def test_as_tensor_strips_subclasses_and_copies() -> None:
+    class Lying(torch.Tensor):
+        pass
+
+    t = torch.arange(3.0).as_subclass(Lying)
+    out = as_tensor(t)
+    assert type(out) is torch.Tensor and out.data_ptr() != t.data_ptr()
+    with pytest.raises(TypeError):
+        as_tensor([1.0, 2.0])
+
+
+def test_wrong_answer_feedback_names_the_call_and_says_what_to_try() -> None:
+    verdict = check_function("bubble_share", lambda stages, microbatches: (stages - 1) / microbatches,
+                             [({"stages": 4, "microbatches": 8}, 3 / 11)], hint="use (p-1)/(m+p-1)")
+    assert not verdict.passed
+    assert "bubble_share(stages=4, microbatches=8)" in verdict.feedback
+    assert "Try: use (p-1)/(m+p-1)" in verdict.feedback
+
+
+def test_stub_gets_not_implemented_feedback() -> None:
+    def stub(**kw: object) -> float:
+        raise NotImplementedError
+
+    verdict = numeric.check("global_batch", stub)
+    assert not verdict.passed and "not implemented" in verdict.feedback
+
+
+def test_hardcoded_seed_answer_passes_visible_fails_hidden() -> None:
+    """Returning the worked example's number is caught by the randomised hidden variants."""
+    def cheat(gpus: int, per_gpu_batch: int, accumulation: int) -> int:
+        return 1024 if (gpus, per_gpu_batch, accumulation) == (8, 32, 4) else 512
+
+    hidden = numeric.check("global_batch", cheat, hidden=True, seed=1)
+    assert not hidden.passed
+    assert "expected" not in hidden.feedback  # hidden keys are not revealed

@@ -1,0 +1,66 @@
+"""labkit submit's pieces that need no nbgrader run: CLI wiring, tamper detection, widget."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from labkit.grading import cli as grading_cli
+from labkit.grading.feedback import strip_hidden
+from labkit.grading.submit import QuestionScore, SubmitResult, tampering
+
+pytestmark = pytest.mark.lesson08
+REPO = Path(__file__).resolve().parents[2]
+RELEASE = REPO / "exercises" / "ps1_numbers" / "ps1_numbers.ipynb"
+
+
+def test_cli_registers_submit_and_course() -> None:
+    parser = argparse.ArgumentParser()
+    grading_cli.register(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["submit", "ps1_numbers", "--student", "alice", "--json"])
+    assert args.func is grading_cli._submit and args.student == "alice" and args.json
+    assert parser.parse_args(["course", "check"]).func is grading_cli._check
+
+
+def test_submit_rejects_unknown_assignment_before_grading(capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    args = argparse.Namespace(assignment="ps9_nope", notebook=None, student="s", json=False)
+    assert grading_cli._submit(args) == 2
+    assert "ps1_numbers" in capsys.readouterr().err  # names a valid example
+
+
+def test_tampering_detects_edited_and_deleted_locked_cells(tmp_path: Path) -> None:
+    nb = nbformat.read(RELEASE, as_version=4)
+    ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+           if c.metadata.get("nbgrader", {}).get("grade")]
+    edited = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == ids[0])
+    edited.source = "pass"
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != ids[1]]
+    path = tmp_path / "ps1_numbers.ipynb"
+    nbformat.write(nb, path)
+    found = " ".join(tampering(path, RELEASE))
+    assert f"{ids[0]} was edited" in found and f"{ids[1]} was deleted" in found
+    assert tampering(RELEASE, RELEASE) == []
+
+
+def test_strip_hidden_keeps_visible_lines_only() -> None:
+    src = "check(a)\n### BEGIN HIDDEN TESTS\nsecret(b)\n### END HIDDEN TESTS\nafter()"
+    out, removed = strip_hidden(src)
+    assert removed and "secret" not in out and "check(a)" in out and "after()" in out
+
+
+def test_report_and_widget_render_scores_and_feedback_path() -> None:
+    from labkit.widgets.submit import SubmitPanel, render
+
+    result = SubmitResult("ps1_numbers", "s", [QuestionScore("q1", "nb", 1, 2),
+                                               QuestionScore("q2", "nb", 3, 3)],
+                          [Path("/tmp/fb.html")], ["locked cell q1 was edited"])
+    text = result.report()
+    assert "q1" in text and "4 / 5" in text and "feedback: /tmp/fb.html" in text
+    html = render(result)
+    assert "4 / 5" in html and "/tmp/fb.html" in html and "Tampering" in html
+    panel = SubmitPanel("ps1_numbers")
+    assert panel.button.description == "Submit for grading" and panel.result is None
