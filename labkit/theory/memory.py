@@ -171,7 +171,8 @@ def _check_widths(widths: object) -> list[int]:
 
 
 def mlp_activation_bytes(batch: int, widths: list[int], bytes_per_value: int = 4,
-                         checkpointing: bool = False, final_relu: bool = True) -> float:
+                         checkpointing: bool = False, final_relu: bool = True,
+                         segment: int = 1) -> float:
     """Bytes autograd keeps alive for a stack of Linear+ReLU layers (see ``mlp_saved_tensors``).
 
     ``widths=[w0, ..., wL]`` builds L Linear layers, each followed by a ReLU (set
@@ -182,12 +183,21 @@ def mlp_activation_bytes(batch: int, widths: list[int], bytes_per_value: int = 4
     ``checkpointing=True`` means each Linear+ReLU block is checkpointed on its own, so only
     block inputs ``batch*(w0 + ... + w_{L-1})`` are kept (the block being recomputed in
     backward is extra and not counted). ``bytes_per_value`` is 4 for fp32.
+    Note that with ``segment=1`` this saves almost nothing: a block's only saved tensor
+    besides its input is its ReLU output, which is the next block's input anyway.
+    ``segment=k`` checkpoints k consecutive Linear+ReLU blocks as one segment, keeping only
+    segment inputs; with ``final_relu=False`` the last Linear is not checkpointed and
+    keeps its own input.
     """
     check_int("batch", batch, 1, "batch=64")
     sizes = _check_widths(widths)
     bpv = check_int("bytes_per_value", bytes_per_value, 1, "bytes_per_value=4")
+    k = check_int("segment", segment, 1, "segment=2")
     if checkpointing:
-        values = sum(sizes[:-1])
+        blocks = len(sizes) - 1 if final_relu else len(sizes) - 2
+        values = sum(sizes[j] for j in range(0, blocks, k))
+        if not final_relu:
+            values += sizes[-2]
     else:
         relu_outputs = sizes[1:] if final_relu else sizes[1:-1]
         values = sizes[0] + sum(relu_outputs)

@@ -1,0 +1,100 @@
+"""ZeRO stages 0-3 (lesson 05). Torch-free: options, validation and registration only.
+
+Follows Rajbhandari et al. 2020 ("ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models"): stage 1 shards the optimizer state over the data-parallel ranks,
+stage 2 also the gradients (reduce-scatter instead of all-reduce), stage 3 also the
+parameters (all-gather each layer just before it is used, free it right after). Stage 0
+is plain data parallelism with the same code path, the baseline the others are measured
+against. ``impl="torch"`` runs torch's own versions for comparison:
+``ZeroRedundancyOptimizer`` (stage 1) and FSDP2 ``fully_shard`` (stage 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.errors import ConfigError
+from labkit.strategies import Strategy, register
+
+STAGES = (0, 1, 2, 3)
+IMPLS = ("labkit", "torch")
+PRECISIONS = ("fp32", "bf16")
+TORCH_STAGES = (1, 3)
+
+
+@dataclass(kw_only=True, frozen=True)
+class ZeroOptions:
+    """Settings of a ZeRO run (``labkit run zero --stage 2 --precision bf16``)."""
+
+    stage: int = 1
+    """ZeRO stage: 0 none (DDP), 1 optimizer state, 2 + gradients, 3 + parameters sharded."""
+    impl: str = "labkit"
+    """labkit (ours, every collective on the timeline) or torch (ZeroRedundancyOptimizer for
+    stage 1, FSDP2 fully_shard for stage 3)."""
+    precision: str = "fp32"
+    """fp32, or bf16: bf16 working weights and gradients under CPU autocast, fp32 master
+    weights and optimizer state (the ZeRO paper's mixed precision, K = 12 for Adam)."""
+    checkpointing: bool = False
+    """Recompute the hidden Linear+ReLU blocks in backward (torch.utils.checkpoint)."""
+    checkpoint_segment: int = 2
+    """Hidden blocks per checkpointed segment; only segment inputs are saved (>= 1)."""
+    pad: bool = True
+    """Pad each layer's flat buffer to a multiple of world_size so shards are equal; with
+    --no-pad every layer's parameter count must divide by world_size."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if isinstance(self.stage, bool) or self.stage not in STAGES:
+            problems.append(f"stage ({self.stage!r}) must be 0, 1, 2 or 3 (ZeRO has three "
+                            f"stages; 0 is plain data parallelism); e.g. --stage 2")
+        if self.impl not in IMPLS:
+            problems.append(f"impl {self.impl!r} must be one of {', '.join(IMPLS)}; "
+                            f"e.g. --impl labkit")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision {self.precision!r} must be one of "
+                            f"{', '.join(PRECISIONS)}; e.g. --precision bf16")
+        if isinstance(self.checkpoint_segment, bool) or not isinstance(
+                self.checkpoint_segment, int) or self.checkpoint_segment < 1:
+            problems.append(f"checkpoint_segment ({self.checkpoint_segment!r}) must be an "
+                            f"integer >= 1; e.g. --checkpoint-segment 2")
+        if not problems and self.impl == "torch":
+            if self.stage not in TORCH_STAGES:
+                problems.append(f"impl 'torch' has stage 1 (ZeroRedundancyOptimizer) and "
+                                f"stage 3 (FSDP2 fully_shard), not stage {self.stage}; use "
+                                f"--impl labkit for stages 0 and 2, e.g. --stage 1 --impl torch")
+            if self.precision != "fp32":
+                problems.append(f"impl 'torch' runs in fp32 here, not {self.precision!r}; "
+                                f"use --impl labkit --precision bf16 for mixed precision")
+            if self.checkpointing:
+                problems.append("checkpointing is implemented for impl 'labkit' only; "
+                                "e.g. --impl labkit --checkpointing")
+        if problems:
+            raise ConfigError(problems)
+
+
+def layer_sizes(model: Any) -> list[int]:
+    """Parameter count of each Linear layer of ``labkit.training.build_mlp`` (weight + bias)."""
+    widths = [model.in_dim] + [model.width] * model.depth + [model.out_dim]
+    return [a * b + b for a, b in zip(widths[:-1], widths[1:])]
+
+
+def _check(config: Any) -> list[str]:
+    """Rules across fields: without padding every layer must split evenly over the ranks."""
+    opts, n = config.options, config.world_size
+    if opts.pad or opts.stage == 0:
+        return []
+    bad = [(i, size) for i, size in enumerate(layer_sizes(config.model)) if size % n]
+    if not bad:
+        return []
+    listed = ", ".join(f"layer {i} has {size}" for i, size in bad)
+    return [f"with --no-pad every layer's parameter count must be divisible by world_size "
+            f"({n}), but {listed} (remainder {bad[0][1] % n}); keep padding on (--pad) or "
+            f"pick sizes that divide, e.g. --world-size 2 with even widths"]
+
+
+register(Strategy(
+    name="zero", entry="labkit.strategies.zero.impl:train", options=ZeroOptions,
+    summary="ZeRO stages 0-3 (ours, traced) or torch's ZeroRedundancyOptimizer / FSDP2; "
+            "per-rank model-state bytes measured vs predicted",
+    check=_check, lesson="05_memory_and_zero"))
