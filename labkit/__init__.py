@@ -18,8 +18,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "run": "labkit.run", "launch": "labkit.run", "RunResult": "labkit.run",
-    "LaunchResult": "labkit.run",
+    "run": "labkit.runner", "launch": "labkit.runner", "RunResult": "labkit.runner",
+    "LaunchResult": "labkit.runner",
     "RunConfig": "labkit.config", "ModelConfig": "labkit.config", "FaultSpec": "labkit.config",
     "Timeline": "labkit.timeline", "Event": "labkit.events", "Lane": "labkit.events",
     "Op": "labkit.events", "SCHEMA_VERSION": "labkit.events",

@@ -100,7 +100,7 @@ def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
             threads_per_rank=args.threads_per_rank, progress=args.progress)
     except ConfigError as err:
         return _fail_input(args, str(err))
-    from labkit.run import run
+    from labkit.runner import run
 
     try:
         result = run(config)

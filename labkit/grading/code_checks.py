@@ -42,7 +42,7 @@ def _blob(fn: Callable[..., Any]) -> bytes:
 
 
 def _launch(rank_fn: Callable[..., Any], n: int, *args: Any) -> tuple[list[Any], Timeline]:
-    from labkit.run import launch
+    from labkit.runner import launch
 
     result = launch(rank_fn, n, *args, timeout_s=TIMEOUT_S, threads_per_rank=1)
     return result.results, result.timeline

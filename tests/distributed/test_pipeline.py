@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from labkit.config import ModelConfig
-from labkit.run import RunResult, launch, run
+from labkit.runner import RunResult, launch, run
 from labkit.schedules import Plan, build_plan, one_f_one_b
 from labkit.strategies.pipeline.executor import run_plan
 

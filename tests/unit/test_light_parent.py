@@ -23,3 +23,16 @@ def test_registry_and_config_validation_never_import_torch():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"torch imported in the supervisor: {out.stdout.strip()}"
+
+
+def test_labkit_run_stays_the_function_after_submodule_imports():
+    """A submodule named like a package attribute would replace it on import."""
+    import importlib
+
+    import labkit
+
+    importlib.import_module("labkit.runner")
+    from labkit.runner import launch  # noqa: F401
+
+    assert callable(labkit.run) and labkit.run.__name__ == "run"
+    assert callable(labkit.launch)

@@ -42,7 +42,7 @@ from labkit.training import make_optimizer, task_for
 
 if TYPE_CHECKING:
     from labkit.config import ModelConfig
-    from labkit.run import RunResult
+    from labkit.runner import RunResult
 
 _now = time.monotonic_ns
 ACT, GRAD = 0, 1  # message kinds: an activation going forward, a gradient going back
@@ -291,7 +291,7 @@ def run_plan(plan: Plan, *, steps: int = 2, batch_size: int | None = None,
     ``max_abs_diff_grads`` / ``max_abs_diff_loss`` against one process on the whole batch.
     """
     from labkit.config import ModelConfig, RunConfig
-    from labkit.run import run
+    from labkit.runner import run
     from labkit.schedules import validate_plan
 
     validate_plan(plan)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from labkit.config import ModelConfig
-from labkit.run import RunResult, run
+from labkit.runner import RunResult, run
 
 LESSON_MODEL = ModelConfig(width=1024, depth=8)
 

@@ -1,0 +1,87 @@
+"""The all-reduce benchmark run on every rank (``labkit run allreduce-bench``).
+
+Follows nccl-tests (``doc/PERFORMANCE.md``): for each size, ``warmup`` untimed calls, then
+``iters`` timed calls; time = mean per call, taken as the slowest rank's (an all-reduce is
+done only when every rank is done). algbw = size / time; busbw = algbw x 2(n-1)/n, the
+bytes each link really carried, comparable across world sizes. Then an alpha-beta line is
+fitted to the measured times (``labkit.theory.fit_alpha_beta``) and its prediction for each
+size is reported beside the measurement. Bandwidths in GB/s (1e9 bytes per second).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from labkit.errors import ConfigError
+from labkit.rank import RankContext, RankOutput
+from labkit.strategies.collectives.ring import ALGORITHMS
+from labkit.theory import busbw, fit_alpha_beta
+
+
+def _one_call(ctx: RankContext, impl: str, tensor: torch.Tensor, step: int) -> None:
+    if impl == "builtin":
+        ctx.comm.all_reduce(tensor, step=step)
+    else:
+        ALGORITHMS[impl](ctx.comm, tensor, step=step)
+
+
+def time_allreduce(ctx: RankContext, impl: str, size_bytes: int, iters: int, warmup: int,
+                   step: int = 0) -> float:
+    """Mean seconds per all-reduce of ``size_bytes`` (the slowest rank's mean)."""
+    tensor = torch.ones(size_bytes // 4, dtype=torch.float32, device=ctx.device)
+    # 1. warm up: first messages pay for connection set-up and page faults
+    for _ in range(warmup):
+        _one_call(ctx, impl, tensor, step)
+    # 2. start together, 3. time the loop, 4. report the slowest rank
+    ctx.comm.barrier(step=step)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        _one_call(ctx, impl, tensor, step)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
+    mean = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64,
+                        device=ctx.device)
+    ctx.comm.all_reduce(mean, op="max", step=step, name="timing")
+    return float(mean.item())
+
+
+def results_table(sizes: list[int], times: list[float], world_size: int) -> list[dict[str, Any]]:
+    """One row per size: bytes, time_s, algbw_gbps, busbw_gbps (nccl-tests definitions)."""
+    rows = []
+    for size, t in zip(sizes, times):
+        alg = size / t
+        rows.append({"bytes": size, "time_s": t, "algbw_gbps": alg / 1e9,
+                     "busbw_gbps": busbw(alg, world_size, "all_reduce") / 1e9})
+    return rows
+
+
+def alpha_beta_summary(sizes: list[int], times: list[float], world_size: int
+                       ) -> dict[str, Any] | None:
+    """Fitted latency and bandwidth plus the predicted time of every size (None if unfittable)."""
+    if world_size < 2 or len(set(sizes)) < 2:
+        return None
+    try:
+        fit = fit_alpha_beta(sizes, times, world_size)
+    except ConfigError:
+        return None
+    return {"alpha_s": fit.alpha_s, "bandwidth_gbps": fit.bandwidth_Bps / 1e9,
+            "r_squared": fit.r_squared, "world_size": world_size,
+            "predicted_time_s": [fit.predict(s) for s in sizes]}
+
+
+def train(ctx: RankContext) -> RankOutput:
+    cfg = ctx.config
+    assert cfg is not None
+    opts = cfg.options
+    sizes = list(opts.sizes_bytes)
+    times = []
+    for i, size in enumerate(sizes):
+        with ctx.step(i):
+            times.append(time_allreduce(ctx, opts.impl, size, opts.iters, opts.warmup, step=i))
+    out = RankOutput()
+    out.metrics.update(impl=opts.impl, results=results_table(sizes, times, ctx.world_size),
+                       alpha_beta=alpha_beta_summary(sizes, times, ctx.world_size))
+    return out

@@ -1,0 +1,46 @@
+"""Hand-written data parallelism (lesson 01). Torch-free: options and registration only.
+
+Two strategies share one training loop (``loop.py``) and differ only in how gradients are
+averaged across ranks:
+
+* ``ddp-naive``: after backward, one blocking all-reduce per parameter. Correct, but no
+  communication overlaps compute and many small messages each pay the latency.
+* ``ddp-bucketed``: our own ``Bucket`` / ``BucketManager`` (``buckets.py``). Gradients are
+  packed, in reverse parameter order, into buckets of about ``bucket_cap_mb``; a bucket's
+  async all-reduce is launched from a post-accumulate-grad hook the moment its last
+  gradient arrives, while backward keeps computing earlier layers (the design of PyTorch
+  DDP; Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data Parallel
+  Training").
+
+The third variant of the lesson is torch's own ``ddp`` (``labkit.strategies.ddp``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.errors import ConfigError
+from labkit.strategies import Strategy, register
+
+
+@dataclass(kw_only=True, frozen=True)
+class BucketedOptions:
+    """Settings of our bucketed, overlapped DDP."""
+
+    bucket_cap_mb: float = 25.0
+    """Bucket size in MB (1e6 bytes; torch DDP's default is 25); smaller buckets start comm earlier."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.bucket_cap_mb, (int, float)) and self.bucket_cap_mb > 0):
+            raise ConfigError(f"bucket_cap_mb ({self.bucket_cap_mb!r}) must be a number > 0 MB; "
+                              f"e.g. --bucket-cap-mb 1")
+
+
+register(Strategy(
+    name="ddp-naive", entry="labkit.strategies.dp.naive:train",
+    summary="hand-written DDP: one blocking all-reduce per parameter after backward",
+    lesson="01_data_parallelism"))
+register(Strategy(
+    name="ddp-bucketed", entry="labkit.strategies.dp.bucketed:train", options=BucketedOptions,
+    summary="hand-written DDP: reverse-order buckets, async all-reduce overlapped with backward",
+    lesson="01_data_parallelism"))

@@ -1,0 +1,151 @@
+"""Every lesson-01 figure function returns a Figure with the expected artists and data."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+
+from labkit.events import Event, Lane, Op
+from labkit.theory import AlphaBeta
+from labkit.timeline import Timeline
+from labkit.visuals import dp
+from labkit.visuals.ring_anim import plot_ring_state, ring_animation_html, ring_record, stage_title
+
+pytestmark = pytest.mark.lesson01
+
+
+def _ring_results() -> list[dict]:
+    """What two ranks record for [1, 2] + [10, 20] (hand-checked ring steps)."""
+    return [
+        {"rank": 0, "world_size": 2, "bounds": [[0, 1], [1, 2]], "start": [1, 2],
+         "result": [11, 22], "values": [[1, 2], [1, 22], [11, 22]],
+         "transfers": [{"phase": "reduce-scatter", "step": 0, "src": 0, "dst": 1, "chunk": 0,
+                        "bytes": 4},
+                       {"phase": "all-gather", "step": 0, "src": 0, "dst": 1, "chunk": 1,
+                        "bytes": 4}]},
+        {"rank": 1, "world_size": 2, "bounds": [[0, 1], [1, 2]], "start": [10, 20],
+         "result": [11, 22], "values": [[10, 20], [11, 20], [11, 22]],
+         "transfers": [{"phase": "reduce-scatter", "step": 0, "src": 1, "dst": 0, "chunk": 1,
+                        "bytes": 4},
+                       {"phase": "all-gather", "step": 0, "src": 1, "dst": 0, "chunk": 0,
+                        "bytes": 4}]},
+    ]
+
+
+def test_ring_record_and_frames() -> None:
+    """Merged record groups transfers by stage; each frame shows both ranks and the arrows."""
+    rec = ring_record(_ring_results())
+    assert rec["expected"] == [11, 22] and len(rec["transfers"]) == 2
+    assert [t["src"] for t in rec["transfers"][0]] == [0, 1]
+    fig = plot_ring_state(rec, 1)
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert any("rank 0" in t and "c1: 22 ✓" in t for t in texts)
+    assert "reduce-scatter" in ax.get_title()
+    assert len([c for c in ax.get_children() if type(c).__name__ == "Annotation"]) == 2
+    assert "all-gather" in stage_title(rec, 2)
+    with pytest.raises(ValueError):
+        plot_ring_state(rec, 3)
+
+
+def test_ring_animation_plays_without_a_kernel() -> None:
+    """One frame per stage; the jshtml string embeds the frames."""
+    rec = ring_record(_ring_results())
+    html = ring_animation_html(rec, interval_ms=200)
+    assert "<script" in html and html.count("data:image/png;base64") == 3
+
+
+def test_plot_bench_measured_and_predicted() -> None:
+    """Solid measured line, dashed predicted line per impl; busbw panel."""
+    rows = [{"bytes": b, "time_s": t, "algbw_gbps": b / t / 1e9, "busbw_gbps": b / t / 1e9}
+            for b, t in ((4000, 1e-4), (4e6, 4e-3))]
+    ab = {"alpha_s": 2e-5, "bandwidth_gbps": 1.0, "predicted_time_s": [1e-4, 4e-3]}
+    fig = dp.plot_bench({"ring": {"results": rows, "alpha_beta": ab},
+                         "builtin": {"results": rows, "alpha_beta": None}})
+    t_ax, b_ax = fig.axes[:2]
+    assert len(t_ax.lines) == 3 and len(b_ax.lines) == 2
+    assert list(t_ax.lines[1].get_ydata()) == pytest.approx([0.1, 4.0])
+
+
+def test_plot_allreduce_bytes_bars_and_formula() -> None:
+    """One bar per rank per scheme, in MB, with the formula marks."""
+    fig = dp.plot_allreduce_bytes({"ring": [6e6, 6e6, 6e6, 6e6],
+                                   "reduce_broadcast": [12e6, 4e6, 4e6, 4e6]}, 4_000_000)
+    ax = fig.axes[0]
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == pytest.approx([6, 6, 6, 6, 12, 4, 4, 4])
+    assert list(ax.lines[0].get_ydata()) == pytest.approx([6] * 4)
+
+
+def _timeline() -> Timeline:
+    ev = []
+    for rank in range(2):
+        for step in range(2):
+            t0 = step * 100
+            ev += [Event(rank, Lane.STEP, Op.STEP, t0, 90, step=step),
+                   Event(rank, Lane.COMPUTE, Op.BACKWARD, t0, 50, step=step),
+                   Event(rank, Lane.COMM, Op.ALL_REDUCE, t0 + 25, 50, step=step)]
+    return Timeline(ev, 2)
+
+
+def test_plot_dp_variants_shows_overlap_in_titles() -> None:
+    """One panel per variant, titled with the measured hidden share of comm."""
+    fig = dp.plot_dp_variants({"ddp-naive": _timeline(), "ddp-bucketed": _timeline()})
+    titles = [a.get_title(loc="left") for a in fig.axes]
+    assert any("ddp-naive" in t and "50%" in t for t in titles)
+
+
+def test_plot_train_step_panels() -> None:
+    """Loss bars per rank; local norms per rank plus the averaged line; updates per rank."""
+    recs = [{"rank": r, "loss": 1.0 + r, "param_names": ["0.weight", "0.bias"],
+             "grad_norms_local": [1.0 + r, 2.0], "grad_norms_synced": [1.5, 2.0],
+             "update_norms": [0.1, 0.2]} for r in range(2)]
+    fig = dp.plot_train_step(recs)
+    loss_ax, grad_ax, upd_ax = fig.axes
+    assert [p.get_height() for p in loss_ax.patches] == [1.0, 2.0]
+    assert len(grad_ax.lines) == 3 and list(grad_ax.lines[2].get_ydata()) == [1.5, 2.0]
+    assert len(upd_ax.lines) == 2
+
+
+def test_scaling_prediction_and_plot() -> None:
+    """Predicted t_n = t_1 + exposed ring time; efficiency panel starts at 1."""
+    fit = AlphaBeta(alpha_s=1e-4, bandwidth_Bps=1e9, world_size=2)
+    pred = dp.predict_scaling(0.1, 4_000_000, fit, [1, 2, 4])
+    assert pred[1] == 0.1 and pred[2] == pytest.approx(0.1 + 2e-4 + 4e-3)
+    fig = dp.plot_scaling({1: 0.1, 2: 0.11, 4: 0.13}, pred)
+    e_ax = fig.axes[1]
+    assert e_ax.lines[0].get_ydata()[0] == 1.0
+    assert e_ax.lines[0].get_ydata()[2] == pytest.approx(0.1 / 0.13)
+
+
+def test_experiment_plots() -> None:
+    """Bucket sweep (two axes), stale-SGD curves (labelled simulation), duplicates grid."""
+    fig = dp.plot_bucket_sweep([0.1, 1, 25], [0.05, 0.04, 0.06], [0.2, 0.5, 0.0])
+    assert len(fig.axes) == 2 and len(fig.axes[0].lines) == 1
+    fig = dp.plot_stale_sgd({0: [2.0, 1.0], 4: [2.0, 1.5]})
+    assert "SIMULATION" in fig.axes[0].get_title() and len(fig.axes[0].lines) == 2
+    res = [{"rank": r, "epochs": [[0, 1, 2, 3]]} for r in range(2)]
+    fig = dp.plot_duplicates(res)
+    assert "4 of 4 samples" in fig.axes[0].get_title()
+    assert fig.axes[0].images[0].get_array().sum() == 8
+
+
+def test_train_step_widget_walks_the_phases() -> None:
+    """Each click advances one phase and shows that phase's recorded numbers."""
+    from labkit.widgets.dp import train_step_widget
+
+    recs = [{"rank": r, "loss": 1.0, "samples": [r], "param_names": ["0.weight"],
+             "grad_norms_local": [1.0 + r], "grad_norms_synced": [1.5],
+             "update_norms": [0.1]} for r in range(2)]
+    box = train_step_widget(recs)
+    button, text = box.children[0], box.children[1]
+    button.click()
+    assert "forward" in text.value
+    button.click()
+    assert "1.0000" in text.value and "2.0000" in text.value
+    button.click()
+    button.click()
+    assert text.value.count("1.5000") == 2
