@@ -17,7 +17,7 @@ from labkit.errors import ConfigError
 
 BACKENDS = ("auto", "gloo", "nccl")
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
-OPTIMIZERS = ("sgd", "momentum", "adam")
+OPTIMIZERS = ("sgd", "momentum", "adam", "lars", "lamb")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -85,7 +85,7 @@ class RunConfig:
     lr: float = 0.05
     """Learning rate of the optimizer."""
     optimizer: str = "sgd"
-    """sgd, momentum (SGD, momentum 0.9) or adam."""
+    """sgd, momentum (SGD, momentum 0.9), adam, lars or lamb (layer-wise, for large batches)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The synthetic model's shape."""
     options: Any = None

@@ -86,7 +86,11 @@ def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float) -> torc
         return torch.optim.SGD(params, lr=lr, momentum=0.9)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr)
-    raise ValueError(f"optimizer {name!r} must be sgd, momentum or adam")
+    if name in ("lars", "lamb"):  # You et al. 2017 / 2019, written out in the scaling family
+        from labkit.strategies.scaling.optimizers import LAMB, LARS
+
+        return LARS(params, lr=lr) if name == "lars" else LAMB(params, lr=lr)
+    raise ValueError(f"optimizer {name!r} must be sgd, momentum, adam, lars or lamb")
 
 
 class BackwardClock:

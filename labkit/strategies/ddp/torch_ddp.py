@@ -11,15 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from labkit.checkpoint import Checkpointer
 from labkit.events import Op
 from labkit.rank import RankContext, RankOutput
-from labkit.training import (BackwardClock, build_mlp, make_optimizer, max_abs_diff,
-                             params_sha256, reference_train, task_for, traced_backward,
-                             unwrap_state)
+from labkit.training import (
+    BackwardClock,
+    build_mlp,
+    make_optimizer,
+    max_abs_diff,
+    params_sha256,
+    reference_train,
+    task_for,
+    traced_backward,
+    unwrap_state,
+)
 
 
 def _traced_allreduce_hook(ctx: RankContext) -> Any:
@@ -50,8 +58,9 @@ def train(ctx: RankContext) -> RankOutput:
     clock = BackwardClock(ddp.parameters())
     task = task_for(cfg)
     tr = ctx.tracer
-    losses = []
-    for step in range(cfg.steps):
+    ckpt = Checkpointer(ctx, opts.checkpoint_dir, opts.checkpoint_every, opts.resume, model, opt)
+    start, losses = ckpt.start()
+    for step in range(start, cfg.steps):
         with ctx.step(step):
             hook_step["now"] = step
             x, y = task.batch(step, cfg.batch_size * ctx.world_size, ctx.rank, ctx.world_size)
@@ -63,12 +72,15 @@ def train(ctx: RankContext) -> RankOutput:
             with tr.span(Op.OPTIMIZER, step=step):
                 opt.step()
             losses.append(loss.item())
+        ckpt.after_step(step, losses)
     state = unwrap_state(ddp)
     out = RankOutput(losses=losses)
     num_buckets = len(hook_step["buckets"])
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     out.metrics.update(bytes_per_step=grad_bytes, buckets=num_buckets,
                        num_params=sum(p.numel() for p in model.parameters()))
+    if opts.checkpoint_dir:
+        out.metrics.update(ckpt.metrics())
     if ctx.rank == 0:
         out.params_sha256 = params_sha256(state.items())
         if cfg.check_reference:

@@ -1,0 +1,97 @@
+"""Figure of lesson 07: where a rank died, what was lost, and where the run resumed.
+
+The top panel is a step axis: attempt 1 runs from step 0 until the injected fault kills a
+rank (red x); its committed checkpoints are ticks; attempt 2 resumes at the last complete
+checkpoint, so the steps between that checkpoint and the fault are done twice (hatched:
+the work the failure cost). The bottom panel overlays the loss of the interrupted-and-resumed
+run on an uninterrupted one: on CPU with a seed and the data order resumed they coincide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+
+@dataclass
+class FaultStory:
+    """What happened to one run, from real records (config, failure, checkpoint directory)."""
+
+    steps: int
+    fault_rank: int
+    fault_step: int
+    checkpoints: list[int]
+    """Steps of the complete checkpoints written (completed steps at save time)."""
+    resumed_from: int
+    """The step the second attempt started at (0 if there was no checkpoint yet)."""
+    label: str = "labkit run ddp"
+    reference_losses: list[float] = field(default_factory=list)
+    resumed_losses: list[float] = field(default_factory=list)
+
+    @property
+    def lost_steps(self) -> int:
+        """Steps computed twice because they were after the last checkpoint."""
+        return self.fault_step - self.resumed_from
+
+
+def plot_fault_timeline(story: FaultStory, *, attempts_label: Sequence[str] = (
+        "attempt 1", "attempt 2 (resumed)")) -> Figure:
+    """Two rows of steps (before / after the failure) and, if given, the two loss curves."""
+    has_loss = bool(story.reference_losses and story.resumed_losses)
+    fig = Figure(figsize=(9, 5.5 if has_loss else 2.8))
+    axes = fig.subplots(2 if has_loss else 1, 1, squeeze=False)[:, 0]
+    ax = axes[0]
+    # 1. attempt 1: steps 0 .. fault, then the kill
+    ax.add_patch(Rectangle((0, 1.1), story.fault_step, 0.8, color="C0", alpha=0.7))
+    ax.plot([story.fault_step], [1.5], "x", color="red", ms=14, mew=3,
+            label=f"rank {story.fault_rank} killed at step {story.fault_step}")
+    for c in story.checkpoints:
+        ax.plot([c, c], [1.0, 2.0], color="black", lw=2)
+    ax.plot([], [], color="black", lw=2, label="complete checkpoint")
+    # 2. attempt 2: from the last checkpoint to the end; the redone span hatched
+    ax.add_patch(Rectangle((story.resumed_from, 0.1), story.steps - story.resumed_from, 0.8,
+                           color="C2", alpha=0.7))
+    if story.lost_steps > 0:
+        ax.add_patch(Rectangle((story.resumed_from, 0.1), story.lost_steps, 0.8, fill=False,
+                               hatch="//", ec="red", label=f"redone: {story.lost_steps} steps"))
+    ax.axvline(story.resumed_from, ls="--", color="C2",
+               label=f"resumed from checkpoint at step {story.resumed_from}")
+    ax.set_xlim(0, story.steps)
+    ax.set_ylim(0, 2.2)
+    ax.set_yticks([0.5, 1.5], [attempts_label[1], attempts_label[0]])
+    ax.set_xlabel("training step")
+    ax.set_title(f"{story.label}: a rank dies, the run resumes")
+    ax.legend(fontsize=7, loc="upper right", ncol=2)
+    if has_loss:
+        lx = axes[1]
+        lx.plot(range(len(story.reference_losses)), story.reference_losses, "-",
+                color="grey", lw=4, alpha=0.5, label="uninterrupted run")
+        lx.plot(range(len(story.resumed_losses)), story.resumed_losses, "o-", ms=3,
+                color="C2", label="interrupted + resumed run")
+        lx.axvline(story.resumed_from, ls="--", color="C2")
+        lx.set_xlabel("training step")
+        lx.set_ylabel("loss")
+        lx.legend(fontsize=8)
+        lx.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def story_from_runs(*, checkpoint_dir: str, fault: object, steps: int, resumed_from: int,
+                    reference_losses: Sequence[float] = (), resumed_losses: Sequence[float] = (),
+                    label: str = "labkit run ddp") -> FaultStory:
+    """Build the story from the records: the fault spec, the checkpoint directory on disk
+    (checkpoints up to the fault are attempt 1's) and what the resumed run reported."""
+    from labkit.checkpoint import complete_steps
+    from labkit.config import FaultSpec
+
+    spec = FaultSpec.parse(fault) if isinstance(fault, str) else fault
+    assert isinstance(spec, FaultSpec)
+    return FaultStory(steps=steps, fault_rank=spec.rank, fault_step=spec.step,
+                      checkpoints=[c for c in complete_steps(checkpoint_dir) if c <= spec.step],
+                      resumed_from=resumed_from, label=label,
+                      reference_losses=list(reference_losses),
+                      resumed_losses=list(resumed_losses))

@@ -1,0 +1,22 @@
+"""torchrun --max-restarts brings training back after a worker is killed (one host)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit.elastic import run_elastic
+
+pytestmark = [pytest.mark.distributed, pytest.mark.lesson07]
+
+
+def test_torchrun_restarts_and_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    report = run_elastic(checkpoint_dir=tmp_path / "ck", steps=10, nproc=2, max_restarts=2,
+                         checkpoint_every=2, inject_fault="1:5:kill", timeout_s=240)
+    assert report["attempt"] >= 1, report["log"][-2000:]
+    assert report["resumed_from_step"] == 4, report
+    ref = labkit.run(strategy="ddp", world_size=2, steps=10, progress=False,
+                     threads_per_rank=1, timeout_s=90)
+    assert report["params_sha256"] == ref.params_sha256
