@@ -104,6 +104,10 @@ class Tracer:
     def _resolve(self, t: Any) -> int:
         return int(t)
 
+    def resolve(self, t: Any) -> int:
+        """A ``now()`` reading as host nanoseconds (CUDA: after the events completed)."""
+        return self._resolve(t)
+
     def clear(self) -> None:
         self._raw.clear()
 

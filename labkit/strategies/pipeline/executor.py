@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from labkit.config import ModelConfig
     from labkit.runner import RunResult
 
-_now = time.monotonic_ns
 ACT, GRAD = 0, 1  # message kinds: an activation going forward, a gradient going back
 _TRACE_OP = {Op.F: Ev.FORWARD, Op.B: Ev.BACKWARD, Op.I: Ev.BACKWARD_INPUT,
              Op.W: Ev.BACKWARD_WEIGHT}
@@ -78,6 +77,7 @@ class _StepRunner:
         self.pending: list[Any] = []
         self.spans: list[tuple[int, int]] = []
         self.stage_ns: dict[int, int] = {}
+        self._clock: list[tuple[int, Any, Any]] = []  # (stage, start, end) as tracer readings
         self.peak = self.messages = self.bytes = 0
         self.loss = 0.0
         self.cuda = ctx.device.type == "cuda"
@@ -121,6 +121,7 @@ class _StepRunner:
             self._action(action, xs, ys)
         for h, _ in self.pending:  # 3. flush: every send has been received
             h.wait()
+        self._resolve_spans()
         last = self.plan.num_model_stages - 1
         has_last = last in self.modules
         return StepRecord(self.loss if has_last else None, step_stats(self.spans), self.peak,
@@ -135,19 +136,28 @@ class _StepRunner:
             inp = self._get(ACT, s - 1, m, rows, a).requires_grad_()
         if a.op in (Op.B, Op.I) and not mod.last:
             grad = self._get(GRAD, s + 1, m, rows, a)
-        # 2. compute, timed as one span named like "2F0"
-        t0 = _now()
+        # 2. compute, timed as one span named like "2F0" (on CUDA: events, no synchronize)
+        tracer = self.ctx.tracer
+        t0 = tracer.now()
         send = self._compute(a, mod, inp, grad, xs, ys)
-        if self.cuda:
-            torch.cuda.synchronize()
-        t1 = _now()
-        self.ctx.tracer.record(_TRACE_OP[a.op], t0, t1, step=self.step, microbatch=m, stage=s,
-                               name=str(a))
-        self.spans.append((t0, t1))
-        self.stage_ns[s] = self.stage_ns.get(s, 0) + (t1 - t0)
+        t1 = tracer.now()
+        tracer.record(_TRACE_OP[a.op], t0, t1, step=self.step, microbatch=m, stage=s,
+                      name=str(a))
+        self._clock.append((s, t0, t1))
         # 3. send the result on: activations downstream, input gradients upstream
         if send is not None:
             self._put(ACT if a.op is Op.F else GRAD, s, m, send, a)
+
+    def _resolve_spans(self) -> None:
+        """Turn this step's span readings into host ns for the step's statistics. On CUDA the
+        readings are events: one synchronize here, at the step boundary, not per action."""
+        if self.cuda:
+            torch.cuda.synchronize()
+        for s, a, b in self._clock:
+            t0, t1 = self.ctx.tracer.resolve(a), self.ctx.tracer.resolve(b)
+            self.spans.append((t0, t1))
+            self.stage_ns[s] = self.stage_ns.get(s, 0) + (t1 - t0)
+        self._clock.clear()
 
     def _compute(self, a: Any, mod: StageModule, inp: torch.Tensor | None,
                  grad: torch.Tensor | None, xs: list[torch.Tensor], ys: list[torch.Tensor]
