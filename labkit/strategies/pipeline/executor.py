@@ -20,7 +20,6 @@ like ``2F0``, and every send / recv in a comm span with the same microbatch and 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
