@@ -2,7 +2,8 @@
 
 Method: one process group of 2 ranks trains torch DDP on the lesson MLP; blocks of
 ``--steps`` steps alternate tracer-on / tracer-off (and a torch.profiler block), so drift
-on a shared machine hits every variant equally. Steps are timed with a plain clock,
+on a shared machine hits every variant equally. torch.profiler runs twice: with shapes
+only, and with stacks and memory (what people enable to see where time goes). Steps are timed with a plain clock,
 independent of the tracer. Prints the medians and the overhead ratios.
 
     python bench/bench_tracing.py [--steps 25] [--rounds 4] [--width 512]
@@ -35,7 +36,8 @@ def _bench(ctx, steps: int, rounds: int, width: int, depth: int) -> dict:
     clock = BackwardClock(ddp.parameters())
     task = SyntheticTask(0, 32, 10)
     tr = ctx.tracer
-    times: dict[str, list[float]] = {"traced": [], "untraced": [], "torch_profiler": []}
+    times: dict[str, list[float]] = {"traced": [], "untraced": [], "torch_profiler": [],
+                                     "torch_profiler_full": []}
 
     def block(step0: int) -> list[float]:
         out = []
@@ -56,14 +58,17 @@ def _bench(ctx, steps: int, rounds: int, width: int, depth: int) -> dict:
     step = 0
     block(step)  # warm-up
     step += steps
-    variants = ["traced", "untraced", "torch_profiler"]
+    variants = list(times)
     for r in range(rounds):
-        for variant in variants[r % 3:] + variants[:r % 3]:  # rotate: no position bias
+        k = r % len(variants)
+        for variant in variants[k:] + variants[:k]:  # rotate: no position bias
             tr.enabled = variant == "traced"
-            if variant == "torch_profiler":
+            if variant.startswith("torch_profiler"):
                 from torch.profiler import ProfilerActivity, profile
 
-                with profile(activities=[ProfilerActivity.CPU], record_shapes=True):
+                full = variant == "torch_profiler_full"  # what people turn on to see stacks
+                with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                             with_stack=full, profile_memory=full):
                     times[variant] += block(step)
             else:
                 times[variant] += block(step)
@@ -89,7 +94,9 @@ def main() -> None:
     out = {"world_size": 2, "steps_per_variant": len(merged["traced"]),
            "median_step_ms": {k: round(v * 1e3, 4) for k, v in med.items()},
            "tracing_overhead": round(med["traced"] / med["untraced"] - 1, 4),
-           "torch_profiler_overhead": round(med["torch_profiler"] / med["untraced"] - 1, 4)}
+           "torch_profiler_overhead": round(med["torch_profiler"] / med["untraced"] - 1, 4),
+           "torch_profiler_full_overhead": round(
+               med["torch_profiler_full"] / med["untraced"] - 1, 4)}
     print(json.dumps(out, indent=1))
 
 
