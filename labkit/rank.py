@@ -68,7 +68,7 @@ class RankReport:
 
 
 class _StepSpan:
-    __slots__ = ("_ctx", "_step", "_start")
+    __slots__ = ("_ctx", "_start", "_step")
 
     def __init__(self, ctx: RankContext, step: int):
         self._ctx, self._step, self._start = ctx, step, 0
@@ -150,10 +150,13 @@ def limit_threads(threads: int) -> None:
 
 
 def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = None,
-             store: Any = None, status: Any = None, progress: Any = None) -> RankReport:
+             store: Any = None, status: Any = None, progress: Any = None,
+             before_destroy: Any = None) -> RankReport:
     """Set up this rank, run the job, and return its report (the process group is destroyed).
 
     ``store`` None means env:// rendezvous (torchrun sets MASTER_ADDR / MASTER_PORT).
+    ``before_destroy(report)`` runs while the group is still up (torchrun's worker gathers
+    every rank's report to rank 0 there).
     """
     limit_threads(job.threads)
     import torch
@@ -166,7 +169,9 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
     local_rank = rank if local_rank is None else local_rank
     torch.manual_seed(job.seed * 1000 + rank)
     if job.backend == "nccl":
-        torch.cuda.set_device(local_rank)
+        from labkit.devices import claim_gpu
+
+        claim_gpu(local_rank)  # one GPU per rank; a clear error when it is missing or busy
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
@@ -195,9 +200,12 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
             assert cfg is not None
             output = strategies.load_entry(strategies.get(cfg.strategy).entry)(ctx)
         events = tracer.events(offset)
+        report = RankReport(rank=rank, host=socket.gethostname(), events=events, output=output)
+        if before_destroy is not None:
+            before_destroy(report)
     finally:
         dist.destroy_process_group()
-    return RankReport(rank=rank, host=socket.gethostname(), events=events, output=output)
+    return report
 
 
 def _align_clocks(tracer: Tracer, rank: int, world_size: int) -> int:
