@@ -43,7 +43,13 @@ def _worker(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from labkit.config import RunConfig
-    from labkit.rank import Job, run_rank
+    from labkit.rank import Job, _die_with_parent, run_rank, torchrun_store
+
+    _die_with_parent()  # if the torchrun agent dies, this worker goes with it
+    import faulthandler
+
+    # A hung attempt prints every thread's stack and exits, so torchrun can restart it.
+    faulthandler.dump_traceback_later(args.timeout, exit=True)
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
@@ -56,7 +62,9 @@ def _worker(argv: list[str] | None = None) -> int:
                              "checkpoint_every": args.checkpoint_every, "resume": True})
     job = Job(config=cfg, backend="gloo", threads=1, timeout_s=args.timeout, seed=args.seed)
     # 2. env:// rendezvous through torchrun's MASTER_ADDR / MASTER_PORT, resume, train
-    report = run_rank(job, rank, world, local_rank=local_rank)
+    # each attempt meets under its own key prefix (see torchrun_store)
+    report = run_rank(job, rank, world, local_rank=local_rank,
+                      store=torchrun_store(rank, world))
     # 3. rank 0 reports what this (final) attempt did
     if rank == 0:
         out = report.output
@@ -92,7 +100,7 @@ def run_elastic(*, checkpoint_dir: str | Path, steps: int = 12, nproc: int = 2,
            "--monitor-interval=0.2", "-m", "labkit.elastic", "--strategy", strategy,
            "--steps", str(steps), "--seed", str(seed), "--checkpoint-dir", str(ckpt),
            "--checkpoint-every", str(checkpoint_every), "--report", str(report),
-           "--timeout", str(min(timeout_s, 60.0))]
+           "--timeout", str(_attempt_budget(timeout_s, max_restarts))]
     if inject_fault:
         cmd += ["--inject-fault", inject_fault]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
@@ -102,9 +110,10 @@ def run_elastic(*, checkpoint_dir: str | Path, steps: int = 12, nproc: int = 2,
                             env=env, start_new_session=True)
     try:
         log, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
+    except BaseException as exc:  # timeout, or Ctrl-C / the notebook's stop button
+        log = _stop(proc)
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
         raise RunFailed(RankFailure(None, "timeout", f"torchrun did not finish in {timeout_s} s",
                                     log[-4000:])) from None
     if proc.returncode != 0 or not report.is_file():
@@ -113,6 +122,26 @@ def run_elastic(*, checkpoint_dir: str | Path, steps: int = 12, nproc: int = 2,
     data: dict[str, Any] = json.loads(report.read_text())
     data["log"] = log
     return data
+
+
+def _attempt_budget(timeout_s: float, max_restarts: int) -> float:
+    """Seconds one attempt may take before its watchdog ends it (leaving time to restart)."""
+    return max(10.0, min(60.0, timeout_s / (max_restarts + 1.5)))
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    """Stop torchrun and its workers without ever blocking: TERM (the agent stops its
+    workers), then KILL the whole group; workers also die with the agent (PDEATHSIG)."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.communicate(timeout=grace)[0] or ""
+        except subprocess.TimeoutExpired:
+            continue
+    return ""
 
 
 if __name__ == "__main__":

@@ -31,6 +31,21 @@ COLORS: dict[Op, str] = {
 LANE_ORDER = (Lane.COMPUTE, Lane.COMM)
 
 
+def new_figure(figsize: tuple[float, float] = (8, 4.5)) -> Figure:
+    """A figure that Jupyter displays as an image when a cell returns it.
+
+    Made through pyplot (which registers the notebook's inline PNG display) and closed at
+    once, so it is shown only where it is returned, never twice. A bare
+    ``matplotlib.figure.Figure()`` would show as ``<Figure size ...>`` text in a notebook
+    where nothing imported pyplot yet.
+    """
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=figsize)
+    plt.close(fig)
+    return fig
+
+
 def _units(span_ns: float) -> tuple[float, str]:
     if span_ns >= 2e9:
         return 1e9, "s"

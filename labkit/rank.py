@@ -208,6 +208,20 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
     return report
 
 
+def torchrun_store(rank: int, world_size: int) -> Any:
+    """The env:// store torchrun set up, namespaced by restart attempt.
+
+    After ``torchrun --max-restarts`` restarts a group, the store may still hold the keys the
+    killed attempt wrote (its gloo addresses); new ranks that read them hang connecting to
+    dead processes. A per-attempt prefix (TORCHELASTIC_RESTART_COUNT) keeps attempts apart.
+    """
+    import torch.distributed as dist
+
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"labkit/attempt_{attempt}", store)
+
+
 def _align_clocks(tracer: Tracer, rank: int, world_size: int) -> int:
     """Agree on time zero: right after a barrier, rank 0's clock reading.
 

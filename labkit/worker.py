@@ -164,7 +164,7 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
     """Phases 2-4 of the module docstring; returns the exit code."""
     import torch.distributed as dist
 
-    from labkit.rank import Job, run_rank
+    from labkit.rank import Job, run_rank, torchrun_store
     from labkit.runner import _collect
 
     threads = config.threads_per_rank or devices.default_threads_per_rank(env.local_world_size)
@@ -180,7 +180,8 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
 
     timer = _arm_watchdog(config.timeout_s, env.rank)  # 2.
     try:
-        run_rank(job, env.rank, env.world_size, local_rank=env.local_rank, store=None,
+        run_rank(job, env.rank, env.world_size, local_rank=env.local_rank,
+                 store=torchrun_store(env.rank, env.world_size),
                  before_destroy=gather_to_rank0)
     except Exception as exc:  # reported the way labkit run reports a rank failure
         return _fail_run(args, RankFailure(env.rank, "exception", f"{type(exc).__name__}: "
@@ -221,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
         env = TorchrunEnv.from_environ()
     except ConfigError as err:
         return _fail_input(args, str(err))
+    from labkit.rank import _die_with_parent
+
+    _die_with_parent()  # if the torchrun agent dies, this worker goes with it
     try:
         # 1. flags -> validated config; backend and threads chosen for this node
         config = config_from_args(args, extra, env,

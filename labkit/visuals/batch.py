@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from matplotlib.figure import Figure
 
+from labkit.plots import new_figure
 from labkit.theory import lr_schedule
 
 
@@ -22,7 +23,7 @@ def plot_loss_curves(runs: Mapping[str, object], *, title: str = "Loss vs sample
     A run whose loss leaves the plot (or turns NaN) is cut at the top and marked with an
     ``x`` labelled "diverged" at the last sample it was on the plot.
     """
-    fig = Figure(figsize=(8, 4.5))
+    fig = new_figure(figsize=(8, 4.5))
     ax = fig.add_subplot()
     first = [r.losses[0] for r in runs.values() if r.losses]  # type: ignore[attr-defined]
     top = ylim_factor * max(first) if first else 1.0
@@ -53,7 +54,7 @@ def plot_lr_schedule(*, target_lr: float = 0.004, warmup_steps: int = 500, steps
     Defaults are the worked example: target 0.004 (0.001 x 1024/256), 500 warmup steps,
     step 250 marked at 0.002. ``measured`` overlays the LRs a real run recorded per step.
     """
-    fig = Figure(figsize=(7, 3.8))
+    fig = new_figure(figsize=(7, 3.8))
     ax = fig.add_subplot()
     lrs = lr_schedule(steps, target_lr=target_lr, warmup_steps=warmup_steps)
     ax.plot(range(steps), lrs, label="predicted: labkit.theory.lr_schedule", color="C0")

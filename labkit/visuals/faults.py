@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from labkit.plots import new_figure
+
 
 @dataclass
 class FaultStory:
@@ -41,7 +43,7 @@ def plot_fault_timeline(story: FaultStory, *, attempts_label: Sequence[str] = (
         "attempt 1", "attempt 2 (resumed)")) -> Figure:
     """Two rows of steps (before / after the failure) and, if given, the two loss curves."""
     has_loss = bool(story.reference_losses and story.resumed_losses)
-    fig = Figure(figsize=(9, 5.5 if has_loss else 2.8))
+    fig = new_figure(figsize=(9, 5.5 if has_loss else 2.8))
     axes = fig.subplots(2 if has_loss else 1, 1, squeeze=False)[:, 0]
     ax = axes[0]
     # 1. attempt 1: steps 0 .. fault, then the kill

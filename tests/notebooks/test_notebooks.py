@@ -39,4 +39,9 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+    unrendered = [o["data"]["text/plain"] for c in nb.cells if c.cell_type == "code"
+                  for o in c.get("outputs", []) if "data" in o
+                  and str(o["data"].get("text/plain", "")).startswith("<Figure size")
+                  and "image/png" not in o["data"]]
+    assert not unrendered, f"{path.name}: a figure shows as text, not an image: {unrendered[0]}"
     assert elapsed < BUDGET_S, f"{path.name} took {elapsed:.0f} s (budget {BUDGET_S} s)"
