@@ -62,9 +62,10 @@ def main() -> None:
               f"{[round(t, 2) for t in stage_ms]}  step {res.step_time_s * 1e3:.1f} ms  "
               f"predicted speedup over 1 device x{pipeline_speedup(stage_ms, 8):.2f}")
     count, cost = runs["by layer count"], runs["by measured cost"]
+    predicted = (pipeline_speedup(cost.metrics["stage_time_ms"], 8)
+                 / pipeline_speedup(count.metrics["stage_time_ms"], 8))
     print(f"balancing speedup (step time count / cost): measured "
-          f"x{count.step_time_s / cost.step_time_s:.2f}, predicted "
-          f"x{pipeline_speedup(cost.metrics['stage_time_ms'], 8) / pipeline_speedup(count.metrics['stage_time_ms'], 8):.2f}")
+          f"x{count.step_time_s / cost.step_time_s:.2f}, predicted x{predicted:.2f}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Method: one process group of 2 ranks trains torch DDP on the lesson MLP; blocks of
 ``--steps`` steps alternate tracer-on / tracer-off (and a torch.profiler block), so drift
 on a shared machine hits every variant equally. torch.profiler runs twice: with shapes
-only, and with stacks and memory (what people enable to see where time goes). Steps are timed with a plain clock,
+only, and with stacks and memory (what people enable to see where time goes).
+Steps are timed with a plain clock,
 independent of the tracer. Prints the medians and the overhead ratios.
 
     python bench/bench_tracing.py [--steps 25] [--rounds 4] [--width 512]

@@ -183,7 +183,7 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
         run_rank(job, env.rank, env.world_size, local_rank=env.local_rank,
                  store=torchrun_store(env.rank, env.world_size),
                  before_destroy=gather_to_rank0)
-    except Exception as exc:  # reported the way labkit run reports a rank failure
+    except Exception as exc:  # noqa: BLE001 - reported the way labkit run reports a rank failure
         return _fail_run(args, RankFailure(env.rank, "exception", f"{type(exc).__name__}: "
                                            f"{exc}", traceback.format_exc()))
     finally:

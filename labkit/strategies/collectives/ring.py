@@ -162,8 +162,9 @@ def all_to_all_allreduce(comm: Comm, tensor: torch.Tensor, *, step: int | None =
     return tensor
 
 
-ALGORITHMS: dict[str, Callable[..., torch.Tensor]] = {"ring": ring_allreduce, "reduce_broadcast": reduce_broadcast_allreduce,
-              "all_to_all": all_to_all_allreduce}
+ALGORITHMS: dict[str, Callable[..., torch.Tensor]] = {
+    "ring": ring_allreduce, "reduce_broadcast": reduce_broadcast_allreduce,
+    "all_to_all": all_to_all_allreduce}
 
 
 def record_ring(ctx: Any, numel: int = 8, *, seed: int = 0) -> dict[str, Any]:

@@ -24,8 +24,9 @@ def sampler_demo(ctx: RankContext, use_sampler: bool = True, set_epoch: bool = T
                  epochs: int = 2, samples: int = 16, batch_size: int = 4) -> dict[str, Any]:
     """Load ``epochs`` epochs of a small indexed dataset; return the sample ids this rank saw."""
     data = TensorDataset(torch.arange(samples))
-    sampler: DistributedSampler[Any] | None = (DistributedSampler(data, num_replicas=ctx.world_size, rank=ctx.rank,
-                                  shuffle=True, seed=0) if use_sampler else None)
+    sampler: DistributedSampler[Any] | None = (
+        DistributedSampler(data, num_replicas=ctx.world_size, rank=ctx.rank, shuffle=True,
+                           seed=0) if use_sampler else None)
     seen: list[list[int]] = []
     for epoch in range(epochs):
         if sampler is not None and set_epoch:

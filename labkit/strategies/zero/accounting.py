@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -31,7 +31,7 @@ def _storage_key(t: torch.Tensor) -> tuple[int, int]:
     return (s.data_ptr(), s.nbytes())
 
 
-def storage_bytes(kept: dict[str, Iterable[torch.Tensor]]) -> dict[str, int]:
+def storage_bytes(kept: Mapping[str, Iterable[torch.Tensor]]) -> dict[str, int]:
     """Bytes per term over distinct storages (a storage counts once, in its first term)."""
     seen: set[tuple[int, int]] = set()
     out: dict[str, int] = {}

@@ -41,6 +41,8 @@ def train(ctx: RankContext) -> RankOutput:
         return train_torch(ctx)
     bf16 = opts.precision == "bf16"
     dtype = torch.bfloat16 if bf16 else torch.float32
+    if ctx.device.type == "cuda":
+        torch.set_default_device(ctx.device)  # every flat buffer and shard on this rank's GPU
     reference = build_mlp(cfg.model, cfg.seed)
     model = ShardedMLP(reference, stage=opts.stage, dtype=dtype, pad=opts.pad, comm=ctx.comm,
                        checkpointing=opts.checkpointing, segment=opts.checkpoint_segment)
@@ -58,9 +60,10 @@ def train(ctx: RankContext) -> RankOutput:
             model.step = step
             model.meter.reset()
             x, y = task.batch(step, cfg.batch_size * n, ctx.rank, n)
+            x, y = x.to(ctx.device), y.to(ctx.device)
             # 1. forward (compute spans are recorded per layer inside ShardedLinear)
             with acc.SavedActivations(kept_params) as acts, \
-                    torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = nn.functional.cross_entropy(model(x), y)
             saved.append(acts.bytes)
             # 2. backward: per-layer all-reduce / keep / reduce-scatter

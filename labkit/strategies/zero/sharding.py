@@ -102,6 +102,7 @@ class FlatLayer:
             return self.full
         gathered = torch.empty(self.padded, dtype=self.dtype)
         self.meter.alloc(gathered)
+        assert self.param_shard is not None  # stage 3 keeps only its shard between uses
         self.comm.all_gather(gathered, self.param_shard, step=step, bucket=self.index,
                              name=f"AG{self.index}{phase[0]}")
         return gathered

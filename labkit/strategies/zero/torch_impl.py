@@ -78,7 +78,7 @@ def _wrap(ctx: RankContext, model: nn.Sequential, stage: int) -> tuple[nn.Module
         optim_cls = type(make_optimizer(cfg.optimizer, [torch.zeros(1)], cfg.lr))
         kwargs = {"momentum": 0.9} if cfg.optimizer == "momentum" else {}
         opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=optim_cls, lr=cfg.lr,
-                                      **kwargs)
+                                      **kwargs)  # type: ignore[arg-type]
         return ddp, opt, hook_step
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -87,8 +87,9 @@ def _wrap(ctx: RankContext, model: nn.Sequential, stage: int) -> tuple[nn.Module
     units = [fully_shard(m, mesh=mesh) for m in model if isinstance(m, nn.Linear)]
     root = fully_shard(model, mesh=mesh)
     for unit in units + [root]:
-        unit.set_custom_all_gather(_TracedAllGather(ctx, clock))
-        unit.set_custom_reduce_scatter(_TracedReduceScatter(ctx, clock))
+        # duck-typed to torch's AllGather / ReduceScatter protocols
+        unit.set_custom_all_gather(_TracedAllGather(ctx, clock))  # type: ignore[arg-type]
+        unit.set_custom_reduce_scatter(_TracedReduceScatter(ctx, clock))  # type: ignore[arg-type]
     cfg = ctx.config
     assert cfg is not None
     return model, make_optimizer(cfg.optimizer, model.parameters(), cfg.lr), clock
