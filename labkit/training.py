@@ -29,15 +29,20 @@ _now = time.monotonic_ns
 
 
 def build_mlp(model: ModelConfig, seed: int) -> nn.Sequential:
-    """Linear+ReLU blocks, identical on every rank for the same seed."""
+    """Linear+ReLU blocks, identical on every rank for the same seed.
+
+    Always initialised on the CPU (with the CPU generator), whatever the default device, so
+    a GPU run starts from exactly the weights of the CPU reference; move it with ``.to``.
+    """
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
     width_in = model.in_dim
-    for _ in range(model.depth):
-        layers += [nn.Linear(width_in, model.width), nn.ReLU()]
-        width_in = model.width
-    layers.append(nn.Linear(width_in, model.out_dim))
+    with torch.device("cpu"):
+        for _ in range(model.depth):
+            layers += [nn.Linear(width_in, model.width), nn.ReLU()]
+            width_in = model.width
+        layers.append(nn.Linear(width_in, model.out_dim))
     net = nn.Sequential(*layers)
     torch.random.set_rng_state(gen_state)
     return net
@@ -48,9 +53,10 @@ class SyntheticTask:
 
     def __init__(self, seed: int, in_dim: int, out_dim: int, samples: int = 8192):
         g = torch.Generator().manual_seed(seed + 12345)
-        self.x = torch.randn(samples, in_dim, generator=g)
-        teacher_w1 = torch.randn(in_dim, 64, generator=g) / in_dim ** 0.5
-        teacher_w2 = torch.randn(64, out_dim, generator=g) / 8.0
+        cpu = torch.device("cpu")  # data lives on the CPU; ranks move their shard to a GPU
+        self.x = torch.randn(samples, in_dim, generator=g, device=cpu)
+        teacher_w1 = torch.randn(in_dim, 64, generator=g, device=cpu) / in_dim ** 0.5
+        teacher_w2 = torch.randn(64, out_dim, generator=g, device=cpu) / 8.0
         self.y = (torch.tanh(self.x @ teacher_w1) @ teacher_w2).argmax(dim=1)
         self.samples = samples
         self.seed = seed
@@ -62,7 +68,7 @@ class SyntheticTask:
             raise ValueError(f"global batch ({global_batch}) exceeds the dataset "
                              f"({self.samples} samples)")
         epoch, pos = divmod(step, per_epoch)
-        perm = torch.randperm(self.samples, generator=torch.Generator().manual_seed(
+        perm = torch.randperm(self.samples, device="cpu", generator=torch.Generator().manual_seed(
             self.seed * 7919 + epoch))
         return perm[pos * global_batch:(pos + 1) * global_batch]
 

@@ -29,7 +29,9 @@ from labkit.training import make_optimizer, params_sha256
 def batch(seed: int, step: int, b: int, s: int, h: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step``'s input (standing for the output of earlier layers) and its target."""
     g = torch.Generator().manual_seed(seed * 100003 + step)
-    return torch.randn(b, s, h, generator=g), torch.randn(b, s, h, generator=g)
+    cpu = torch.device("cpu")
+    return (torch.randn(b, s, h, generator=g, device=cpu),
+            torch.randn(b, s, h, generator=g, device=cpu))
 
 
 def reference_run(cfg: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[float]]:
@@ -89,16 +91,19 @@ def train(ctx: RankContext) -> RankOutput:
     n = ctx.world_size
     clock = ComputeClock(ctx.tracer)
     tpc = TPComm(ctx.comm, clock)
+    if ctx.device.type == "cuda":
+        torch.set_default_device(ctx.device)  # weights, shards and buffers on this rank's GPU
     # 1. shard a seeded full model: every rank slices the same weights
     full = build_reference(o.hidden, o.hidden * o.ffn_mult, o.heads, o.layers, o.block, cfg.seed)
     model = nn.Sequential(*(TPLayer(layer, ctx.rank, n, tpc, i)  # type: ignore[arg-type]
-                           for i, layer in enumerate(full)))
+                           for i, layer in enumerate(full))).to(ctx.device)
     opt = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
     losses, first = [], None
     for step in range(cfg.steps):
         with ctx.step(step):
             tpc.step = step
             x, y = batch(cfg.seed, step, cfg.batch_size, o.seq, o.hidden)
+            x, y = x.to(ctx.device), y.to(ctx.device)
             x.requires_grad_(True)  # the input stands for earlier layers' output: f's backward runs
             # 2. forward: compute spans are cut at every all-reduce (g)
             clock.begin(Op.FORWARD, step)

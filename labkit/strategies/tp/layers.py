@@ -69,7 +69,8 @@ def build_reference(hidden: int, inner: int, heads: int, layers: int, block: str
     """The full model, identical on every rank for the same seed."""
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
-    model = nn.Sequential(*(Layer(hidden, inner, heads, block) for _ in range(layers)))
+    with torch.device("cpu"):  # CPU init whatever the default device: same weights everywhere
+        model = nn.Sequential(*(Layer(hidden, inner, heads, block) for _ in range(layers)))
     torch.random.set_rng_state(state)
     return model
 
