@@ -27,6 +27,7 @@ import re
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -195,6 +196,21 @@ class Checkpointer:
 
     def metrics(self) -> dict[str, Any]:
         return {"checkpoints_saved": list(self.saved), "resumed_from_step": self.resumed_from}
+
+
+@dataclass(kw_only=True, frozen=True)
+class CheckpointOptions:
+    """The checkpoint settings every checkpointing strategy takes (inherit from this)."""
+
+    checkpoint_dir: str | None = None
+    """Directory of sharded checkpoints (torch.distributed.checkpoint); None: no checkpoints."""
+    checkpoint_every: int = 0
+    """Save a checkpoint every K completed steps (0: never)."""
+    resume: bool = False
+    """Continue from the last complete checkpoint in checkpoint_dir (weights, optimizer, data)."""
+
+    def checkpoint_problems(self) -> list[str]:
+        return checkpoint_problems(self.checkpoint_dir, self.checkpoint_every, self.resume)
 
 
 def checkpoint_problems(root: str | None, every: int, resume: bool) -> list[str]:

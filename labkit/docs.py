@@ -14,7 +14,14 @@ from functools import cache
 
 @cache
 def field_docs(cls: type) -> dict[str, str]:
-    """``{field name: docstring}`` for the fields of ``cls`` that have one."""
+    """``{field name: docstring}`` for the fields of ``cls`` (and its bases) that have one."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # bases first, so a subclass can override
+        docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):

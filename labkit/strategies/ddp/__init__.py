@@ -4,29 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.checkpoint import checkpoint_problems
+from labkit.checkpoint import CheckpointOptions
 from labkit.errors import ConfigError
 from labkit.strategies import Strategy, register
 
 
 @dataclass(kw_only=True, frozen=True)
-class DDPOptions:
+class DDPOptions(CheckpointOptions):
     """Settings of torch's DistributedDataParallel."""
 
     bucket_cap_mb: float = 25.0
     """Gradient bucket size in MB (torch's default is 25); smaller buckets start comm earlier."""
-    checkpoint_dir: str | None = None
-    """Directory of sharded checkpoints (torch.distributed.checkpoint); None: no checkpoints."""
-    checkpoint_every: int = 0
-    """Save a checkpoint every K completed steps (0: never)."""
-    resume: bool = False
-    """Continue from the last complete checkpoint in checkpoint_dir (weights, optimizer, data)."""
 
     def __post_init__(self) -> None:
         problems = []
         if not self.bucket_cap_mb > 0:
             problems.append(f"bucket_cap_mb ({self.bucket_cap_mb}) must be > 0 MB, e.g. 25")
-        problems += checkpoint_problems(self.checkpoint_dir, self.checkpoint_every, self.resume)
+        problems += self.checkpoint_problems()
         if problems:
             raise ConfigError(problems)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.checkpoint import checkpoint_problems
+from labkit.checkpoint import CheckpointOptions
 from labkit.errors import ConfigError
 from labkit.strategies import Strategy, register
 
@@ -20,7 +20,7 @@ DATASET_SAMPLES = 8192  # labkit.training.SyntheticTask's default size
 
 
 @dataclass(kw_only=True, frozen=True)
-class ScalingOptions:
+class ScalingOptions(CheckpointOptions):
     """How the learning rate follows the global batch, and what keeps large batches stable."""
 
     lr_rule: str = "none"
@@ -33,12 +33,6 @@ class ScalingOptions:
     """Clip the global gradient norm to this value before the update; 0: no clipping."""
     accumulation: int = 1
     """Micro-batches per rank summed before each optimizer step (global batch x accumulation)."""
-    checkpoint_dir: str | None = None
-    """Directory of sharded checkpoints (torch.distributed.checkpoint); None: no checkpoints."""
-    checkpoint_every: int = 0
-    """Save a checkpoint every K completed steps (0: never)."""
-    resume: bool = False
-    """Continue from the last complete checkpoint in checkpoint_dir (weights, optimizer, data)."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -55,7 +49,7 @@ class ScalingOptions:
                             f"(0: off); e.g. 1.0")
         if self.accumulation < 1:
             problems.append(f"accumulation ({self.accumulation}) must be >= 1; e.g. 4")
-        problems += checkpoint_problems(self.checkpoint_dir, self.checkpoint_every, self.resume)
+        problems += self.checkpoint_problems()
         if problems:
             raise ConfigError(problems)
 
