@@ -76,7 +76,7 @@ def test_seed_7b_model_states_are_112_gb_not_126() -> None:
     states = zero_memory(7e9, 1, 0, precision="fp32")
     assert states["total"] == pytest.approx(112 * GB)
     assert states["params"] == pytest.approx(28 * GB)
-    assert 7e9 * 18 == pytest.approx(126 * GB)
+    assert pytest.approx(126 * GB) == 7e9 * 18
     assert not fits(7e9, gpus=1, gpu_gb=80, precision="fp32").fits
 
 
