@@ -17,6 +17,7 @@ time the caller spent blocked as a separate ``wait`` span — the *exposed* comm
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,8 +52,10 @@ class Handle:
         self._comm, self._work, self._op, self._start, self._meta = comm, work, op, start, meta
         self._then = then
         self._recorded = False
+        self._lock = threading.Lock()  # the backend's callback thread and drain() may race
         self.done_ns: int | None = None
         comm._pending_add(1)
+        comm._live.add(self)
         try:
             fut = work.get_future()
         except RuntimeError:  # gloo p2p works have no future: completion is seen at wait()
@@ -65,10 +68,18 @@ class Handle:
         self._record(self.done_ns)
 
     def _record(self, end: int) -> None:
-        if not self._recorded:
+        with self._lock:
+            if self._recorded:
+                return
             self._recorded = True
-            self._comm.tracer.record(self._op, self._start, end, **self._meta)
-            self._comm._pending_add(-1)
+        self._comm.tracer.record(self._op, self._start, end, **self._meta)
+        self._comm._pending_add(-1)
+        self._comm._live.discard(self)
+
+    def _settle(self) -> None:
+        """Wait for the op (no ``then``, no wait span) and make sure its span is recorded."""
+        self._work.wait()
+        self._record(self.done_ns if self.done_ns is not None else _now())
 
     def future(self) -> Any:
         """The backend's future for this op (collectives only), for chaining with ``then``."""
@@ -110,6 +121,7 @@ class Comm:
         self._status = status
         self._depth = 0  # nesting of blocking calls
         self._pending = 0  # async ops launched and not yet complete
+        self._live: set[Handle] = set()  # handles whose span is not recorded yet
 
     # --- hang bookkeeping -------------------------------------------------------------
     def _blocking(self) -> _Blocking:
@@ -122,6 +134,16 @@ class Comm:
     def _pending_add(self, delta: int) -> None:
         self._pending += delta
         self._update_status()
+
+    def drain(self) -> None:
+        """Record every async op still in flight (called before a rank hands in its events).
+
+        An op's span is normally recorded by a callback on its future, but a continuation
+        chained with ``then`` (DDP's comm hooks, PowerSGD) may let training finish before that
+        callback has run; without draining, the last step could miss its final all-reduce.
+        """
+        for handle in list(self._live):
+            handle._settle()
 
     # --- core -------------------------------------------------------------------------
     def _run(self, op: Op, fn: Callable[..., Any], args: tuple[Any, ...], async_op: bool,

@@ -131,6 +131,15 @@ class RankContext:
     def span(self, op: Op, **meta: Any) -> Any:
         return self.tracer.span(op, **meta)
 
+    def events(self) -> list[Event]:
+        """This rank's events so far, with every finished async op's span recorded.
+
+        Use this (not ``tracer.events()``) to compute metrics from the trace inside a rank:
+        an async op's span is recorded by a callback that may run after training returns.
+        """
+        self.comm.drain()
+        return self.tracer.events()
+
 
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this rank if the supervisor dies (no orphans, even on kill -9)."""
@@ -199,6 +208,7 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
 
             assert cfg is not None
             output = strategies.load_entry(strategies.get(cfg.strategy).entry)(ctx)
+        comm.drain()  # every async op's span recorded before the events are handed in
         events = tracer.events(offset)
         report = RankReport(rank=rank, host=socket.gethostname(), events=events, output=output)
         if before_destroy is not None:

@@ -98,7 +98,7 @@ def train(ctx: RankContext) -> RankOutput:
                     opt.step()
                 losses.append(loss.item())
     # 1. measured bytes per step from the trace; 2. predicted from the shapes
-    payload, wire = bytes_per_step(ctx.tracer.events(), ctx.world_size)
+    payload, wire = bytes_per_step(ctx.events(), ctx.world_size)
     shapes = [list(p.shape) for p in model.parameters()]
     grad_bytes = sum(p.numel() * 4 for p in model.parameters())
     buckets = list(topk.bucket_numel.values()) if topk is not None else []  # DDP's layout

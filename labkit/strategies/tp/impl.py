@@ -120,7 +120,7 @@ def train(ctx: RankContext) -> RankOutput:
                 opt.step()
             losses.append(loss.item())
     # 4. measured vs predicted bytes per layer, from this rank's own trace
-    per_layer = bytes_by_layer(ctx.tracer.events(), o.layers)
+    per_layer = bytes_by_layer(ctx.events(), o.layers)
     predicted = tp_bytes_per_layer(cfg.batch_size, o.seq, o.hidden, o.block, 4, n)
     measured = [{"forward": d["forward"][0] if d["forward"] else 0,
                  "backward": d["backward"][0] if d["backward"] else 0} for d in per_layer]

@@ -118,7 +118,7 @@ def _metrics(ctx: RankContext, model: ShardedMLP, mine: dict[str, int], num_para
     table = torch.empty(n * row.numel(), dtype=torch.int64)
     ctx.comm.all_gather(table, row, name="metrics")
     rows = table.view(n, -1).tolist()
-    comm = acc.comm_per_step(ctx.tracer.events(), n)
+    comm = acc.comm_per_step(ctx.events(), n)
     widths = [cfg.model.in_dim] + [cfg.model.width] * cfg.model.depth + [cfg.model.out_dim]
     act_pred = mlp_activation_bytes(cfg.batch_size, widths, elt, opts.checkpointing,
                                     final_relu=False, segment=opts.checkpoint_segment)

@@ -124,7 +124,7 @@ def train_torch(ctx: RankContext) -> RankOutput:
     table = torch.empty(n * 3, dtype=torch.int64)
     ctx.comm.all_gather(table, row, name="metrics")
     pred = acc.predicted(num_params, n, stage, "fp32", cfg.optimizer)
-    comm = acc.comm_per_step(ctx.tracer.events(), n)
+    comm = acc.comm_per_step(ctx.events(), n)
     out = RankOutput(losses=losses)
     out.metrics.update({
         "zero_stage": stage, "impl": "torch", "precision": "fp32", "num_params": num_params,

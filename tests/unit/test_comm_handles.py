@@ -1,0 +1,71 @@
+"""Async comm spans are recorded exactly once, even when the backend's completion callback
+runs after training has finished (the race that dropped PowerSGD's last all-reduce)."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.comm import Comm, Handle
+from labkit.events import Op
+from labkit.tracer import Tracer
+
+pytestmark = pytest.mark.lesson00
+
+
+class LateFuture:
+    """A future whose done-callbacks run only when the test says so."""
+
+    def __init__(self) -> None:
+        self.callbacks: list = []
+
+    def add_done_callback(self, fn) -> None:
+        self.callbacks.append(fn)
+
+    def fire(self) -> None:
+        for fn in self.callbacks:
+            fn(self)
+
+
+class FakeWork:
+    def __init__(self) -> None:
+        self.fut = LateFuture()
+        self.waited = 0
+
+    def get_future(self) -> LateFuture:
+        return self.fut
+
+    def wait(self) -> None:
+        self.waited += 1
+
+    def is_completed(self) -> bool:
+        return True
+
+
+class Status:
+    value = 0
+
+
+def test_drain_records_an_op_whose_callback_has_not_run_yet():
+    tracer = Tracer(rank=0)
+    status = Status()
+    comm = Comm(tracer, 0, 2, status=status)
+    work = FakeWork()
+    Handle(comm, work, Op.ALL_REDUCE, tracer.now(), {"bytes": 64, "step": 9})
+    assert status.value == 1  # an op in flight: the rank is waiting on a peer
+    assert tracer.events() == []  # the callback has not run: nothing recorded yet
+    comm.drain()
+    events = tracer.events()
+    assert [(e.op, e.bytes, e.step) for e in events] == [(Op.ALL_REDUCE, 64, 9)]
+    assert work.waited == 1 and status.value == 0
+    work.fut.fire()  # the late callback must not record the span a second time
+    assert len(tracer.events()) == 1
+
+
+def test_callback_first_then_drain_records_once():
+    tracer = Tracer(rank=0)
+    comm = Comm(tracer, 0, 2)
+    work = FakeWork()
+    Handle(comm, work, Op.SEND, tracer.now(), {"peer": 1})
+    work.fut.fire()
+    comm.drain()
+    assert len(tracer.events()) == 1 and work.waited == 0
