@@ -77,15 +77,48 @@ class _StepRunner:
         self.spans: list[tuple[int, int]] = []
         self.stage_ns: dict[int, int] = {}
         self._clock: list[tuple[int, Any, Any]] = []  # (stage, start, end) as tracer readings
+        self.posted: dict[tuple[int, int, int], tuple[Any, torch.Tensor]] = {}
         self.peak = self.messages = self.bytes = 0
         self.loss = 0.0
         self.cuda = ctx.device.type == "cuda"
 
     # ---- messages ------------------------------------------------------------------------
+    def _prepost(self, rows: list[int]) -> None:
+        """Post every receive this step needs before computing anything.
+
+        A gloo send completes only after the receiver has posted its receive and the
+        sender's I/O thread has answered; with every core busy computing, that answer can
+        wait milliseconds for a time slice. Posting all receives up front lets that
+        handshake happen while the data is not yet needed (PyTorch's pipelining does the
+        same). Each message has its own tag, so the order of arrival does not matter.
+        """
+        for a in self.plan.actions(self.ctx.rank):
+            mod = self.modules[a.stage]
+            if a.op is Op.F and a.stage > 0:
+                need = (ACT, a.stage - 1)
+            elif a.op in (Op.B, Op.I) and not mod.last:
+                need = (GRAD, a.stage + 1)
+            else:
+                continue
+            kind, src_stage = need
+            src = self.plan.stage_to_rank(src_stage)
+            if src == self.ctx.rank:
+                continue
+            buf = torch.empty(rows[a.microbatch], self.width, device=self.ctx.device)
+            h = self.ctx.comm.irecv(buf, src, tag=tag(kind, src_stage, a.microbatch,
+                                                      self.plan.microbatches),
+                                    step=self.step, microbatch=a.microbatch, stage=a.stage,
+                                    name=str(a))
+            self.posted[(kind, src_stage, a.microbatch)] = (h, buf)
+
     def _get(self, kind: int, src_stage: int, m: int, rows: int, action: Any) -> torch.Tensor:
         src = self.plan.stage_to_rank(src_stage)
         if src == self.ctx.rank:  # producer and consumer on this rank (P = 1)
             return self.local.pop((kind, src_stage, m))
+        if (kind, src_stage, m) in self.posted:
+            h, posted_buf = self.posted.pop((kind, src_stage, m))
+            h.wait()
+            return posted_buf
         buf = torch.empty(rows, self.width, device=self.ctx.device)
         self.ctx.comm.recv(buf, src, tag=tag(kind, src_stage, m, self.plan.microbatches),
                            step=self.step, microbatch=m, stage=action.stage, name=str(action))
@@ -115,6 +148,7 @@ class _StepRunner:
 
     # ---- actions -------------------------------------------------------------------------
     def run(self, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> StepRecord:
+        self._prepost([x.shape[0] for x in xs])
         for action in self.plan.actions(self.ctx.rank):
             self._poll()
             self._action(action, xs, ys)
