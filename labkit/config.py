@@ -200,11 +200,9 @@ class RunConfig:
         d: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            if isinstance(v, FaultSpec):
+                v = str(v)  # "RANK:STEP:KIND", as the CLI takes it
+            elif dataclasses.is_dataclass(v) and not isinstance(v, type):
                 v = dataclasses.asdict(v)
-            elif isinstance(v, FaultSpec):
-                v = str(v)
             d[f.name] = v
-        if isinstance(self.inject_fault, FaultSpec):
-            d["inject_fault"] = str(self.inject_fault)
         return d

@@ -8,7 +8,6 @@ shipped by value) on N ranks and returns what each rank returned, with the timel
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -181,6 +180,3 @@ def launch(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: str
     return LaunchResult([r.output for r in reports], Timeline(events, world_size),
                         time.monotonic() - t0, logs)
 
-
-def result_json(result: RunResult) -> str:
-    return json.dumps(result.to_json())

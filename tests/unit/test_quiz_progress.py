@@ -11,23 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from labkit.quiz import Attempt, Item, Kind, ProgressStore, Quiz
-from labkit.quiz.answers import LETTERS
+from labkit.quiz import Attempt, Kind, ProgressStore, Quiz
+from tests.unit.test_quiz import right, wrong
 
 REPO = Path(__file__).resolve().parents[2]
 
-
-def right(item: Item) -> str:
-    return item.model_answer
-
-
-def wrong(item: Item) -> str:
-    """A readable but wrong answer."""
-    if item.kind is Kind.CHOICE:
-        assert item.answer_index is not None
-        return LETTERS[(item.answer_index + 1) % len(item.choices)]
-    assert item.answer_value is not None
-    return repr(item.answer_value * 3 + 1)
 
 
 # ---------------------------------------------------------------- saved progress
