@@ -44,6 +44,25 @@ def wire_bytes(op: Op, payload: int, world_size: int) -> float:
     return float(payload)
 
 
+_NO_FUTURE: set[tuple[type, Op]] = set()
+
+
+def _future_of(work: Any, op: Op) -> Any:
+    """The work's future, or None where the backend has none (gloo send / recv).
+
+    Asking costs a C++ exception each time, about 0.1 ms on a busy core, and a pipeline step
+    sends dozens of messages, so the answer is remembered per (work type, op).
+    """
+    key = (type(work), op)
+    if key in _NO_FUTURE:
+        return None
+    try:
+        return work.get_future()
+    except RuntimeError:
+        _NO_FUTURE.add(key)
+        return None
+
+
 class Handle:
     """An in-flight async op. ``wait()`` blocks until it is done and records the blocked time."""
 
@@ -56,10 +75,7 @@ class Handle:
         self.done_ns: int | None = None
         comm._pending_add(1)
         comm._live.add(self)
-        try:
-            fut = work.get_future()
-        except RuntimeError:  # gloo p2p works have no future: completion is seen at wait()
-            fut = None
+        fut = _future_of(work, op)
         if fut is not None:
             fut.add_done_callback(self._on_done)
 

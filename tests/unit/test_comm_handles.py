@@ -69,3 +69,26 @@ def test_callback_first_then_drain_records_once():
     work.fut.fire()
     comm.drain()
     assert len(tracer.events()) == 1 and work.waited == 0
+
+
+class FuturelessWork(FakeWork):
+    """Like a gloo send / recv: asking for a future raises, and costs time on every ask."""
+
+    asked = 0
+
+    def get_future(self) -> LateFuture:
+        type(self).asked += 1
+        raise RuntimeError("this work has no future")
+
+
+def test_a_backend_without_futures_is_asked_once_per_op_kind():
+    tracer = Tracer(rank=0)
+    comm = Comm(tracer, 0, 2)
+    handles = [Handle(comm, FuturelessWork(), Op.SEND, tracer.now(), {"peer": 1})
+               for _ in range(5)]
+    assert FuturelessWork.asked == 1  # remembered after the first RuntimeError
+    for h in handles:  # still recorded, at wait(), since no callback will come
+        h.wait()
+    assert [e.op for e in tracer.events()] == [Op.SEND] * 5
+    Handle(comm, FuturelessWork(), Op.RECV, tracer.now(), {"peer": 1}).wait()
+    assert FuturelessWork.asked == 2  # a different op is asked on its own
