@@ -14,15 +14,24 @@ ideal time, which would be (p-1)/m).
 Costs are per action. An interleaved action covers one model chunk (1/V of a rank's layers),
 so to compare absolute times with a non-interleaved plan pass costs divided by V; bubble
 fractions are ratios and do not change when every cost is scaled (with comm_s = 0).
+
+``durations`` replaces the per-op costs with one number per action -- e.g. the durations a
+real run measured. Replaying a run this way with ``comm_s = 0`` answers "what bubble would
+these exact compute times give if messages were free?", which splits a measured bubble into
+the part the schedule and the uneven compute explain and the part communication adds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from labkit.errors import ConfigError
 from labkit.schedules.actions import Action, Op, Plan, Token, format_plan
 from labkit.schedules.validate import ScheduleError
+
+K = TypeVar("K")
 
 DEFAULT_COSTS: dict[Op, float] = {Op.F: 1.0, Op.B: 2.0, Op.I: 1.0, Op.W: 1.0}
 
@@ -41,28 +50,42 @@ class SimEvent:
         return self.end - self.start
 
 
-def _costs(costs: dict[Op, float] | None) -> dict[Op, float]:
-    merged = dict(DEFAULT_COSTS)
-    for op, value in (costs or {}).items():
-        if not isinstance(op, Op):
-            raise ConfigError(f"cost key {op!r} must be an Op (F, B, I, W); "
-                              f"e.g. costs={{Op.F: 1.0, Op.B: 2.0}}")
+def _times(given: Mapping[K, float] | None, key_type: type, key_rule: str, what: str,
+           example: str) -> dict[K, float]:
+    """``given`` checked: keys of ``key_type``, values numbers >= 0 (returned as floats)."""
+    out: dict[K, float] = {}
+    for key, value in (given or {}).items():
+        if not isinstance(key, key_type):
+            raise ConfigError(f"{what} key {key!r} must be {key_rule}; e.g. {what}={example}")
         if not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(f"cost of {op.value} ({value!r}) must be a number >= 0; "
-                              f"e.g. costs={{Op.{op.value}: 1.0}}")
-        merged[op] = float(value)
-    return merged
+            label = key.value if isinstance(key, Op) else str(key)
+            raise ConfigError(f"{what.rstrip('s')} of {label} ({value!r}) must be a number "
+                              f">= 0; e.g. {what}={example}")
+        out[key] = float(value)
+    return out
+
+
+def _costs(costs: dict[Op, float] | None) -> dict[Op, float]:
+    return {**DEFAULT_COSTS, **_times(costs, Op, "an Op (F, B, I, W)", "costs",
+                                      "{Op.F: 1.0, Op.B: 2.0}")}
+
+
+def _durations(durations: Mapping[Action, float] | None) -> dict[Action, float]:
+    return _times(durations, Action, "an Action", "durations", "{Action.parse('0F0'): 0.012}")
 
 
 def simulate(plan: Plan, costs: dict[Op, float] | None = None,
-             comm_s: float = 0.0) -> list[SimEvent]:
+             comm_s: float = 0.0, durations: Mapping[Action, float] | None = None
+             ) -> list[SimEvent]:
     """Time every action of ``plan``; returns events sorted by (start, rank).
 
     ``costs`` maps ops to durations (missing ops keep the defaults F=1, B=2, I=1, W=1);
+    ``durations`` maps single actions to their own duration and wins over ``costs``;
     ``comm_s`` is added whenever an input comes from another rank. Raises ScheduleError if
     the per-rank orders deadlock (some rank waits for an input that is never produced).
     """
     cost = _costs(costs)
+    own = _durations(durations)
     if not isinstance(comm_s, (int, float)) or comm_s < 0:
         raise ConfigError(f"comm_s ({comm_s!r}) must be a number >= 0 seconds; e.g. comm_s=0.1")
     orders = {r: plan.actions(r) for r in sorted(plan.order)}
@@ -85,7 +108,7 @@ def simulate(plan: Plan, costs: dict[Op, float] | None = None,
                 for token in needs:
                     at, producer = ready[token]
                     start = max(start, at + (comm_s if producer != rank else 0.0))
-                end = start + cost[action.op]
+                end = start + own.get(action, cost[action.op])
                 events.append(SimEvent(rank, action, start, end))
                 for token in action.produces():
                     ready[token] = (end, rank)
@@ -120,13 +143,14 @@ def _culprit(orders: dict[int, list[Action]], pos: dict[int, int], ready: set[To
 
 
 def planned_bubble_fraction(plan: Plan, costs: dict[Op, float] | None = None,
-                            comm_s: float = 0.0) -> float:
+                            comm_s: float = 0.0,
+                            durations: Mapping[Action, float] | None = None) -> float:
     """Idle share of the step, averaged over ranks: mean_r (span - busy_r) / span.
 
     The span runs from time 0 to the last action's end on any rank (the whole step), so this
     is the bubble as a share of total step time; GPipe / 1F1B give (p-1)/(m+p-1).
     """
-    events = simulate(plan, costs, comm_s)
+    events = simulate(plan, costs, comm_s, durations)
     span = max((e.end for e in events), default=0.0)
     if span <= 0:
         return 0.0

@@ -162,6 +162,20 @@ def test_comm_delay_grows_the_bubble() -> None:
     assert planned_bubble_fraction(plan, comm_s=0.5) > planned_bubble_fraction(plan)
 
 
+def test_measured_durations_replace_the_op_costs() -> None:
+    """``durations`` times single actions; the rest keep their op cost."""
+    plan = gpipe(2, 2)
+    slow = {Action.parse("1F0"): 3.0}
+    events = {str(e.action): (e.start, e.end) for e in simulate(plan, durations=slow)}
+    assert events["1F0"] == (1.0, 4.0)
+    assert events["1F1"] == (4.0, 5.0)  # rank 1 is busy until 4, then F1 costs the default 1
+    # the same durations as the defaults give the formula back
+    same = {e.action: e.duration for e in simulate(plan)}
+    assert planned_bubble_fraction(plan, durations=same) == pytest.approx(1 / 3)
+    # one slow stage grows the bubble of the other
+    assert planned_bubble_fraction(plan, durations=slow) > 1 / 3
+
+
 def test_simulate_reports_a_deadlocked_order_with_a_marked_table() -> None:
     """An order where rank 1 waits on its own later action raises ScheduleError."""
     plan = gpipe(2, 1)
@@ -173,8 +187,10 @@ def test_simulate_reports_a_deadlocked_order_with_a_marked_table() -> None:
 
 @pytest.mark.parametrize("kwargs,needle", [
     ({"costs": {Op.F: -1.0}}, "cost of F (-1.0)"),
-    ({"costs": {"F": 1.0}}, "cost key 'F'"),
+    ({"costs": {"F": 1.0}}, "costs key 'F'"),
     ({"comm_s": -0.1}, "comm_s (-0.1)"),
+    ({"durations": {"0F0": 1.0}}, "durations key '0F0'"),
+    ({"durations": {Action.parse("0F0"): -2}}, "duration of 0F0 (-2)"),
 ])
 def test_simulate_rejects_bad_costs(kwargs: dict, needle: str) -> None:
     """Negative or mistyped costs raise ConfigError naming the value."""
