@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from labkit.config import ModelConfig
+from labkit.errors import ConfigError
 from labkit.runner import RunResult, launch, run
 from labkit.schedules import Plan, build_plan, one_f_one_b
 from labkit.strategies.pipeline.executor import run_plan
+from labkit.strategies.pipeline.lab import bubble_breakdown
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson03]
 MODEL = ModelConfig(width=64, depth=4)
@@ -70,6 +72,14 @@ def test_schedule_matches_one_process(schedule: str, micro: int, virtual: int) -
     plan = build_plan(schedule, 2, micro, virtual)
     result = run_plan(plan, steps=2, batch_size=16, model=MODEL, timeout_s=90, progress=False)
     _check_run(result, plan)
+    # a hand-run plan is "custom": the breakdown needs the plan, and its parts add up
+    with pytest.raises(ConfigError, match="plan=my_plan"):
+        bubble_breakdown(result)
+    split = bubble_breakdown(result, plan)
+    assert split["measured"] == result.metrics["bubble_fraction"]
+    assert 0.0 <= split["replayed"] < 1.0
+    assert split["uneven compute"] + split["communication"] == pytest.approx(
+        split["measured"] - split["predicted"])
 
 
 def test_balance_by_measured_cost_moves_the_heavy_layer() -> None:

@@ -10,6 +10,7 @@ from labkit.strategies.pipeline.metrics import (
     bubble_summary,
     p2p_per_step,
     predictions,
+    replayed_bubble,
     stage_times_ms,
     step_stats,
     timeline_bubble,
@@ -69,3 +70,22 @@ def test_stage_times_and_p2p_counts() -> None:
     evs.append(Event(1, Lane.COMM, Op.SEND, 0, 5, step=1, bytes=50, peer=0))
     assert stage_times_ms(evs) == pytest.approx({0: 3.0, 1: 3.0})  # F=1 ms + B=2 ms
     assert p2p_per_step(evs) == {"p2p_messages_per_step": 2.0, "p2p_bytes_per_step": 150.0}
+
+
+def test_replay_with_free_messages_removes_only_the_handoff_delay() -> None:
+    """Delay every cross-rank handoff by 1 ms: the measured bubble grows, the replay (same
+    durations, free messages) stays at the formula, so the difference is the communication."""
+    plan = build_plan("1f1b", 2, 4)
+    late = simulate(plan, comm_s=1.0)
+    evs = []
+    for step in range(2):
+        for e in late:
+            op = Op.FORWARD if e.action.op.value == "F" else Op.BACKWARD
+            evs.append(Event(e.rank, Lane.COMPUTE, op, step * 10**9 + int(e.start * 1e6),
+                             int(e.duration * 1e6), step=step, microbatch=e.action.microbatch,
+                             stage=e.action.stage, name=str(e.action)))
+    tl = Timeline(evs, 2)
+    measured = timeline_bubble(tl)["bubble_fraction"]
+    assert measured == pytest.approx(planned_bubble_fraction(plan, comm_s=1.0))
+    assert replayed_bubble(tl, plan) == pytest.approx(1 / 5)
+    assert measured > 1 / 5 + 0.05

@@ -13,6 +13,10 @@ Conventions (stated once, used everywhere in lesson 03):
   as ``bubble_fraction_ideal`` (measured) and ``bubble_fraction_predicted_ideal``.
 * **Peak activations**: the most (stage, microbatch) activations a rank held at once,
   counted exactly by the executor (1F1B: rank r holds p - r; GPipe: m).
+* **Replayed bubble**: the plan simulated with the durations each action really took and
+  free messages. The formula assumes every stage and microbatch costs the same; the replay
+  keeps the run's own (uneven) compute and drops only communication, so
+  ``measured - replayed`` is what sending activations and gradients added to the bubble.
 
 Pure Python: works inside a rank (on gathered statistics) and on a saved ``Timeline``.
 """
@@ -109,6 +113,31 @@ def timeline_stats(timeline: Any) -> list[list[StepStat]]:
 def timeline_bubble(timeline: Any, skip_first: bool = True) -> dict[str, Any]:
     """Measured bubble of a recorded pipeline run (see the conventions above)."""
     return bubble_summary(timeline_stats(timeline), skip_first)
+
+
+_SCHEDULE_OP = {Op.FORWARD: "F", Op.BACKWARD: "B", Op.BACKWARD_INPUT: "I",
+                Op.BACKWARD_WEIGHT: "W"}
+
+
+def replayed_bubble(timeline: Any, plan: Any, skip_first: bool = True) -> float:
+    """Bubble (share of total) of ``plan`` replayed with each action's measured duration and
+    free communication, averaged over the steps (the first, warm-up step skipped)."""
+    from labkit.schedules import Action, planned_bubble_fraction
+    from labkit.schedules import Op as PlanOp
+
+    by_step: dict[int, dict[Any, float]] = {}
+    for e in actions_of(timeline.events):
+        if e.step is None or e.microbatch is None:
+            continue
+        assert e.stage is not None
+        action = Action(e.stage, PlanOp(_SCHEDULE_OP[e.op]), e.microbatch)
+        by_step.setdefault(e.step, {})[action] = e.dur_ns / 1e9
+    steps = sorted(by_step)
+    if skip_first and len(steps) > 1:
+        steps = steps[1:]
+    if not steps:
+        return 0.0
+    return statistics.fmean(planned_bubble_fraction(plan, durations=by_step[s]) for s in steps)
 
 
 def stage_times_ms(events: Iterable[Event], skip_first_step: bool = True) -> dict[int, float]:
