@@ -14,7 +14,7 @@ from torch import nn
 from labkit.config import ModelConfig
 from labkit.rank import RankContext
 from labkit.schedules import build_plan
-from labkit.strategies.pipeline.executor import run_step, tag
+from labkit.strategies.pipeline.executor import input_grads, run_step, tag, weight_grads
 from labkit.strategies.pipeline.model import StageModule, build_full
 from labkit.strategies.pipeline.partition import bounds_by_count
 from labkit.tracer import Tracer
@@ -88,3 +88,37 @@ def test_stage_modules_chain_to_the_full_model() -> None:
 def test_message_tags_are_unique() -> None:
     tags = {tag(k, s, m, 4) for k in (0, 1) for s in range(4) for m in range(4)}
     assert len(tags) == 2 * 4 * 4 and min(tags) >= 1
+
+
+def test_zero_bubble_i_computes_no_weight_grad_and_w_completes_them() -> None:
+    """I leaves every .grad empty and returns the input grad; W then gives backward()'s
+    weight grads, matmul by matmul, for a middle stage (input needs a grad too)."""
+    full = build_full(MODEL, (1, 2, 1, 1), seed=3)
+    bounds = bounds_by_count(MODEL.depth, 2)
+    ours, ref = StageModule(full, 1, 2, bounds), StageModule(build_full(MODEL, (1, 2, 1, 1), 3),
+                                                             1, 2, bounds)
+    x = torch.randn(6, MODEL.width, generator=torch.Generator().manual_seed(0))
+    g_out = torch.randn(6, MODEL.out_dim, generator=torch.Generator().manual_seed(1))
+    x_ref = x.clone().requires_grad_()
+    ref(x_ref).backward(g_out)
+    x_ours = x.clone().requires_grad_()
+    with ours.recording_linears() as linears:
+        out = ours(x_ours)
+    assert len(linears) == 3  # layers 2 and 3 (one Linear each), then the head
+    g_in, pending = input_grads(out, x_ours, linears, g_out)
+    assert all(p.grad is None for p in ours.parameters())
+    assert torch.allclose(g_in, x_ref.grad, atol=1e-6)
+    weight_grads(pending)
+    for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
+        assert p.grad.grad_fn is None and not p.grad.requires_grad, name  # plain tensors
+        assert torch.allclose(p.grad, q.grad, atol=1e-6), name
+
+
+def test_zero_bubble_refuses_a_stage_with_non_linear_weights() -> None:
+    from labkit.errors import ConfigError
+    from labkit.strategies.pipeline.executor import _check_only_linears
+
+    stage = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    with pytest.raises(ConfigError, match=r"nn.Linear layers only.*'1.weight'"):
+        _check_only_linears(stage)
+    _check_only_linears(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))

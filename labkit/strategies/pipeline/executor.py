@@ -14,6 +14,13 @@ matches its send even when two ranks exchange activations and gradients in diffe
 (interleaved plans with two ranks). Every F / B / I / W runs in a traced compute span named
 like ``2F0``, and every send / recv in a comm span with the same microbatch and stage.
 
+Zero bubble splits a backward in two, and the split only pays if each half does half the
+work. ``I`` asks autograd for the gradients w.r.t. the stage input and w.r.t. the output of
+every Linear layer (never the weights, so autograd skips every weight-gradient matmul);
+``W`` later turns those into weight gradients, one matmul per layer:
+``dW = g^T a`` and ``db = sum(g)``, with ``a`` the layer's input and ``g`` the gradient of its
+output. ``I`` and ``W`` each cost about half of ``B``.
+
 ``run_plan(plan, ...)`` (parent side) runs any valid plan -- e.g. one a student wrote.
 """
 
@@ -26,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from labkit.errors import ConfigError
 from labkit.events import Op as Ev
 from labkit.rank import RankContext, RankOutput
 from labkit.schedules import Op, Plan
@@ -65,6 +73,16 @@ def tag(kind: int, stage: int, microbatch: int, microbatches: int) -> int:
     return 1 + (2 * stage + kind) * microbatches + microbatch
 
 
+def _check_only_linears(mod: nn.Module) -> None:
+    """The hand-written W pass knows Linear layers only; refuse anything it would skip."""
+    covered = {id(p) for m in mod.modules() if isinstance(m, nn.Linear) for p in m.parameters()}
+    other = [n for n, p in mod.named_parameters() if p.requires_grad and id(p) not in covered]
+    if other:
+        raise ConfigError(f"the zero-bubble W pass computes weight gradients of nn.Linear "
+                          f"layers only, but this stage also trains {other}; use schedule "
+                          f"'1f1b' for this model")
+
+
 class _StepRunner:
     """One step of one rank: the plan's actions, their messages and their spans."""
 
@@ -81,6 +99,10 @@ class _StepRunner:
         self.peak = self.messages = self.bytes = 0
         self.loss = 0.0
         self.cuda = ctx.device.type == "cuda"
+        self.split = any(a.op is Op.W for a in plan.actions(ctx.rank))
+        if self.split:
+            for mod in modules.values():
+                _check_only_linears(mod)
 
     # ---- messages ------------------------------------------------------------------------
     def _prepost(self, rows: list[int]) -> None:
@@ -199,30 +221,50 @@ class _StepRunner:
         if a.op is Op.F:
             x = xs[m] if s == 0 else inp
             assert x is not None
-            out = mod(x)
+            with mod.recording_linears(self.split) as linears:
+                out = mod(x)
             if mod.last:  # mean loss of the batch = sum over microbatches of loss_m / M
                 out = nn.functional.cross_entropy(out, ys[m]) / self.plan.microbatches
                 self.loss += float(out.detach())
-            self.saved[key] = [x, out, None]
+            self.saved[key] = [x, out, linears]
             self.peak = max(self.peak, len(self.saved))
             return None if mod.last else out.detach()
-        x, out, _ = self.saved[key]
+        x, out, linears = self.saved[key]
         if a.op is Op.B:  # input grad and weight grads together
             del self.saved[key]
             torch.autograd.backward(out, grad)
             return x.grad if s > 0 else None
-        if a.op is Op.I:  # input grad only; keep the graph for W
-            self.saved[key][2] = grad
-            if s == 0:
-                return None
-            (g_in,) = torch.autograd.grad(out, x, grad, retain_graph=True)
+        if a.op is Op.I:  # keep only what W needs: each Linear's input and output grad
+            g_in, pending = input_grads(out, x if s > 0 else None, linears, grad)
+            self.saved[key] = [None, None, pending]
             return g_in
-        # W: weight grads, accumulated like backward() would
-        _, _, g_out = self.saved.pop(key)
-        params = [p for p in mod.parameters() if p.requires_grad]
-        for p, g in zip(params, torch.autograd.grad(out, params, g_out)):
-            p.grad = g if p.grad is None else p.grad.add_(g)
+        weight_grads(self.saved.pop(key)[2])
         return None
+
+
+Linears = list[tuple[nn.Linear, torch.Tensor, torch.Tensor]]
+"""(layer, its input, its output) -- or, after ``input_grads``, (layer, input, output grad)."""
+
+
+def input_grads(out: torch.Tensor, x: torch.Tensor | None, linears: Linears,
+                grad: torch.Tensor | None) -> tuple[torch.Tensor | None, Linears]:
+    """Zero bubble's ``I``: the gradient w.r.t. the stage input ``x`` (None for stage 0) and
+    w.r.t. every Linear output. No weight is asked for, so autograd runs no weight-gradient
+    matmul; returns (input grad, [(layer, layer input, output grad)]) for ``weight_grads``."""
+    wanted = ([x] if x is not None else []) + [z for _, _, z in linears]
+    grads = list(torch.autograd.grad(out, wanted, grad))
+    g_in = grads.pop(0) if x is not None else None
+    return g_in, [(lin, a_in.detach(), g) for (lin, a_in, _), g in zip(linears, grads)]
+
+
+def weight_grads(pending: Linears) -> None:
+    """Zero bubble's ``W``: ``dW = g^T a`` and ``db = sum(g)`` per Linear, accumulated into
+    ``.grad`` like ``backward()`` would (one matmul per layer, no autograd)."""
+    with torch.no_grad():
+        for lin, a_in, g in pending:
+            for p, dp in ((lin.weight, g.t() @ a_in), (lin.bias, g.sum(0))):
+                if p is not None:
+                    p.grad = dp if p.grad is None else p.grad.add_(dp)
 
 
 def run_step(ctx: RankContext, plan: Plan, modules: dict[int, StageModule], x: torch.Tensor,

@@ -13,8 +13,10 @@ pipeline and the single-process reference start from identical weights.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -81,6 +83,22 @@ class StageModule(nn.Module):
         if self.head is not None:
             x = self.head(x)
         return x
+
+    @contextlib.contextmanager
+    def recording_linears(self, on: bool = True) -> Iterator[list[tuple[nn.Linear, Any, Any]]]:
+        """While active, every Linear's (module, input, output) in call order (for the zero-
+        bubble W pass, which turns output gradients into weight gradients by hand)."""
+        seen: list[tuple[nn.Linear, Any, Any]] = []
+        if not on:
+            yield seen
+            return
+        hooks = [lin.register_forward_hook(lambda mod, inp, out: seen.append((mod, inp[0], out)))
+                 for lin in self.modules() if isinstance(lin, nn.Linear)]
+        try:
+            yield seen
+        finally:
+            for h in hooks:
+                h.remove()
 
     def param_names(self) -> list[str]:
         """Names of this stage's parameters in the FullModel's state dict (same order)."""
