@@ -51,6 +51,7 @@ def test_window_is_shared_across_ranks() -> None:
     got = bubble_summary(stats, skip_first=False)
     assert got["bubble_fraction_per_rank"] == pytest.approx([0.0, 0.8])
     assert got["bubble_fraction"] == pytest.approx(0.4)
+    assert got["pipeline_ms"] == pytest.approx(10 / 1e6)
     assert step_stats([(5, 7), (1, 2)]) == (1, 7, 3)
 
 

@@ -43,34 +43,41 @@ def step_stats(spans: Iterable[tuple[int, int]]) -> StepStat:
     return (min(s for s, _ in spans), max(e for _, e in spans), sum(e - s for s, e in spans))
 
 
+def _windows(stats: Sequence[Sequence[StepStat]]) -> list[tuple[int, int]]:
+    """(step index, window ns) of each step where some rank worked; the window runs from
+    the first action's start to the last action's end, on any rank."""
+    out = []
+    for k in range(min((len(s) for s in stats), default=0)):
+        rows = [stats[r][k] for r in range(len(stats)) if stats[r][k][2] > 0]
+        if rows:
+            out.append((k, max(e for _, e, _ in rows) - min(s for s, _, _ in rows)))
+    return out
+
+
 def bubble_by_step(stats: Sequence[Sequence[StepStat]]) -> list[list[float]]:
     """``stats[rank][step]`` -> idle share ``[step][rank]`` of each step's shared window."""
-    steps = min((len(s) for s in stats), default=0)
-    out: list[list[float]] = []
-    for k in range(steps):
-        rows = [stats[r][k] for r in range(len(stats)) if stats[r][k][2] > 0]
-        if not rows:
-            continue
-        window = max(e for _, e, _ in rows) - min(s for s, _, _ in rows)
-        out.append([1.0 - stats[r][k][2] / window if window > 0 else 0.0
-                    for r in range(len(stats))])
-    return out
+    return [[1.0 - stats[r][k][2] / window if window > 0 else 0.0 for r in range(len(stats))]
+            for k, window in _windows(stats)]
 
 
 def bubble_summary(stats: Sequence[Sequence[StepStat]], skip_first: bool = True
                    ) -> dict[str, Any]:
-    """Measured bubble per rank and overall (share of total), plus relative to ideal."""
-    per_step = bubble_by_step(stats)
+    """Measured bubble per rank and overall (share of total), plus relative to ideal, and
+    the mean pipeline window (``pipeline_ms``: the step's F/B work from first start to last
+    end; unlike the step time it leaves out the optimizer and a rank's early start on the
+    next step while another rank still drains this one)."""
+    per_step, windows = bubble_by_step(stats), [w for _, w in _windows(stats)]
     if skip_first and len(per_step) > 1:
-        per_step = per_step[1:]
+        per_step, windows = per_step[1:], windows[1:]
     if not per_step:
         return {"bubble_fraction": 0.0, "bubble_fraction_per_rank": [],
-                "bubble_fraction_ideal": 0.0}
+                "bubble_fraction_ideal": 0.0, "pipeline_ms": 0.0}
     ranks = len(per_step[0])
     per_rank = [statistics.fmean(step[r] for step in per_step) for r in range(ranks)]
     overall = statistics.fmean(per_rank)
     return {"bubble_fraction": overall, "bubble_fraction_per_rank": per_rank,
-            "bubble_fraction_ideal": overall / (1.0 - overall) if overall < 1 else float("inf")}
+            "bubble_fraction_ideal": overall / (1.0 - overall) if overall < 1 else float("inf"),
+            "pipeline_ms": statistics.fmean(windows) / 1e6}
 
 
 def predictions(schedule: str, stages: int, microbatches: int, virtual: int,
@@ -138,6 +145,18 @@ def replayed_bubble(timeline: Any, plan: Any, skip_first: bool = True) -> float:
     if not steps:
         return 0.0
     return statistics.fmean(planned_bubble_fraction(plan, durations=by_step[s]) for s in steps)
+
+
+def op_times_ms(events: Iterable[Event], skip_first_step: bool = True) -> dict[str, float]:
+    """Mean duration of each kind of action (forward, backward, backward_input, ...) in ms."""
+    acts = actions_of(events)
+    steps = sorted({e.step for e in acts if e.step is not None})
+    if skip_first_step and len(steps) > 1:
+        acts = [e for e in acts if e.step != steps[0]]
+    by_op: dict[str, list[int]] = {}
+    for e in acts:
+        by_op.setdefault(e.op.value, []).append(e.dur_ns)
+    return {op: statistics.fmean(d) / 1e6 for op, d in by_op.items()}
 
 
 def stage_times_ms(events: Iterable[Event], skip_first_step: bool = True) -> dict[int, float]:
