@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.events import Op as Ev
 from labkit.plots import COLORS, _units, draw_timeline
-from labkit.schedules import Op, Plan, simulate
+from labkit.schedules import DEFAULT_COSTS, Op, Plan, simulate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -51,11 +51,19 @@ def plot_plan(plan: Plan, costs: Mapping[Op, float] | None = None, *,
 
     fig, ax = plt.subplots(figsize=(9, 0.7 + 0.6 * plan.stages))
     draw_plan(ax, plan, costs)
-    ax.set_xlabel("planned time (units: F = 1, B = 2)")
+    ax.set_xlabel(_cost_label(plan, costs))
     ax.set_title(title or _plan_title(plan))
     fig.tight_layout()
     plt.close(fig)
     return fig
+
+
+def _cost_label(plan: Plan, costs: Mapping[Op, float] | None = None) -> str:
+    """'planned time (units: F = 1, B = 2)', naming only the ops the plan uses."""
+    merged = {**DEFAULT_COSTS, **(costs or {})}
+    used = [op for op in Op if any(a.op is op for r in plan.order for a in plan.actions(r))]
+    return "planned time (units: " + ", ".join(f"{op.value} = {merged[op]:g}"
+                                               for op in used) + ")"
 
 
 def _plan_title(plan: Plan) -> str:
@@ -77,7 +85,7 @@ def plot_planned_vs_measured(plan: Plan, timeline: Timeline, step: int | None = 
     fig, (left, right) = plt.subplots(1, 2, figsize=(14, 1.0 + 0.8 * plan.stages))
     draw_plan(left, plan)
     left.set_title(_plan_title(plan) + "  (prediction)")
-    left.set_xlabel("planned time (units: F = 1, B = 2)")
+    left.set_xlabel(_cost_label(plan))
     events = [e for e in timeline.select(step=chosen) if e.op != Ev.STEP]
     if events:
         origin = min(e.start_ns for e in events)

@@ -53,6 +53,17 @@ def test_plot_plan_draws_one_labelled_box_per_action() -> None:
     ax = fig.axes[0]
     assert len(ax.collections) == 12
     assert sorted(_texts(ax)) == sorted(str(a) for r in (0, 1) for a in plan.actions(r))
+    assert ax.get_xlabel() == "planned time (units: F = 1, B = 2)"
+
+
+def test_plan_axis_names_the_costs_of_the_ops_it_uses() -> None:
+    """A zero-bubble plan is drawn with I and W, not B; given costs show as given."""
+    from labkit.schedules import Op as PlanOp
+
+    assert plot_plan(build_plan("zb", 2, 4)).axes[0].get_xlabel() == (
+        "planned time (units: F = 1, I = 1, W = 1)")
+    fig = plot_plan(build_plan("1f1b", 2, 4), {PlanOp.B: 3.0})
+    assert fig.axes[0].get_xlabel() == "planned time (units: F = 1, B = 3)"
 
 
 def test_planned_vs_measured_share_labels_and_link_sends() -> None:
