@@ -6,6 +6,8 @@ Prints three tables from one run of this script:
    share of total step time (bar: within 0.05 when stages are balanced).
 2. Interleaved (v=2) bubble / 1F1B bubble at P=2, M=4 (bar: in [0.4, 0.65] where cores allow;
    the prediction is (p-1)/(2m+p-1) / ((p-1)/(m+p-1)) = 5/9 = 0.56 at p=2, m=4).
+2b. Zero bubble vs 1F1B at P=2, M=4: the bubble, the step time, and what each kind of action
+   costs (I and W should each cost about half of B).
 3. Stage balance: an uneven model split by layer count vs by measured cost; the speedup of
    the balanced split in step time, beside the prediction from the stage costs.
 
@@ -29,7 +31,9 @@ import argparse
 
 from labkit.config import ModelConfig
 from labkit.devices import cpu_count
+from labkit.runner import RunResult
 from labkit.strategies.pipeline.lab import balance_demo, bubble_breakdown, run_pipeline
+from labkit.strategies.pipeline.metrics import op_times_ms
 from labkit.theory import pipeline_speedup
 
 
@@ -48,9 +52,11 @@ def main() -> None:
     print(f"{'schedule':<10} {'M':>3} {'predicted':>10} {'replayed':>9} {'measured':>9} "
           f"{'|diff|':>7} {'within 0.05':>11}")
     bubbles: dict[tuple[str, int], float] = {}
+    runs: dict[tuple[str, int], RunResult] = {}
     for schedule in ("gpipe", "1f1b"):
         for m in (2, 4, 8):
-            split = bubble_breakdown(run_pipeline(schedule, 2, m, **kw))
+            runs[(schedule, m)] = run_pipeline(schedule, 2, m, **kw)
+            split = bubble_breakdown(runs[(schedule, m)])
             pred, meas = split["predicted"], split["measured"]
             bubbles[(schedule, m)] = meas
             print(f"{schedule:<10} {m:>3} {pred:>10.3f} {split['replayed']:>9.3f} {meas:>9.3f} "
@@ -65,6 +71,20 @@ def main() -> None:
           f"1f1b bubble {bubbles[('1f1b', 4)]:.3f}")
     print(f"ratio interleaved/1f1b measured {ratio:.2f}, predicted {pred_ratio:.2f}, "
           f"bar [0.40, 0.65]: {'yes' if 0.4 <= ratio <= 0.65 else 'NO'}")
+    print("\n## 2b. zero bubble (backward split into I and W) vs 1F1B, P=2, M=4")
+    one_f, zb = runs[("1f1b", 4)], run_pipeline("zb", 2, 4, **kw)
+    for label, res in (("1f1b", one_f), ("zb", zb)):
+        times = op_times_ms(res.timeline.events)
+        print(f"{label:<5} bubble {res.metrics['bubble_fraction']:.3f} (predicted "
+              f"{res.metrics['bubble_fraction_predicted']:.3f})  pipeline "
+              f"{res.metrics['pipeline_ms']:.0f} ms per step  ms per action "
+              f"{ {k: round(v, 1) for k, v in times.items()} }")
+    # same busy time (F + B = F + I + W), so the windows scale as 1 / (1 - bubble)
+    predicted = (1 - zb.metrics["bubble_fraction_predicted"]) / (
+        1 - one_f.metrics["bubble_fraction_predicted"])
+    measured = one_f.metrics["pipeline_ms"] / zb.metrics["pipeline_ms"]
+    print(f"pipeline time 1f1b / zb: measured x{measured:.2f}, predicted x{predicted:.2f} "
+          f"(F=1, B=2, I=W=1)")
     print("\n## 3. stage balance: layer costs 1,1,1,1,1,1,4,4 on P=2, 1F1B, M=8")
     costs = (1, 1, 1, 1, 1, 1, 4, 4)
     runs = balance_demo(costs, 2, 8, steps=args.steps, batch_size=args.batch_size,
