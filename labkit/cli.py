@@ -129,13 +129,28 @@ def _describe(result: Any) -> str:
         if key in m:
             lines.append(f"  {key:<13} {m[key]:.4g}")
     for key, v in m.items():
-        if key not in ("compute_s", "comm_s", "overlap_fraction", "idle_fraction",
-                       "step_time_s") and isinstance(v, (int, float, str)):
-            lines.append(f"  {key:<13} {v}")
+        if key in ("compute_s", "comm_s", "overlap_fraction", "idle_fraction", "step_time_s",
+                   "note"):
+            continue
+        if isinstance(v, (int, float, str)) or (
+                isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)):
+            lines.append(f"  {key:<13} {_number(v)}")
     if result.trace_path:
         lines.append(f"  trace         {result.trace_path}  (open in ui.perfetto.dev)")
-    lines.append(f"  params_sha256 {result.params_sha256}")
+    if result.params_sha256:
+        lines.append(f"  params_sha256 {result.params_sha256}")
+    if isinstance(m.get("note"), str):
+        lines.append(f"  note: {m['note']}")
     return "\n".join(lines)
+
+
+def _number(v: Any) -> str:
+    """Floats to 4 significant digits (lists element by element); anything else as is."""
+    if isinstance(v, bool) or not isinstance(v, (float, list)):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_number(x) for x in v) + "]"
+    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
 
 
 def _fail_input(args: argparse.Namespace, message: str) -> int:

@@ -90,3 +90,12 @@ def test_replay_with_free_messages_removes_only_the_handoff_delay() -> None:
     assert measured == pytest.approx(planned_bubble_fraction(plan, comm_s=1.0))
     assert replayed_bubble(tl, plan) == pytest.approx(1 / 5)
     assert measured > 1 / 5 + 0.05
+
+
+def test_overhead_note_only_for_short_actions_far_above_the_formula() -> None:
+    from labkit.strategies.pipeline.metrics import overhead_note
+
+    note = overhead_note(0.58, 0.077, 0.2)
+    assert note is not None and "0.2 ms" in note and "--batch-size 1024" in note
+    assert overhead_note(0.10, 0.077, 0.2) is None  # close enough to the formula
+    assert overhead_note(0.58, 0.077, 40.0) is None  # long actions: something else is wrong

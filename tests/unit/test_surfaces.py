@@ -91,3 +91,22 @@ def test_failure_renders_as_the_failing_ranks_block_in_notebooks():
     text = "\n".join(err._render_traceback_())
     assert "rank 2 failed (exception)" in text and "ValueError: bad" in text
     assert "Connection closed" not in text and "1 other rank(s)" in text
+
+
+def test_cli_run_summary_rounds_numbers_and_ends_with_the_note():
+    """`labkit run` prints floats to 4 significant digits, whole numbers without a decimal
+    point, lists of numbers element by element, and a strategy's note last."""
+    from types import SimpleNamespace
+
+    from labkit.cli import _describe
+
+    result = SimpleNamespace(losses=[2.5, 2.25], trace_path=None, params_sha256=None, metrics={
+        "bubble_fraction": 0.4951834290929521, "bubble_fraction_per_rank": [0.66421, 0.49],
+        "p2p_bytes_per_step": 32768.0, "schedule": "zb", "note": "actions are short"})
+    text = _describe(result)
+    lines = text.splitlines()
+    assert "  bubble_fraction 0.4952" in lines
+    assert "  bubble_fraction_per_rank [0.6642, 0.49]" in lines
+    assert "  p2p_bytes_per_step 32768" in lines
+    assert lines[-1] == "  note: actions are short"
+    assert not any(line.startswith("  params_sha256") for line in lines)  # no hash, no line

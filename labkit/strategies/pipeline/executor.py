@@ -38,7 +38,13 @@ from labkit.events import Op as Ev
 from labkit.rank import RankContext, RankOutput
 from labkit.schedules import Op, Plan
 from labkit.strategies.pipeline import PipelineOptions, options_for, orders_text, plan_for
-from labkit.strategies.pipeline.metrics import StepStat, bubble_summary, predictions, step_stats
+from labkit.strategies.pipeline.metrics import (
+    StepStat,
+    bubble_summary,
+    overhead_note,
+    predictions,
+    step_stats,
+)
 from labkit.strategies.pipeline.model import (
     StageModule,
     build_full,
@@ -361,6 +367,12 @@ def _output(ctx: RankContext, plan: Plan, opts: PipelineOptions, bounds: list[in
     if diffs:
         for i, k in enumerate(keys):
             metrics[k] = max(t[num + 3 + i] for t in tail)
+    busy = [st[2] for row in stats for st in (row[1:] or row)]
+    actions = sum(len(plan.actions(r)) for r in range(plan.stages)) / plan.stages
+    note = overhead_note(metrics["bubble_fraction"], metrics["bubble_fraction_predicted"],
+                         statistics.fmean(busy) / actions / 1e6)
+    if note:
+        metrics["note"] = note
     out = RankOutput(losses=[r.loss for r in records if r.loss is not None], metrics=metrics)
     return out
 

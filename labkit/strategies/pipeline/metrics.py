@@ -103,6 +103,18 @@ def predictions(schedule: str, stages: int, microbatches: int, virtual: int,
     return out
 
 
+def overhead_note(measured: float, predicted: float, mean_action_ms: float,
+                  slack: float = 0.05, short_ms: float = 5.0) -> str | None:
+    """A hint for a run whose bubble is well above the prediction because its actions are
+    too short for the fixed cost of each message (~0.5 ms on gloo) to vanish; else None."""
+    if measured - predicted <= slack or mean_action_ms >= short_ms:
+        return None
+    return (f"actions last {mean_action_ms:.1f} ms on average, so the fixed cost of each "
+            f"message and of Python weighs on the bubble ({measured:.3f} measured vs "
+            f"{predicted:.3f} predicted); give each microbatch more compute to see the "
+            f"formula, e.g. --width 1024 --depth 16 --batch-size 1024")
+
+
 # ---- the same numbers from a Timeline (parent side: visuals, bench, tests) ----------------
 def actions_of(events: Iterable[Event]) -> list[Event]:
     """The pipeline actions (F / B / I / W spans that carry a stage) of a run."""
