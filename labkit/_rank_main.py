@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
         board = Board.open(os.path.join(run_dir, "board"), world_size)
         store = dist.FileStore(os.path.join(run_dir, "store"), world_size)
         report = run_rank(job, rank, world_size, store=store, status=board.status(rank),
-                          progress=board.progress(rank))
+                          progress=board.progress(rank), spool_dir=run_dir)
         conn.send(("result", rank, report))
         conn.close()
         sys.stdout.flush()

@@ -105,6 +105,7 @@ def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
     try:
         result = run(config)
     except RunFailed as err:
+        _save_partial(args, err)
         return _fail_run(args, err.failure)
     except KeyboardInterrupt:
         return _fail_run(args, RankFailure(None, "interrupted", "stopped by Ctrl-C; all ranks "
@@ -159,6 +160,18 @@ def _fail_input(args: argparse.Namespace, message: str) -> int:
                                     "traceback": ""}}))
     print(f"labkit: error: {message}", file=sys.stderr)
     return 2
+
+
+def _save_partial(args: argparse.Namespace, err: RunFailed) -> None:
+    """--timeline / --trace still write what the ranks recorded before a failure."""
+    if err.timeline is None or not err.timeline.events:
+        return
+    if args.timeline:
+        err.timeline.save(args.timeline)
+        print(f"labkit: the timeline up to the failure is in {args.timeline}", file=sys.stderr)
+    if args.trace:
+        err.timeline.to_chrome(args.trace)
+        print(f"labkit: the trace up to the failure is in {args.trace}", file=sys.stderr)
 
 
 def _fail_run(args: argparse.Namespace, failure: RankFailure) -> int:

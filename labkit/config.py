@@ -94,8 +94,9 @@ class RunConfig:
     """Record the per-rank timeline (turn off only to measure tracing overhead)."""
     check_reference: bool = False
     """Also train one process on the global batch and report the max abs weight difference."""
-    inject_fault: FaultSpec | str | None = None
-    """Fail a rank on purpose, e.g. "1:3:raise" (rank 1, step 3, raise an exception)."""
+    inject_fault: FaultSpec | str | dict[str, Any] | None = None
+    """Fail a rank on purpose, e.g. "1:3:raise" (rank 1, step 3, raise an exception), or the
+    same as ``{"rank": 1, "step": 3, "kind": "raise"}``."""
     threads_per_rank: int | None = None
     """Torch threads per rank; default: CPU cores // world_size (at least 1)."""
     progress: bool | None = None
@@ -125,8 +126,18 @@ class RunConfig:
             problems.append(f"threads_per_rank ({self.threads_per_rank}) must be >= 1")
         problems += self.model.problems()
         problems += self._backend_problems()
-        if isinstance(self.inject_fault, str):
-            object.__setattr__(self, "inject_fault", FaultSpec.parse(self.inject_fault))
+        fault = self.inject_fault
+        if isinstance(fault, str):
+            object.__setattr__(self, "inject_fault", FaultSpec.parse(fault))
+        elif isinstance(fault, dict):
+            try:
+                object.__setattr__(self, "inject_fault", FaultSpec(**fault))
+            except TypeError:
+                problems.append(f"inject_fault {fault!r} must have exactly the keys rank, step "
+                                f"and kind; e.g. {{'rank': 1, 'step': 3, 'kind': 'raise'}}")
+        elif fault is not None and not isinstance(fault, FaultSpec):
+            problems.append(f"inject_fault {fault!r} must be 'RANK:STEP:KIND' (e.g. '1:3:raise'), "
+                            f"a FaultSpec or a dict with rank, step and kind")
         if isinstance(self.inject_fault, FaultSpec):
             problems += self._fault_problems(self.inject_fault)
         if spec is not None:

@@ -7,6 +7,7 @@ example, so a student can fix the call without reading labkit's source.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class LabError(Exception):
@@ -40,7 +41,11 @@ class RunFailed(LabError):
 
     ``others`` holds what the remaining ranks reported (often just "connection closed by
     peer" echoes of the first failure), kept for debugging but never shown first.
+    ``timeline`` holds what every rank recorded before the failure (a ``Timeline``, or None
+    where nothing was recorded): plot it to see where each rank was when the run broke.
     """
+
+    timeline: Any = None
 
     def __init__(self, failure: RankFailure, others: list[RankFailure] | None = None):
         self.failure = failure
@@ -67,6 +72,9 @@ class RunFailed(LabError):
         if self.others:
             lines += ["", f"({len(self.others)} other rank(s) stopped after this failure; "
                           f"see err.others)"]
+        if self.timeline is not None and self.timeline.events:
+            lines += [f"(what the ranks recorded before it: err.timeline, "
+                      f"{len(self.timeline.events)} events; labkit.plot_timeline(err.timeline))"]
         return lines
 
     @property

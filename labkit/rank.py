@@ -82,11 +82,14 @@ class _StepSpan:
         self._start = ctx.tracer.now()
         return self._step
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         ctx = self._ctx
-        ctx.tracer.record(Op.STEP, self._start, ctx.tracer.now(), step=self._step)
+        ctx.tracer.record(Op.STEP, self._start, ctx.tracer.now(), step=self._step,
+                          name=None if exc_type is None else "aborted")
         if ctx.progress is not None:
             ctx.progress.value = self._step + 1
+        if ctx.spool is not None:
+            ctx.spool.write()
 
 
 def inject_fault(kind: str, step: int) -> None:
@@ -119,6 +122,9 @@ class RankContext:
     seed: int = 0
     progress: Any = None
     fault: Any = None
+    spool: Any = None
+    """Writes this rank's events to disk as it goes (``labkit.spool``), so a failed run
+    still has a timeline; None under torchrun and on CUDA."""
 
     @property
     def options(self) -> Any:
@@ -160,10 +166,11 @@ def limit_threads(threads: int) -> None:
 
 def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = None,
              store: Any = None, status: Any = None, progress: Any = None,
-             before_destroy: Any = None) -> RankReport:
+             before_destroy: Any = None, spool_dir: str | None = None) -> RankReport:
     """Set up this rank, run the job, and return its report (the process group is destroyed).
 
     ``store`` None means env:// rendezvous (torchrun sets MASTER_ADDR / MASTER_PORT).
+    ``spool_dir`` (the supervisor's run directory) turns on the event spool.
     ``before_destroy(report)`` runs while the group is still up (torchrun's worker gathers
     every rank's report to rank 0 there).
     """
@@ -197,17 +204,27 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
         comm = Comm(tracer, rank, world_size, status=status)
         offset = _align_clocks(tracer, rank, world_size)
         cfg = job.config
+        spool = None
+        if spool_dir is not None and job.trace and type(tracer) is Tracer:
+            from labkit.spool import Spool, spool_path
+
+            spool = Spool(spool_path(spool_dir, rank), tracer, offset)
         ctx = RankContext(rank=rank, world_size=world_size, local_rank=local_rank,
                           backend=job.backend, device=device, tracer=tracer, comm=comm,
                           config=cfg, seed=job.seed, progress=progress,
-                          fault=cfg.inject_fault if cfg is not None else None)
-        if job.fn is not None:
-            output = job.fn(ctx, *job.args)
-        else:
-            from labkit import strategies
+                          fault=cfg.inject_fault if cfg is not None else None, spool=spool)
+        try:
+            if job.fn is not None:
+                output = job.fn(ctx, *job.args)
+            else:
+                from labkit import strategies
 
-            assert cfg is not None
-            output = strategies.load_entry(strategies.get(cfg.strategy).entry)(ctx)
+                assert cfg is not None
+                output = strategies.load_entry(strategies.get(cfg.strategy).entry)(ctx)
+        except BaseException:
+            if spool is not None:  # everything up to the error, for err.timeline
+                spool.write(force=True)
+            raise
         comm.drain()  # every async op's span recorded before the events are handed in
         events = tracer.events(offset)
         report = RankReport(rank=rank, host=socket.gethostname(), events=events, output=output)

@@ -17,7 +17,7 @@ from typing import Any
 
 from labkit import devices
 from labkit.config import RunConfig
-from labkit.errors import ConfigError
+from labkit.errors import ConfigError, RunFailed
 from labkit.rank import Job, RankOutput, RankReport
 from labkit.supervisor import supervise
 from labkit.timeline import Timeline
@@ -124,6 +124,10 @@ def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
     t0 = time.monotonic()
     try:
         reports, logs = supervise(job, config.world_size, config.timeout_s, on_progress)
+    except RunFailed as err:
+        if err.timeline is not None:  # what the ranks recorded before the failure
+            err.timeline.meta.update({"config": config.to_json(), "backend": backend})
+        raise
     finally:
         if bar is not None:
             bar.close()

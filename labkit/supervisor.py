@@ -35,6 +35,8 @@ from typing import Any
 from labkit.board import Board
 from labkit.errors import RankFailure, RunFailed, RunTimeout
 from labkit.rank import Job, RankReport
+from labkit.spool import read_spools
+from labkit.timeline import Timeline
 
 # Errors a rank raises only because *another* rank failed first.
 _ECHO_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
@@ -101,8 +103,16 @@ class Supervisor:
         self.start()
         try:
             return self._watch()
+        except RunFailed as err:  # RunTimeout too: keep what the ranks recorded so far
+            err.timeline = self._partial_timeline()
+            raise
         finally:
             self.shutdown()
+
+    def _partial_timeline(self) -> Timeline:
+        """The events every rank spooled before the failure (see ``labkit.spool``)."""
+        return Timeline(read_spools(self.tmpdir, self.world_size), self.world_size,
+                        {"failed": True})
 
     def shutdown(self) -> None:
         """Kill whatever still runs, reap every child, keep the logs, remove the temp dir."""

@@ -53,6 +53,17 @@ class _NullSpan:
 _NULL = _NullSpan()
 
 
+Raw = tuple[Op, Any, Any, tuple[Any, ...]]
+"""One record as taken: (op, start reading, end reading, meta in RAW_FIELDS order)."""
+
+
+def raw_to_event(rank: int, raw: Raw, origin_ns: int, offset_ns: int) -> Event:
+    """A record with host-ns readings -> an Event on the shared clock."""
+    op, start, end, meta = raw
+    return Event(rank, op.lane, op, start - origin_ns + offset_ns, max(0, end - start),
+                 **dict(zip(RAW_FIELDS, meta)))
+
+
 class Tracer:
     """Records spans for one rank.
 
@@ -64,7 +75,8 @@ class Tracer:
         self.enabled = enabled
         self.clock = clock or _now
         self.origin_ns = self.clock()
-        self._raw: list[tuple[Op, Any, Any, tuple[Any, ...]]] = []
+        self._raw: list[Raw] = []
+        self._cleared = 0  # records dropped by clear(), so indexes stay global
 
     @staticmethod
     def _meta(step: int | None = None, microbatch: int | None = None, stage: int | None = None,
@@ -92,14 +104,19 @@ class Tracer:
 
     def events(self, offset_ns: int = 0) -> list[Event]:
         """Resolve the raw records into Events (``offset_ns`` shifts onto a shared clock)."""
-        out = []
-        origin = self.origin_ns
-        for op, start, end, meta in self._raw:
-            s, e = self._resolve(start), self._resolve(end)
-            kw = dict(zip(RAW_FIELDS, meta))
-            out.append(Event(self.rank, op.lane, op, s - origin + offset_ns, max(0, e - s), **kw))
+        out = self._to_events(self._raw, offset_ns)
         out.sort(key=lambda ev: ev.start_ns)
         return out
+
+    def raw_since(self, index: int) -> tuple[list[Raw], int]:
+        """The raw records after the first ``index`` (in recording order) and the index to
+        pass next time: what a spool appends to disk as a rank goes (host-clock tracers)."""
+        end = len(self._raw)  # a comm callback may append while we read: stop here
+        return self._raw[max(0, index - self._cleared):end], self._cleared + end
+
+    def _to_events(self, raw: list[Raw], offset_ns: int) -> list[Event]:
+        return [raw_to_event(self.rank, (op, self._resolve(s), self._resolve(e), meta),
+                             self.origin_ns, offset_ns) for op, s, e, meta in raw]
 
     def _resolve(self, t: Any) -> int:
         return int(t)
@@ -109,6 +126,7 @@ class Tracer:
         return self._resolve(t)
 
     def clear(self) -> None:
+        self._cleared += len(self._raw)
         self._raw.clear()
 
 

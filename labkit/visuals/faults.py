@@ -20,7 +20,8 @@ from labkit.plots import new_figure
 
 @dataclass
 class FaultStory:
-    """What happened to one run, from real records (config, failure, checkpoint directory)."""
+    """What happened to one run, from real records (the failure and its timeline, the
+    checkpoint directory, the resumed run)."""
 
     steps: int
     fault_rank: int
@@ -82,18 +83,35 @@ def plot_fault_timeline(story: FaultStory, *, attempts_label: Sequence[str] = (
     return fig
 
 
-def story_from_runs(*, checkpoint_dir: str, fault: object, steps: int, resumed_from: int,
+def story_from_runs(*, checkpoint_dir: str, steps: int, resumed_from: int,
+                    failed: object = None, fault: object = None,
                     reference_losses: Sequence[float] = (), resumed_losses: Sequence[float] = (),
                     label: str = "labkit run ddp") -> FaultStory:
-    """Build the story from the records: the fault spec, the checkpoint directory on disk
-    (checkpoints up to the fault are attempt 1's) and what the resumed run reported."""
+    """Build the story from the records: the failed attempt, the checkpoint directory on disk
+    (checkpoints up to the fault are attempt 1's) and what the resumed run reported.
+
+    ``failed`` is the ``RunFailed`` the first attempt raised: the dead rank comes from it and
+    the step it died in from its ``timeline`` (the steps that rank finished). Where there is
+    no such error to hand (a torchrun restart), pass the injected ``fault`` spec instead.
+    """
     from labkit.checkpoint import complete_steps
     from labkit.config import FaultSpec
+    from labkit.errors import ConfigError, RunFailed
 
-    spec = FaultSpec.parse(fault) if isinstance(fault, str) else fault
-    assert isinstance(spec, FaultSpec)
-    return FaultStory(steps=steps, fault_rank=spec.rank, fault_step=spec.step,
-                      checkpoints=[c for c in complete_steps(checkpoint_dir) if c <= spec.step],
+    if isinstance(failed, RunFailed) and failed.rank is not None and failed.timeline is not None:
+        done = [e.step for e in failed.timeline.events if e.rank == failed.rank
+                and e.op.value == "step" and e.name != "aborted" and e.step is not None]
+        rank, step = failed.rank, max(done, default=-1) + 1
+    elif fault is not None:
+        spec = FaultSpec.parse(fault) if isinstance(fault, str) else fault
+        if not isinstance(spec, FaultSpec):
+            raise ConfigError(f"fault {fault!r} must be 'RANK:STEP:KIND' or a FaultSpec")
+        rank, step = spec.rank, spec.step
+    else:
+        raise ConfigError("story_from_runs needs failed=<the RunFailed of the first attempt> "
+                          "(with its timeline) or fault='RANK:STEP:KIND'")
+    return FaultStory(steps=steps, fault_rank=rank, fault_step=step,
+                      checkpoints=[c for c in complete_steps(checkpoint_dir) if c <= step],
                       resumed_from=resumed_from, label=label,
                       reference_losses=list(reference_losses),
                       resumed_losses=list(resumed_losses))

@@ -30,6 +30,21 @@ def test_injected_fault_names_the_failing_rank_and_kind(kind, expected, no_lefto
     if kind == "kill":
         assert "SIGKILL" in err.value.failure.message
     assert time.monotonic() - start < 30
+    _check_partial_timeline(err.value, failed_rank=1, fault_step=3)
+
+
+def _check_partial_timeline(err: RunFailed, failed_rank: int, fault_step: int) -> None:
+    """err.timeline holds every step each rank finished before the failure, and nothing
+    the failed rank could not have done."""
+    tl = err.timeline
+    assert tl is not None and tl.meta["config"]["strategy"] == "ddp"
+    finished = {r: sorted(e.step for e in tl.events if e.rank == r and e.op.value == "step"
+                          and e.name != "aborted") for r in range(2)}
+    assert finished[failed_rank] == list(range(fault_step)), finished
+    other = 1 - failed_rank
+    assert finished[other][:fault_step] == list(range(fault_step)), finished
+    assert not [e for e in tl.events if e.rank == failed_rank and (e.step or 0) >= fault_step]
+    assert any(e.op.value == "all_reduce" for e in tl.events)  # comm spans too
 
 
 def test_hung_rank_is_named_at_the_timeout(no_leftover_ranks):
@@ -41,6 +56,7 @@ def test_hung_rank_is_named_at_the_timeout(no_leftover_ranks):
     assert "outside any communication call" in err.value.failure.message
     assert "rank 1" in err.value.failure.traceback and "inject_fault" in err.value.failure.traceback
     assert elapsed < 8 + 5 + 3  # timeout + 5 s, plus the start-up before the clock
+    _check_partial_timeline(err.value, failed_rank=0, fault_step=2)
 
 
 def test_student_function_defined_here_runs_by_value_on_every_rank(no_leftover_ranks):
@@ -120,3 +136,17 @@ def test_launch_rejects_bad_input_before_starting():
         labkit.launch(lambda ctx: None, 0)
     with pytest.raises(labkit.ConfigError, match="must be callable"):
         labkit.launch(42, 2)
+
+
+def test_cli_saves_the_timeline_up_to_a_failure(tmp_path, capsys, no_leftover_ranks):
+    """`labkit run ... --timeline F` still writes F when a rank dies, and says so."""
+    from labkit.cli import main
+    from labkit.timeline import Timeline
+
+    path = tmp_path / "failed.json"
+    code = main(["run", "ddp", "--steps", "6", "--inject-fault", "1:3:kill", "--timeline",
+                 str(path), "--no-progress", "--timeout", "60"])
+    assert code == 1
+    assert f"the timeline up to the failure is in {path}" in capsys.readouterr().err
+    steps = {e.step for e in Timeline.load(path).events if e.rank == 1}
+    assert steps == {0, 1, 2}

@@ -33,6 +33,9 @@ def test_defaults_are_valid_and_options_are_built():
     ({"inject_fault": "0:99:raise"}, "inject_fault step (99) must be in 0..9"),
     ({"inject_fault": "0:1:explode"}, "inject_fault kind 'explode' must be one of"),
     ({"inject_fault": "zero"}, "must look like RANK:STEP:KIND"),
+    ({"inject_fault": {"rank": 1, "when": 2}}, "must have exactly the keys rank, step and kind"),
+    ({"inject_fault": 3}, "inject_fault 3 must be 'RANK:STEP:KIND'"),
+    ({"inject_fault": {"rank": 1, "step": 2, "kind": "melt"}}, "kind 'melt' must be one of"),
 ])
 def test_bad_values_are_named_with_their_rule(kwargs, fragment):
     base = {"strategy": "ddp"}
@@ -76,3 +79,8 @@ def test_config_json_is_plain():
 
     d = RunConfig(strategy="ddp", inject_fault="1:2:raise").to_json()
     assert json.loads(json.dumps(d))["inject_fault"] == "1:2:raise"
+
+
+def test_inject_fault_as_a_dict_means_the_same_as_the_text() -> None:
+    as_dict = RunConfig(strategy="ddp", inject_fault={"rank": 1, "step": 2, "kind": "raise"})
+    assert as_dict.inject_fault == FaultSpec.parse("1:2:raise")

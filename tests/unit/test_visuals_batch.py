@@ -59,3 +59,30 @@ def test_fault_timeline_shows_kill_checkpoints_and_resume() -> None:
     only_top = plot_fault_timeline(FaultStory(steps=6, fault_rank=0, fault_step=2,
                                               checkpoints=[], resumed_from=0))
     assert len(only_top.axes) == 1
+
+
+def test_fault_story_takes_rank_and_step_from_the_failed_runs_timeline(tmp_path) -> None:
+    """The dead rank from the error, the step from the steps it finished (aborted ones do
+    not count); checkpoints after that step belong to the second attempt."""
+    from labkit.checkpoint import MARKER
+    from labkit.errors import ConfigError, RankFailure, RunFailed
+    from labkit.events import Event, Lane, Op
+    from labkit.timeline import Timeline
+    from labkit.visuals.faults import story_from_runs
+
+    for step in (4, 8, 12):  # committed checkpoints, as the saver leaves them
+        (tmp_path / f"step_{step:08d}").mkdir()
+        (tmp_path / f"step_{step:08d}" / ".metadata").write_text("{}")
+        (tmp_path / f"step_{step:08d}" / MARKER).write_text("")
+    events = [Event(r, Lane.STEP, Op.STEP, 10 * s, 5, step=s) for r in (0, 1) for s in range(9)]
+    events.append(Event(0, Lane.STEP, Op.STEP, 90, 5, step=9, name="aborted"))
+    err = RunFailed(RankFailure(1, "signal", "rank 1 was killed by SIGKILL"))
+    err.timeline = Timeline(events, 2)
+    story = story_from_runs(checkpoint_dir=str(tmp_path), steps=12, resumed_from=8, failed=err)
+    assert (story.fault_rank, story.fault_step, story.lost_steps) == (1, 9, 1)
+    assert story.checkpoints == [4, 8]  # step 12 was written by the second attempt
+    by_spec = story_from_runs(checkpoint_dir=str(tmp_path), steps=12, resumed_from=8,
+                              fault="0:5:kill")
+    assert (by_spec.fault_rank, by_spec.fault_step) == (0, 5)
+    with pytest.raises(ConfigError, match="failed=<the RunFailed"):
+        story_from_runs(checkpoint_dir=str(tmp_path), steps=12, resumed_from=8)

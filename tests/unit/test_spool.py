@@ -1,0 +1,69 @@
+"""The event spool: what a rank writes as it goes comes back as the same Events, a write
+torn by a kill costs only itself, and clearing the tracer never re-sends or skips records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labkit.errors import RankFailure, RunFailed
+from labkit.events import Op
+from labkit.spool import Spool, read_spool, read_spools, spool_path
+from labkit.timeline import Timeline
+from labkit.tracer import Tracer
+
+pytestmark = pytest.mark.lesson00
+
+
+def _step(tracer: Tracer, step: int) -> None:
+    t = tracer.origin_ns + 1000 * step
+    tracer.record(Op.FORWARD, t, t + 400, step=step)
+    tracer.record(Op.ALL_REDUCE, t + 400, t + 900, step=step, bytes=64)
+
+
+def test_spooled_events_equal_the_tracers(tmp_path: Path) -> None:
+    tracer = Tracer(rank=1)
+    spool = Spool(spool_path(tmp_path, 1), tracer, offset_ns=50)
+    for step in range(3):
+        _step(tracer, step)
+        spool.write()
+    assert read_spool(spool_path(tmp_path, 1)) == tracer.events(50)
+    assert read_spools(tmp_path, 2) == tracer.events(50)  # rank 0 wrote nothing: no file
+
+
+def test_a_torn_last_write_is_dropped_and_the_rest_kept(tmp_path: Path) -> None:
+    tracer = Tracer(rank=0)
+    path = spool_path(tmp_path, 0)
+    spool = Spool(path, tracer, 0)
+    _step(tracer, 0)
+    spool.write()
+    _step(tracer, 1)
+    spool.write()
+    path.write_bytes(path.read_bytes()[:-5])  # the kill landed mid-write
+    assert [e.step for e in read_spool(path)] == [0, 0]
+    path.write_bytes(b"not a spool")
+    assert read_spool(path) == []
+
+
+def test_clear_and_throttle_keep_the_write_index_right(tmp_path: Path) -> None:
+    tracer = Tracer(rank=0)
+    path = spool_path(tmp_path, 0)
+    spool = Spool(path, tracer, 0, every_s=3600)
+    _step(tracer, 0)
+    spool.write()  # the first write always happens
+    _step(tracer, 1)
+    spool.write()  # too soon: skipped ...
+    tracer.clear()  # ... and the tracer forgets step 1 (bench code clears between runs)
+    _step(tracer, 2)
+    spool.write(force=True)
+    assert [e.step for e in read_spool(path)] == [0, 0, 2, 2]
+
+
+def test_the_notebook_error_points_at_the_partial_timeline() -> None:
+    err = RunFailed(RankFailure(1, "signal", "rank 1 was killed by SIGKILL"))
+    assert not any("err.timeline" in line for line in err._render_traceback_())
+    tracer = Tracer(rank=0)
+    _step(tracer, 0)
+    err.timeline = Timeline(tracer.events(), 2)
+    assert "err.timeline, 2 events" in err._render_traceback_()[-1]
