@@ -1,5 +1,6 @@
 """Fault reporting: inject raise / exit / kill / hang N times each and check that the caller
-gets the right rank and kind in time, and that no rank process survives 10 s later.
+gets the right rank and kind in time, with ``err.timeline`` holding every step the failed
+rank finished, and that no rank process survives 10 s later.
 
 Bars (issue 2): report within max(5 s, 2 x median step) of the fault (hang: timeout + 5 s);
 zero survivors. Also starts 20 runs at once on this host and counts address-in-use errors.
@@ -46,8 +47,13 @@ def one_fault(kind: str, timeout_s: float) -> dict:
     except RunFailed as err:
         elapsed = time.monotonic() - t0
         expected = {"raise": "exception", "exit": "exit", "kill": "signal", "hang": "timeout"}
+        # err.timeline must hold steps 0..step-1 of the failed rank, and nothing after
+        tl = err.timeline
+        done = sorted(e.step for e in tl.events if e.rank == 1 and e.op.value == "step"
+                      and e.name != "aborted") if tl is not None else None
         return {"ok": err.rank == 1 and err.kind == expected[kind], "rank": err.rank,
-                "kind": err.kind, "elapsed_s": elapsed}
+                "kind": err.kind, "elapsed_s": elapsed,
+                "timeline_ok": done == list(range(step))}
 
 
 def main() -> None:
@@ -67,6 +73,7 @@ def main() -> None:
         lat = [r["elapsed_s"] - base.wall_s * 0.9 for r in rows if "elapsed_s" in r]
         report["faults"][kind] = {
             "correct": sum(r["ok"] for r in rows), "reps": len(rows),
+            "timeline_up_to_the_fault": sum(r.get("timeline_ok", False) for r in rows),
             "median_elapsed_s": round(statistics.median(r["elapsed_s"] for r in rows), 3),
             "max_elapsed_s": round(max(r["elapsed_s"] for r in rows), 3),
             "max_report_latency_s_est": round(max(lat), 3)}
