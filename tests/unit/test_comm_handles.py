@@ -82,6 +82,10 @@ class FuturelessWork(FakeWork):
 
 
 def test_a_backend_without_futures_is_asked_once_per_op_kind():
+    from labkit import comm as comm_module
+
+    comm_module._NO_FUTURE.difference_update({(FuturelessWork, Op.SEND), (FuturelessWork, Op.RECV)})
+    FuturelessWork.asked = 0
     tracer = Tracer(rank=0)
     comm = Comm(tracer, 0, 2)
     handles = [Handle(comm, FuturelessWork(), Op.SEND, tracer.now(), {"peer": 1})
@@ -89,6 +93,7 @@ def test_a_backend_without_futures_is_asked_once_per_op_kind():
     assert FuturelessWork.asked == 1  # remembered after the first RuntimeError
     for h in handles:  # still recorded, at wait(), since no callback will come
         h.wait()
-    assert [e.op for e in tracer.events()] == [Op.SEND] * 5
+    # (a WAIT span may join them when a busy machine makes wait() take > 20 us)
+    assert [e.op for e in tracer.events() if e.op is not Op.WAIT] == [Op.SEND] * 5
     Handle(comm, FuturelessWork(), Op.RECV, tracer.now(), {"peer": 1}).wait()
     assert FuturelessWork.asked == 2  # a different op is asked on its own
