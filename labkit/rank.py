@@ -223,7 +223,7 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
                 output = strategies.load_entry(strategies.get(cfg.strategy).entry)(ctx)
         except BaseException:
             if spool is not None:  # everything up to the error, for err.timeline
-                spool.write(force=True)
+                spool.write()
             raise
         comm.drain()  # every async op's span recorded before the events are handed in
         events = tracer.events(offset)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import pickle
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,26 +37,18 @@ class Spool:
     The file starts with a header (rank, the tracer's time zero, the offset onto rank 0's
     clock); each write appends the raw records taken since the last one, pickled as one
     list. Records become Events only when read, so a write costs a pickle and one syscall
-    (about 6 us for a step's ten records). ``every_s`` > 0 skips writes closer together
-    than that, for runs of very short steps.
+    (about 6 us for a step's ten records).
     """
 
-    def __init__(self, path: str | Path, tracer: Any, offset_ns: int, every_s: float = 0.0):
+    def __init__(self, path: str | Path, tracer: Any, offset_ns: int):
         self.path = Path(path)
         self.tracer = tracer
         self.offset_ns = offset_ns
-        self.every_s = every_s
         self._written = 0  # tracer records already on disk
-        self._last = 0.0
         self._file: io.RawIOBase | None = None
 
-    def write(self, force: bool = False) -> None:
-        """Append the records taken since the last write (skipped if one happened less than
-        ``every_s`` ago, unless ``force``)."""
-        now = time.monotonic()
-        if not force and now - self._last < self.every_s:
-            return
-        self._last = now
+    def write(self) -> None:
+        """Append the records taken since the last write (nothing new: no write)."""
         fresh, self._written = self.tracer.raw_since(self._written)
         if not fresh:
             return
