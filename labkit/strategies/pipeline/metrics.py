@@ -145,26 +145,29 @@ def replayed_bubble(timeline: Any, plan: Any, skip_first: bool = True) -> float:
     from labkit.schedules import Op as PlanOp
 
     by_step: dict[int, dict[Any, float]] = {}
-    for e in actions_of(timeline.events):
+    for e in steady_actions(timeline.events, skip_first):
         if e.step is None or e.microbatch is None:
             continue
         assert e.stage is not None
         action = Action(e.stage, PlanOp(_SCHEDULE_OP[e.op]), e.microbatch)
         by_step.setdefault(e.step, {})[action] = e.dur_ns / 1e9
-    steps = sorted(by_step)
-    if skip_first and len(steps) > 1:
-        steps = steps[1:]
-    if not steps:
+    if not by_step:
         return 0.0
-    return statistics.fmean(planned_bubble_fraction(plan, durations=by_step[s]) for s in steps)
+    return statistics.fmean(planned_bubble_fraction(plan, durations=d) for d in by_step.values())
 
 
-def op_times_ms(events: Iterable[Event], skip_first_step: bool = True) -> dict[str, float]:
-    """Mean duration of each kind of action (forward, backward, backward_input, ...) in ms."""
+def steady_actions(events: Iterable[Event], skip_first_step: bool = True) -> list[Event]:
+    """The pipeline actions, without the first (warm-up) step when the run has more than one."""
     acts = actions_of(events)
     steps = sorted({e.step for e in acts if e.step is not None})
     if skip_first_step and len(steps) > 1:
         acts = [e for e in acts if e.step != steps[0]]
+    return acts
+
+
+def op_times_ms(events: Iterable[Event], skip_first_step: bool = True) -> dict[str, float]:
+    """Mean duration of each kind of action (forward, backward, backward_input, ...) in ms."""
+    acts = steady_actions(events, skip_first_step)
     by_op: dict[str, list[int]] = {}
     for e in acts:
         by_op.setdefault(e.op.value, []).append(e.dur_ns)
@@ -173,10 +176,7 @@ def op_times_ms(events: Iterable[Event], skip_first_step: bool = True) -> dict[s
 
 def stage_times_ms(events: Iterable[Event], skip_first_step: bool = True) -> dict[int, float]:
     """Mean compute time per microbatch of each model stage (F + B, or F + I + W), in ms."""
-    acts = actions_of(events)
-    steps = sorted({e.step for e in acts if e.step is not None})
-    if skip_first_step and len(steps) > 1:
-        acts = [e for e in acts if e.step != steps[0]]
+    acts = steady_actions(events, skip_first_step)
     total: dict[int, int] = {}
     count: dict[int, set[tuple[Any, Any]]] = {}
     for e in acts:
