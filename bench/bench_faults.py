@@ -48,9 +48,7 @@ def one_fault(kind: str, timeout_s: float) -> dict:
         elapsed = time.monotonic() - t0
         expected = {"raise": "exception", "exit": "exit", "kill": "signal", "hang": "timeout"}
         # err.timeline must hold steps 0..step-1 of the failed rank, and nothing after
-        tl = err.timeline
-        done = sorted(e.step for e in tl.events if e.rank == 1 and e.op.value == "step"
-                      and e.name != "aborted") if tl is not None else None
+        done = err.timeline.finished_steps(1) if err.timeline is not None else None
         return {"ok": err.rank == 1 and err.kind == expected[kind], "rank": err.rank,
                 "kind": err.kind, "elapsed_s": elapsed,
                 "timeline_ok": done == list(range(step))}

@@ -15,6 +15,9 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
+ABORTED = "aborted"
+"""The name of a STEP span its rank left by an exception (a failed run's last step)."""
+
 
 class Lane(enum.Enum):
     """Which row of a rank's timeline a span belongs to."""

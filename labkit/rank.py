@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from labkit.events import Event, Op
+from labkit.events import ABORTED, Event, Op
 
 if TYPE_CHECKING:
     import torch
@@ -85,7 +85,7 @@ class _StepSpan:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         ctx = self._ctx
         ctx.tracer.record(Op.STEP, self._start, ctx.tracer.now(), step=self._step,
-                          name=None if exc_type is None else "aborted")
+                          name=None if exc_type is None else ABORTED)
         if ctx.progress is not None:
             ctx.progress.value = self._step + 1
         if ctx.spool is not None:

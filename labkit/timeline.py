@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.events import SCHEMA_VERSION, Event, Lane, Op
+from labkit.events import ABORTED, SCHEMA_VERSION, Event, Lane, Op
 
 Interval = tuple[int, int]
 
@@ -86,6 +86,12 @@ class Timeline:
 
     def steps(self) -> list[int]:
         return sorted({e.step for e in self.events if e.op == Op.STEP and e.step is not None})
+
+    def finished_steps(self, rank: int) -> list[int]:
+        """The steps ``rank`` completed: in a failed run's ``err.timeline`` the step it died
+        in is missing, and a step it left by an exception is marked ``ABORTED``."""
+        return sorted(e.step for e in self.events if e.rank == rank and e.op == Op.STEP
+                      and e.name != ABORTED and e.step is not None)
 
     def window(self, steps: Iterable[int] | None = None) -> Timeline:
         """A timeline holding only the given steps (default: all but the first, the warm-up)."""

@@ -99,8 +99,7 @@ def story_from_runs(*, checkpoint_dir: str, steps: int, resumed_from: int,
     from labkit.errors import ConfigError, RunFailed
 
     if isinstance(failed, RunFailed) and failed.rank is not None and failed.timeline is not None:
-        done = [e.step for e in failed.timeline.events if e.rank == failed.rank
-                and e.op.value == "step" and e.name != "aborted" and e.step is not None]
+        done = failed.timeline.finished_steps(failed.rank)
         rank, step = failed.rank, max(done, default=-1) + 1
     elif fault is not None:
         spec = FaultSpec.parse(fault) if isinstance(fault, str) else fault

@@ -118,3 +118,14 @@ def test_step_times_and_window():
     tl = two_rank_timeline()
     assert tl.step_times_s() == [200 / 1e9]
     assert tl.window([0]).events == tl.events
+
+
+def test_finished_steps_leave_out_a_step_its_rank_aborted():
+    from labkit.events import ABORTED
+
+    events = [Event(0, Lane.STEP, Op.STEP, 10 * s, 5, step=s) for s in range(3)]
+    events.append(Event(0, Lane.STEP, Op.STEP, 30, 5, step=3, name=ABORTED))
+    events.append(Event(1, Lane.STEP, Op.STEP, 0, 5, step=0))
+    tl = Timeline(events, 2)
+    assert tl.finished_steps(0) == [0, 1, 2]
+    assert tl.finished_steps(1) == [0]
