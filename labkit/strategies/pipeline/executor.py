@@ -106,9 +106,6 @@ class _StepRunner:
         self.loss = 0.0
         self.cuda = ctx.device.type == "cuda"
         self.split = any(a.op is Op.W for a in plan.actions(ctx.rank))
-        if self.split:
-            for mod in modules.values():
-                _check_only_linears(mod)
 
     # ---- messages ------------------------------------------------------------------------
     def _prepost(self, rows: list[int]) -> None:
@@ -298,6 +295,9 @@ def build_stages(ctx: RankContext, plan: Plan, model: ModelConfig, opts: Pipelin
     bounds = stage_bounds(opts.balance, model.depth, num, measured)
     mods = {s: StageModule(full, s, num, bounds).to(ctx.device)
             for s in range(num) if plan.stage_to_rank(s) == ctx.rank}
+    if any(a.op is Op.W for a in plan.actions(ctx.rank)):  # checked once, not every step
+        for mod in mods.values():
+            _check_only_linears(mod)
     return mods, bounds, full
 
 
