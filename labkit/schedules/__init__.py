@@ -8,12 +8,14 @@ torch.
 
 from labkit.schedules.actions import Action, Op, Plan, format_cells, format_plan
 from labkit.schedules.plans import (
+    CLOSED_FORM,
     SCHEDULES,
     build_plan,
     gpipe,
     interleaved_1f1b,
     one_f_one_b,
     plan_from_orders,
+    schedule_problems,
     zero_bubble,
 )
 from labkit.schedules.simulate import (
@@ -33,8 +35,9 @@ from labkit.schedules.validate import (
 )
 
 __all__ = [
-    "DEFAULT_COSTS", "SCHEDULES", "Action", "Op", "Plan", "Problem", "ScheduleError",
+    "CLOSED_FORM", "DEFAULT_COSTS", "SCHEDULES", "Action", "Op", "Plan", "Problem", "ScheduleError",
     "SimEvent", "build_plan", "check_cells", "check_plan", "format_cells", "format_plan",
     "gpipe", "interleaved_1f1b", "one_f_one_b", "peak_in_flight", "plan_from_orders",
-    "planned_bubble_fraction", "simulate", "validate_cells", "validate_plan", "zero_bubble",
+    "planned_bubble_fraction", "schedule_problems", "simulate", "validate_cells",
+    "validate_plan", "zero_bubble",
 ]

@@ -30,6 +30,10 @@ from labkit.schedules.actions import Action, Cells, Op, Plan, Token, format_cell
 from labkit.schedules.validate import ScheduleError
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb")
+"""Every schedule labkit builds; the one list the CLI, the options, the widgets read."""
+CLOSED_FORM = ("gpipe", "1f1b", "interleaved")
+"""Schedules whose bubble has a closed form (``labkit.theory.bubble_fraction``); zero
+bubble's comes from simulating its plan."""
 
 
 def _check_counts(stages: int, microbatches: int, virtual: int) -> None:
@@ -43,24 +47,38 @@ def _check_counts(stages: int, microbatches: int, virtual: int) -> None:
         raise ConfigError(problems)
 
 
-def _check_args(schedule: str, stages: int, microbatches: int, virtual: int) -> None:
-    """Raise ConfigError naming every bad value, the rule, and a valid example."""
-    _check_counts(stages, microbatches, virtual)
+def schedule_problems(schedule: str, stages: int | None = None,
+                      microbatches: int | None = None, virtual: int = 1) -> list[str]:
+    """Every rule a schedule puts on its counts, as messages (empty: fine).
+
+    The rules live here once: the pipeline options, the calculators and the plan builders
+    all ask. ``stages`` / ``microbatches`` None skip the rules that need them.
+    """
+    if schedule not in SCHEDULES:
+        return [f"schedule ({schedule!r}) must be one of {', '.join(SCHEDULES)}; "
+                f"e.g. schedule='1f1b'"]
     problems: list[str] = []
     if schedule == "interleaved":
         if virtual < 2:
             problems.append(
                 f"virtual ({virtual}) must be >= 2 for interleaved 1F1B (model chunks per "
                 f"rank); e.g. virtual=2")
-        if microbatches % stages:
+        if stages is not None and microbatches is not None and microbatches % stages:
             good = (microbatches // stages + 1) * stages
             problems.append(
                 f"microbatches ({microbatches}) must be a multiple of stages ({stages}) for "
                 f"interleaved 1F1B; e.g. microbatches={good}")
     elif virtual != 1:
         problems.append(
-            f"virtual ({virtual}) must be 1 for {schedule!r} (one stage per rank); use "
-            f"schedule='interleaved' for virtual stages; e.g. virtual=1")
+            f"virtual ({virtual}) must be 1 for schedule {schedule!r} (one stage per rank); "
+            f"use schedule='interleaved' for virtual stages; e.g. virtual=1")
+    return problems
+
+
+def _check_args(schedule: str, stages: int, microbatches: int, virtual: int) -> None:
+    """Raise ConfigError naming every bad value, the rule, and a valid example."""
+    _check_counts(stages, microbatches, virtual)
+    problems = schedule_problems(schedule, stages, microbatches, virtual)
     if problems:
         raise ConfigError(problems)
 

@@ -19,9 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from labkit.errors import ConfigError
+from labkit.schedules.plans import CLOSED_FORM
 from labkit.theory.batch import check_choice, check_int, check_number
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = CLOSED_FORM
+"""The schedules with a closed-form bubble (named once, in ``labkit.schedules``)."""
 RELATIVE_TO = ("total", "ideal")
 
 

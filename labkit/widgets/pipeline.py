@@ -16,6 +16,7 @@ import ipywidgets as widgets
 from IPython.display import display
 
 from labkit.errors import LabError
+from labkit.schedules import SCHEDULES
 
 
 class PipelinePanel:
@@ -23,7 +24,7 @@ class PipelinePanel:
 
     def __init__(self, stages: int = 2, microbatches: int = 4, schedule: str = "1f1b",
                  run_kwargs: dict[str, Any] | None = None):
-        self.schedule = widgets.Dropdown(options=["gpipe", "1f1b", "interleaved", "zb"],
+        self.schedule = widgets.Dropdown(options=list(SCHEDULES),
                                          value=schedule, description="schedule")
         self.stages = widgets.IntSlider(value=stages, min=1, max=4, description="stages p")
         self.microbatches = widgets.IntSlider(value=microbatches, min=1, max=16,
