@@ -26,13 +26,13 @@ def _bench(ctx, steps: int, rounds: int, width: int, depth: int) -> dict:
 
     from labkit.config import ModelConfig
     from labkit.events import Op
-    from labkit.strategies.ddp.torch_ddp import _traced_allreduce_hook
+    from labkit.strategies.ddp.torch_ddp import StepRef, traced_allreduce_hook
     from labkit.training import BackwardClock, SyntheticTask, build_mlp, traced_backward
 
     model = build_mlp(ModelConfig(width=width, depth=depth), 0)
     ddp = DistributedDataParallel(model)
-    hook, hook_state = _traced_allreduce_hook(ctx)
-    ddp.register_comm_hook(None, hook)
+    hook_state = StepRef()
+    ddp.register_comm_hook(None, traced_allreduce_hook(ctx.comm, hook_state))
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     clock = BackwardClock(ddp.parameters())
     task = SyntheticTask(0, 32, 10)
@@ -45,7 +45,7 @@ def _bench(ctx, steps: int, rounds: int, width: int, depth: int) -> dict:
         for s in range(step0, step0 + steps):
             t0 = time.perf_counter()
             with ctx.step(s):
-                hook_state["now"] = s
+                hook_state.now = s
                 x, y = task.batch(s, 64, ctx.rank, ctx.world_size)
                 opt.zero_grad(set_to_none=True)
                 with tr.span(Op.FORWARD, step=s):

@@ -1,187 +1,42 @@
 """The ``labkit`` command: doctor, run, list, calc, quiz, submit.
 
-``labkit run STRATEGY`` takes the common flags below plus one flag per field of the
-strategy's options dataclass (``--bucket-cap-mb`` for ddp, ``--schedule`` for pipeline, ...),
-generated from the dataclass so the CLI never lags behind a strategy. Exit codes: 0 ok,
+``labkit run STRATEGY`` takes the common flags plus one flag per field of the strategy's
+options dataclass (``labkit.runflags``, shared with the torchrun worker). Exit codes: 0 ok,
 1 the run failed (a rank raised, died or hung), 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
 import json
 import sys
-import typing
-from typing import Any
 
-from labkit.docs import field_docs
 from labkit.errors import ConfigError, LabError, RankFailure, RunFailed
+from labkit.runflags import add_run_flags, option_flags
 
 # Subcommands contributed by other modules: each has ``register(subparsers)``.
 _PLUGINS = ("labkit.theory.cli", "labkit.quiz.cli", "labkit.grading.cli")
 
 
-def _add_common_run_flags(p: argparse.ArgumentParser) -> None:
-    from labkit.config import RunConfig
-
-    docs = field_docs(RunConfig)
-    p.add_argument("strategy", help="strategy to run (see `labkit list`)")
-    p.add_argument("--world-size", type=int, default=2, help=docs["world_size"])
-    p.add_argument("--steps", type=int, default=10, help=docs["steps"])
-    p.add_argument("--backend", default="auto", help=docs["backend"])
-    p.add_argument("--timeout", type=float, default=60.0, help=docs["timeout_s"])
-    p.add_argument("--seed", type=int, default=0, help=docs["seed"])
-    p.add_argument("--batch-size", type=int, default=32, help=docs["batch_size"])
-    p.add_argument("--lr", type=float, default=0.05, help=docs["lr"])
-    p.add_argument("--optimizer", default="sgd", help=docs["optimizer"])
-    p.add_argument("--width", type=int, default=None, help="hidden units per layer of the MLP")
-    p.add_argument("--depth", type=int, default=None, help="hidden layers of the MLP")
-    p.add_argument("--threads-per-rank", type=int, default=None, help=docs["threads_per_rank"])
-    p.add_argument("--inject-fault", default=None, metavar="RANK:STEP:KIND",
-                   help=docs["inject_fault"] + " KIND: raise, exit, kill, hang")
-    p.add_argument("--check-reference", action="store_true", help=docs["check_reference"])
-    p.add_argument("--no-trace", action="store_true", help="do not record the timeline")
-    p.add_argument("--trace", default=None, metavar="FILE",
-                   help="write a Chrome/Perfetto trace JSON here (open in ui.perfetto.dev)")
-    p.add_argument("--timeline", default=None, metavar="FILE",
-                   help="write the labkit timeline JSON here (labkit.Timeline.load)")
-    p.add_argument("--json", action="store_true", help="print one JSON object with the result")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show a progress bar (default: when the terminal is interactive)")
-
-
-def _option_flags(options_cls: type) -> argparse.ArgumentParser:
-    """A parser with one --flag per field of a strategy's options dataclass."""
-    p = argparse.ArgumentParser(add_help=False)
-    docs = field_docs(options_cls)
-    hints = typing.get_type_hints(options_cls)
-    for f in dataclasses.fields(options_cls):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING else None
-        hint = hints.get(f.name)
-        if hint is bool:
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                           default=default, help=docs.get(f.name))
-            continue
-        base = next((t for t in (int, float, str) if hint is t or t in typing.get_args(hint)),
-                    str)
-        if typing.get_origin(hint) in (list, tuple):
-            inner = typing.get_args(hint)[0] if typing.get_args(hint) else str
-            p.add_argument(flag, dest=f.name, type=inner, nargs="+", default=default,
-                           help=docs.get(f.name))
-        else:
-            p.add_argument(flag, dest=f.name, type=base, default=default, help=docs.get(f.name))
-    return p
-
-
 def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
-    from labkit import strategies
-    from labkit.config import ModelConfig, RunConfig
+    from labkit.runflags import config_from_args, fail_input, fail_run, report, save_partial
 
-    options: dict[str, Any] = {}
-    spec = strategies.lookup(args.strategy)
-    if spec is not None and spec.options is not None:
-        opt_parser = _option_flags(spec.options)
-        opts, extra = opt_parser.parse_known_args(extra)
-        options = {k: v for k, v in vars(opts).items() if v is not None}
-    if extra:
-        return _fail_input(args, f"unrecognised argument(s) for `labkit run {args.strategy}`: "
-                                 f"{' '.join(extra)} (see `labkit run {args.strategy} --help`)")
-    model_kw = {k: v for k, v in (("width", args.width), ("depth", args.depth)) if v is not None}
     try:
-        config = RunConfig(
-            strategy=args.strategy, world_size=args.world_size, steps=args.steps,
-            backend=args.backend, timeout_s=args.timeout, seed=args.seed,
-            batch_size=args.batch_size, lr=args.lr, optimizer=args.optimizer,
-            model=ModelConfig(**model_kw), options=options or None, trace=not args.no_trace,
-            check_reference=args.check_reference, inject_fault=args.inject_fault,
-            threads_per_rank=args.threads_per_rank, progress=args.progress)
+        config = config_from_args(args, extra)
     except ConfigError as err:
-        return _fail_input(args, str(err))
+        return fail_input(args, str(err))
     from labkit.runner import run
 
     try:
         result = run(config)
     except RunFailed as err:
-        _save_partial(args, err)
-        return _fail_run(args, err.failure)
+        save_partial(args, err)
+        return fail_run(args, err.failure)
     except KeyboardInterrupt:
-        return _fail_run(args, RankFailure(None, "interrupted", "stopped by Ctrl-C; all ranks "
-                                           "were terminated"))
-    if args.trace:
-        result.save_trace(args.trace)
-    if args.timeline:
-        result.timeline.save(args.timeline)
-    if args.json:
-        print(json.dumps(result.to_json(), default=str))
-    else:
-        print(_describe(result))
-    return 0
-
-
-def _describe(result: Any) -> str:
-    m = result.metrics
-    lines = [repr(result)]
-    if result.losses:
-        lines.append(f"  loss          {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")
-    for key in ("compute_s", "comm_s", "overlap_fraction", "idle_fraction"):
-        if key in m:
-            lines.append(f"  {key:<13} {m[key]:.4g}")
-    for key, v in m.items():
-        if key in ("compute_s", "comm_s", "overlap_fraction", "idle_fraction", "step_time_s",
-                   "note"):
-            continue
-        if isinstance(v, (int, float, str)) or (
-                isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)):
-            lines.append(f"  {key:<13} {_number(v)}")
-    if result.trace_path:
-        lines.append(f"  trace         {result.trace_path}  (open in ui.perfetto.dev)")
-    if result.params_sha256:
-        lines.append(f"  params_sha256 {result.params_sha256}")
-    if isinstance(m.get("note"), str):
-        lines.append(f"  note: {m['note']}")
-    return "\n".join(lines)
-
-
-def _number(v: Any) -> str:
-    """Floats to 4 significant digits (lists element by element); anything else as is."""
-    if isinstance(v, bool) or not isinstance(v, (float, list)):
-        return str(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(_number(x) for x in v) + "]"
-    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
-
-
-def _fail_input(args: argparse.Namespace, message: str) -> int:
-    if getattr(args, "json", False):
-        print(json.dumps({"error": {"rank": None, "kind": "config", "message": message,
-                                    "traceback": ""}}))
-    print(f"labkit: error: {message}", file=sys.stderr)
-    return 2
-
-
-def _save_partial(args: argparse.Namespace, err: RunFailed) -> None:
-    """--timeline / --trace still write what the ranks recorded before a failure."""
-    if err.timeline is None or not err.timeline.events:
-        return
-    if args.timeline:
-        err.timeline.save(args.timeline)
-        print(f"labkit: the timeline up to the failure is in {args.timeline}", file=sys.stderr)
-    if args.trace:
-        err.timeline.to_chrome(args.trace)
-        print(f"labkit: the trace up to the failure is in {args.trace}", file=sys.stderr)
-
-
-def _fail_run(args: argparse.Namespace, failure: RankFailure) -> int:
-    if getattr(args, "json", False):
-        print(json.dumps({"error": failure.to_json()}))
-    where = f"rank {failure.rank}" if failure.rank is not None else "the run"
-    print(f"labkit: {where} failed ({failure.kind}): {failure.message}", file=sys.stderr)
-    if failure.traceback:
-        print(f"\n--- {where} ---\n{failure.traceback.rstrip()}", file=sys.stderr)
-    return 1
+        return fail_run(args, RankFailure(None, "interrupted", "stopped by Ctrl-C; all ranks "
+                                          "were terminated"))
+    return report(args, result)
 
 
 def _doctor_command(args: argparse.Namespace, _extra: list[str]) -> int:
@@ -209,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(handler=_doctor_command)
     r = sub.add_parser("run", help="train a strategy on real ranks",
                        epilog="Strategy options: `labkit run STRATEGY --help` lists them.")
-    _add_common_run_flags(r)
+    add_run_flags(r)
     r.set_defaults(handler=_run_command)
     sub.add_parser("list", help="the registered strategies").set_defaults(handler=_list_command)
     for module in _PLUGINS:
@@ -228,10 +83,10 @@ def _strategy_help(argv: list[str]) -> bool:
 
         spec = strategies.lookup(argv[1])
         if spec is not None:
-            parents = [_option_flags(spec.options)] if spec.options is not None else []
+            parents = [option_flags(spec.options)] if spec.options is not None else []
             p = argparse.ArgumentParser(prog=f"labkit run {spec.name}", parents=parents,
                                         description=spec.summary)
-            _add_common_run_flags(p)
+            add_run_flags(p)
             p.print_help()
             return True
     return False

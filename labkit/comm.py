@@ -74,7 +74,7 @@ class Handle:
         self._lock = threading.Lock()  # the backend's callback thread and drain() may race
         self.done_ns: int | None = None
         comm._pending_add(1)
-        comm._live.add(self)
+        comm._root._live.add(self)
         fut = _future_of(work, op)
         if fut is not None:
             fut.add_done_callback(self._on_done)
@@ -90,7 +90,7 @@ class Handle:
             self._recorded = True
         self._comm.tracer.record(self._op, self._start, end, **self._meta)
         self._comm._pending_add(-1)
-        self._comm._live.discard(self)
+        self._comm._root._live.discard(self)
 
     def _settle(self) -> None:
         """Wait for the op (no ``then``, no wait span) and make sure its span is recorded."""
@@ -120,35 +120,56 @@ class Handle:
 
 
 class Comm:
-    """Traced wrappers over torch.distributed for one rank.
+    """Traced wrappers over torch.distributed for one rank, on one process group.
+
+    ``rank`` and ``world_size`` are this rank's place in ``group`` (the whole run when
+    ``group`` is None). On a rank grid every axis has its own ``Comm``: ``axis`` ("dp",
+    "pp", "tp") is recorded on every span it makes, and ``ranks`` lists the global ranks of
+    the group, so point-to-point peers are given as group ranks (``send(t, dst=1)`` on the
+    pipeline axis means "the next stage") and recorded as global ranks (the timeline's rows).
 
     ``status`` (optional) is a shared-memory slot the supervisor reads: 1 while this rank is
     blocked inside communication or has an async op in flight. When a run hangs, that tells
     the rank that stopped making progress (0: stuck elsewhere) from the ranks waiting for it
-    (1: waiting on a peer).
+    (1: waiting on a peer). Every ``Comm`` of a rank shares the rank's slot and counters.
     """
 
     def __init__(self, tracer: Tracer, rank: int, world_size: int, group: Any = None,
-                 status: Any = None):
+                 status: Any = None, *, axis: str | None = None,
+                 ranks: list[int] | None = None, parent: Comm | None = None):
         self.tracer = tracer
         self.rank = rank
         self.world_size = world_size
         self.group = group
+        self.axis = axis
+        self.ranks = list(ranks) if ranks is not None else list(range(world_size))
         self._status = status
         self._depth = 0  # nesting of blocking calls
         self._pending = 0  # async ops launched and not yet complete
         self._live: set[Handle] = set()  # handles whose span is not recorded yet
+        self._root: Comm = parent._root if parent is not None else self
+
+    def on(self, axis: str, group: Any, ranks: list[int]) -> Comm:
+        """A ``Comm`` for one grid axis: ``group``'s collectives, ``ranks`` its members
+        (global ranks, index = rank within the group). Shares this rank's hang status."""
+        return Comm(self.tracer, ranks.index(self.global_rank), len(ranks), group,
+                    self._status, axis=axis, ranks=ranks, parent=self)
+
+    @property
+    def global_rank(self) -> int:
+        return self.ranks[self.rank]
 
     # --- hang bookkeeping -------------------------------------------------------------
     def _blocking(self) -> _Blocking:
         return _Blocking(self)
 
     def _update_status(self) -> None:
-        if self._status is not None:
-            self._status.value = 1 if (self._depth > 0 or self._pending > 0) else 0
+        root = self._root
+        if root._status is not None:
+            root._status.value = 1 if (root._depth > 0 or root._pending > 0) else 0
 
     def _pending_add(self, delta: int) -> None:
-        self._pending += delta
+        self._root._pending += delta
         self._update_status()
 
     def drain(self) -> None:
@@ -158,12 +179,16 @@ class Comm:
         chained with ``then`` (DDP's comm hooks, PowerSGD) may let training finish before that
         callback has run; without draining, the last step could miss its final all-reduce.
         """
-        for handle in list(self._live):
+        for handle in list(self._root._live):
             handle._settle()
 
     # --- core -------------------------------------------------------------------------
     def _run(self, op: Op, fn: Callable[..., Any], args: tuple[Any, ...], async_op: bool,
-             meta: dict[str, Any], then: Callable[[], object] | None = None) -> Handle | None:
+             meta: dict[str, Any], then: Callable[[], object] | None = None) -> Any:
+        if self.group is SOLO:
+            return _solo(op, args, async_op, then)
+        if self.axis is not None:
+            meta.setdefault("axis", self.axis)
         start = _now()
         if async_op:
             work = fn(*args, group=self.group, async_op=True)
@@ -205,17 +230,21 @@ class Comm:
 
     def broadcast(self, tensor: torch.Tensor, src: int, *, async_op: bool = False,
                   **meta: Any) -> Handle | None:
+        """Copy ``tensor`` from group rank ``src`` to every rank of the group."""
+        g = self.ranks[src]
         meta.setdefault("bytes", _nbytes(tensor))
-        meta.setdefault("peer", src)
-        return self._run(Op.BROADCAST, lambda t, **kw: dist.broadcast(t, src, **kw), (tensor,),
+        meta.setdefault("peer", g)
+        return self._run(Op.BROADCAST, lambda t, **kw: dist.broadcast(t, g, **kw), (tensor,),
                          async_op, meta)
 
     def reduce(self, tensor: torch.Tensor, dst: int, op: str = "sum", *, async_op: bool = False,
                **meta: Any) -> Handle | None:
+        """Reduce ``tensor`` across the group onto group rank ``dst``."""
         red = _REDUCE_OPS[op]
+        g = self.ranks[dst]
         meta.setdefault("bytes", _nbytes(tensor))
-        meta.setdefault("peer", dst)
-        return self._run(Op.REDUCE, lambda t, **kw: dist.reduce(t, dst, op=red, **kw), (tensor,),
+        meta.setdefault("peer", g)
+        return self._run(Op.REDUCE, lambda t, **kw: dist.reduce(t, g, op=red, **kw), (tensor,),
                          async_op, meta)
 
     def all_to_all(self, output: torch.Tensor, input: torch.Tensor, *, async_op: bool = False,
@@ -226,33 +255,76 @@ class Comm:
     def barrier(self, **meta: Any) -> None:
         self._run(Op.BARRIER, lambda **kw: dist.barrier(**kw), (), False, meta)
 
-    # --- point to point -----------------------------------------------------------------
-    def send(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> None:
+    # --- point to point (peers are group ranks; spans record the global rank) ------------
+    def _p2p_meta(self, tensor: torch.Tensor, peer: int, meta: dict[str, Any]) -> dict[str, Any]:
         meta.setdefault("bytes", _nbytes(tensor))
-        self._run(Op.SEND, lambda t, **kw: dist.send(t, dst, tag=tag, **kw), (tensor,), False,
-                  {**meta, "peer": dst})
+        if self.axis is not None:
+            meta.setdefault("axis", self.axis)
+        return {**meta, "peer": self.ranks[peer]}
+
+    def send(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> None:
+        g = self.ranks[dst]
+        self._run(Op.SEND, lambda t, **kw: dist.send(t, g, tag=tag, **kw), (tensor,), False,
+                  self._p2p_meta(tensor, dst, meta))
 
     def recv(self, tensor: torch.Tensor, src: int, *, tag: int = 0, **meta: Any) -> None:
-        meta.setdefault("bytes", _nbytes(tensor))
-        self._run(Op.RECV, lambda t, **kw: dist.recv(t, src, tag=tag, **kw), (tensor,), False,
-                  {**meta, "peer": src})
+        g = self.ranks[src]
+        self._run(Op.RECV, lambda t, **kw: dist.recv(t, g, tag=tag, **kw), (tensor,), False,
+                  self._p2p_meta(tensor, src, meta))
 
     def isend(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> Handle:
-        meta.setdefault("bytes", _nbytes(tensor))
+        meta = self._p2p_meta(tensor, dst, meta)
         start = _now()
-        work = dist.isend(tensor, dst, group=self.group, tag=tag)
-        return Handle(self, work, Op.SEND, start, {**meta, "peer": dst})
+        work = dist.isend(tensor, self.ranks[dst], group=self.group, tag=tag)
+        return Handle(self, work, Op.SEND, start, meta)
 
     def irecv(self, tensor: torch.Tensor, src: int, *, tag: int = 0, **meta: Any) -> Handle:
-        meta.setdefault("bytes", _nbytes(tensor))
+        meta = self._p2p_meta(tensor, src, meta)
         start = _now()
-        work = dist.irecv(tensor, src, group=self.group, tag=tag)
-        return Handle(self, work, Op.RECV, start, {**meta, "peer": src})
+        work = dist.irecv(tensor, self.ranks[src], group=self.group, tag=tag)
+        return Handle(self, work, Op.RECV, start, meta)
 
     # --- escape hatch for torch's own wrappers (DDP comm hooks, FSDP) ------------------
     def traced(self, op: Op, **meta: Any) -> Any:
         """A span for communication issued by torch itself (e.g. inside FSDP)."""
         return self.tracer.span(op, **meta)
+
+
+SOLO = "solo"
+"""The ``group`` of a ``Comm`` over one rank (a grid axis of size 1): no process group."""
+
+
+class _Done:
+    """The handle of an op on a one-rank group: already complete."""
+
+    def __init__(self, tensor: torch.Tensor | None):
+        self._tensor = tensor
+
+    def wait(self) -> None:
+        return None
+
+    def is_completed(self) -> bool:
+        return True
+
+    def future(self) -> Any:
+        fut: Any = torch.futures.Future()
+        fut.set_result([self._tensor])
+        return fut
+
+
+def _solo(op: Op, args: tuple[Any, ...], async_op: bool,
+          then: Callable[[], object] | None) -> _Done | None:
+    """A collective on a group of one rank: the result is the input; nothing is recorded
+    (no byte leaves the rank)."""
+    if op in (Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.ALL_TO_ALL):
+        out, inp = args
+        if out.data_ptr() != inp.data_ptr():
+            out.copy_(inp.reshape(out.shape))
+    elif op in (Op.SEND, Op.RECV):
+        raise ValueError("point-to-point on a one-rank group has no peer")
+    if then is not None:
+        then()
+    return _Done(args[0] if args else None) if async_op else None
 
 
 class _Blocking:
@@ -263,12 +335,12 @@ class _Blocking:
 
     def __enter__(self) -> None:
         c = self._comm
-        c._depth += 1
+        c._root._depth += 1
         c._update_status()
 
     def __exit__(self, *exc: object) -> None:
         c = self._comm
-        c._depth -= 1
+        c._root._depth -= 1
         c._update_status()
 
 

@@ -69,9 +69,10 @@ def _worker(argv: list[str] | None = None) -> int:
     if rank == 0:
         out = report.output
         steps = sorted({e.step for e in report.events if e.step is not None and e.step >= 0})
+        mine = out.all_metrics()
         data = {"attempt": attempt, "world_size": world, "params_sha256": out.params_sha256,
-                "losses": out.losses, "resumed_from_step": out.metrics.get("resumed_from_step"),
-                "checkpoints_saved": out.metrics.get("checkpoints_saved"),
+                "losses": out.losses, "resumed_from_step": mine.get("resumed_from_step"),
+                "checkpoints_saved": mine.get("checkpoints_saved"),
                 "steps_run": steps, "finished_at": time.time()}
         tmp = Path(args.report + ".tmp")
         tmp.write_text(json.dumps(data))

@@ -2,7 +2,8 @@
 
 A rank's tracer records *spans*: what ran (``op``), on which lane (compute or comm), when
 (``start_ns``, ``dur_ns`` on one clock shared by all ranks of a run), and the context a lesson
-needs (step, microbatch, stage, peer, bytes, bucket, chunk). Trace files, analysis, plots,
+needs (step, microbatch, stage, peer, bytes, bucket, chunk, and for communication the grid
+axis it ran on). Trace files, analysis, plots,
 the Chrome export and grading all read this shape and nothing else. Bump ``SCHEMA_VERSION``
 whenever a field changes meaning.
 """
@@ -82,6 +83,7 @@ class Event:
     bucket: int | None = None
     chunk: int | None = None
     name: str | None = None  # a short label, e.g. "2F0" for stage 2 forward of microbatch 0
+    axis: str | None = None  # comm only: the grid axis the op ran on (dp, pp or tp)
 
     @property
     def end_ns(self) -> int:
@@ -103,4 +105,4 @@ class Event:
 
 
 # The order of the optional fields in a raw tracer record (see labkit.tracer).
-RAW_FIELDS = ("step", "microbatch", "stage", "peer", "bytes", "bucket", "chunk", "name")
+RAW_FIELDS = ("step", "microbatch", "stage", "peer", "bytes", "bucket", "chunk", "name", "axis")

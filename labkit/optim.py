@@ -1,4 +1,10 @@
-"""LARS and LAMB: layer-wise adaptive learning rates for very large batches.
+"""The optimizers every strategy trains with: SGD, momentum, Adam, LARS and LAMB.
+
+``make_optimizer(name, params, lr)`` is the one place a strategy gets its optimizer from,
+so ``RunConfig.optimizer`` means the same thing everywhere. SGD, momentum and Adam are
+torch's; LARS and LAMB are written out here.
+
+LARS and LAMB: layer-wise adaptive learning rates for very large batches.
 
 Teaches: with a large batch the linear-scaling rule asks for a large learning rate, and a
 single global rate is then too big for some layers and too small for others. Both optimizers
@@ -22,6 +28,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+
+from labkit.config import OPTIMIZERS
 
 
 def _trust_ratio(w_norm: torch.Tensor, u_norm: torch.Tensor) -> torch.Tensor:
@@ -120,3 +128,20 @@ class LAMB(torch.optim.Optimizer):
                 ratio = _trust_ratio(p.norm(), u.norm()) if p.ndim > 1 else 1.0
                 p.sub_(u * (lr * ratio))
         return loss
+
+
+def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float) -> torch.optim.Optimizer:
+    """``RunConfig.optimizer`` -> the optimizer: sgd, momentum (SGD, momentum 0.9), adam,
+    lars or lamb (You et al. 2017 / 2019, above)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "lars":
+        return LARS(params, lr=lr)
+    if name == "lamb":
+        return LAMB(params, lr=lr)
+    raise ValueError(f"optimizer {name!r} must be one of {', '.join(OPTIMIZERS)}")
+

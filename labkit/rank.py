@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from labkit.events import ABORTED, Event, Op
+from labkit.grid import Coords, Grid
 
 if TYPE_CHECKING:
     import torch
@@ -42,6 +43,8 @@ class Job:
     timeout_s: float = 60.0
     seed: int = 0
     trace: bool = True
+    grid: Grid | None = None
+    """How the ranks are laid out (dp x pp x tp); None: one flat group with no axis."""
 
 
 @dataclass
@@ -55,6 +58,13 @@ class RankOutput:
     """Hash of the full final model parameters (set by one rank, usually rank 0)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Recorded data the visuals need (e.g. ring chunk values)."""
+    record: Any = None
+    """The strategy's typed metrics of this rank (a ``labkit.metrics.RankMetrics``); the
+    runner combines every rank's record into the run's metrics."""
+
+    def all_metrics(self) -> dict[str, Any]:
+        """This rank's own view: the free-form metrics and its record's fields."""
+        return {**self.metrics, **(self.record.as_dict() if self.record is not None else {})}
 
 
 @dataclass
@@ -125,10 +135,54 @@ class RankContext:
     spool: Any = None
     """Writes this rank's events to disk as it goes (``labkit.spool``), so a failed run
     still has a timeline; None under torchrun and on CUDA."""
+    grid: Grid | None = None
+    """The rank grid (dp x pp x tp). None (``labkit.launch`` without a grid): one flat
+    group, which every axis means (``pp_rank == rank``, ``pp_comm is comm``)."""
+    axis_comms: dict[str, Comm] = field(default_factory=dict)
+    """One traced ``Comm`` per grid axis (see ``comm_on``)."""
 
     @property
     def options(self) -> Any:
         return self.config.options if self.config is not None else None
+
+    # ---- the rank grid -----------------------------------------------------------------
+    @property
+    def coords(self) -> Coords:
+        if self.grid is None:
+            return Coords(self.rank, self.rank, self.rank)
+        return self.grid.coords(self.rank)
+
+    @property
+    def dp_rank(self) -> int:
+        return self.coords.dp
+
+    @property
+    def pp_rank(self) -> int:
+        return self.coords.pp
+
+    @property
+    def tp_rank(self) -> int:
+        return self.coords.tp
+
+    def comm_on(self, axis: str) -> Comm:
+        """The traced ``Comm`` of ``axis`` ("dp", "pp" or "tp"): its ranks are the group's."""
+        from labkit.grid import AXES
+
+        if axis not in AXES:
+            raise ValueError(f"axis {axis!r} must be one of {', '.join(AXES)}")
+        return self.axis_comms.get(axis, self.comm)
+
+    @property
+    def dp_comm(self) -> Comm:
+        return self.comm_on("dp")
+
+    @property
+    def pp_comm(self) -> Comm:
+        return self.comm_on("pp")
+
+    @property
+    def tp_comm(self) -> Comm:
+        return self.comm_on("tp")
 
     def step(self, step: int) -> _StepSpan:
         """``with ctx.step(s):`` marks a training step (progress, fault injection, STEP span)."""
@@ -201,7 +255,11 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
     dist.init_process_group(**kw)
     try:
         tracer = CudaTracer(rank, job.trace) if job.backend == "nccl" else Tracer(rank, job.trace)
-        comm = Comm(tracer, rank, world_size, status=status)
+        grid = job.grid
+        active = grid.active_axes() if grid is not None else []
+        comm = Comm(tracer, rank, world_size, status=status,
+                    axis=active[0] if len(active) == 1 else None)
+        axis_comms = build_axis_comms(comm, grid) if grid is not None else {}
         offset = _align_clocks(tracer, rank, world_size)
         cfg = job.config
         spool = None
@@ -212,7 +270,8 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
         ctx = RankContext(rank=rank, world_size=world_size, local_rank=local_rank,
                           backend=job.backend, device=device, tracer=tracer, comm=comm,
                           config=cfg, seed=job.seed, progress=progress,
-                          fault=cfg.inject_fault if cfg is not None else None, spool=spool)
+                          fault=cfg.inject_fault if cfg is not None else None, spool=spool,
+                          grid=grid, axis_comms=axis_comms)
         try:
             if job.fn is not None:
                 output = job.fn(ctx, *job.args)
@@ -233,6 +292,30 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
     finally:
         dist.destroy_process_group()
     return report
+
+
+def build_axis_comms(world: Comm, grid: Grid) -> dict[str, Comm]:
+    """One ``Comm`` per axis of ``grid``, each on its own process group, built once.
+
+    An axis holding every rank reuses the world group; an axis of size 1 gets a ``Comm``
+    over this rank alone (its collectives return at once and record nothing). Every rank
+    creates every group of a split axis, in the same order (a rule of ``new_group``).
+    """
+    import torch.distributed as dist
+
+    from labkit.grid import AXES
+
+    out: dict[str, Comm] = {}
+    for axis in AXES:
+        size = grid.size(axis)
+        if size == world.world_size:
+            out[axis] = world.on(axis, None, list(range(world.world_size)))
+        elif size == 1:
+            out[axis] = world.on(axis, "solo", [world.rank])
+        else:
+            mine, _ = dist.new_subgroups_by_enumeration(grid.groups(axis))
+            out[axis] = world.on(axis, mine, grid.group(axis, world.rank))
+    return out
 
 
 def torchrun_store(rank: int, world_size: int) -> Any:

@@ -113,8 +113,7 @@ def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
         config = config.replace(**kwargs)
     backend = config.resolved_backend()
     _warn_oversubscribed(config.world_size, backend)
-    job = Job(config=config, backend=backend, threads=config.threads(),
-              timeout_s=config.timeout_s, seed=config.seed, trace=config.trace)
+    job = job_for(config, backend)
     total = config.steps * config.world_size
     bar = _progress_bar(total, config.progress, f"{config.strategy} x{config.world_size}")
     on_progress = None
@@ -131,13 +130,26 @@ def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
     finally:
         if bar is not None:
             bar.close()
-    result = _collect(config, backend, reports, time.monotonic() - t0)
+    result = collect(config, backend, reports, time.monotonic() - t0)
     result.logs = logs
     return result
 
 
-def _collect(config: RunConfig, backend: str, reports: list[RankReport], wall: float
-             ) -> RunResult:
+def job_for(config: RunConfig, backend: str, threads: int | None = None) -> Job:
+    """What every rank of a run of ``config`` needs (whichever launcher starts them)."""
+    from labkit import strategies
+
+    return Job(config=config, backend=backend, threads=threads or config.threads(),
+               timeout_s=config.timeout_s, seed=config.seed, trace=config.trace,
+               grid=strategies.get(config.strategy).grid_for(config))
+
+
+def collect(config: RunConfig, backend: str, reports: list[RankReport], wall: float
+            ) -> RunResult:
+    """Every rank's report -> one ``RunResult``: the merged timeline, the losses, the
+    strategy's metrics combined from each rank's typed record, and throughput."""
+    from labkit.metrics import combine_records, throughput
+
     outputs: list[RankOutput] = [r.output for r in reports]
     events = sorted((e for r in reports for e in r.events), key=lambda e: (e.start_ns, e.rank))
     hosts = sorted({r.host for r in reports})
@@ -146,11 +158,16 @@ def _collect(config: RunConfig, backend: str, reports: list[RankReport], wall: f
     per_step = [o.losses for o in outputs if o.losses]
     losses = [statistics.fmean(vals) for vals in zip(*per_step)] if per_step else []
     metrics: dict[str, Any] = dict(timeline.summary()) if config.trace else {}
-    for o in outputs:  # strategy metrics: rank 0's view wins on clashes
+    for o in outputs:  # free-form metrics: rank 0's view wins on clashes
         for k, v in o.metrics.items():
             metrics.setdefault(k, v)
     for k, v in outputs[0].metrics.items():
         metrics[k] = v
+    metrics.update(combine_records([o.record for o in outputs], config))
+    for o in outputs:  # each rank's own view stays readable as outputs[r].metrics
+        o.metrics = o.all_metrics()
+    step_time = timeline.median_step_s() if config.trace else 0.0
+    metrics.update(throughput(metrics, step_time, config.world_size, backend))
     sha = next((o.params_sha256 for o in outputs if o.params_sha256), None)
     return RunResult(config=config, backend=backend, timeline=timeline, losses=losses,
                      metrics=metrics, wall_s=wall, params_sha256=sha, outputs=outputs)

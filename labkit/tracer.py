@@ -81,8 +81,9 @@ class Tracer:
     @staticmethod
     def _meta(step: int | None = None, microbatch: int | None = None, stage: int | None = None,
               peer: int | None = None, bytes: int | None = None, bucket: int | None = None,
-              chunk: int | None = None, name: str | None = None) -> tuple[Any, ...]:
-        return (step, microbatch, stage, peer, bytes, bucket, chunk, name)
+              chunk: int | None = None, name: str | None = None,
+              axis: str | None = None) -> tuple[Any, ...]:
+        return (step, microbatch, stage, peer, bytes, bucket, chunk, name, axis)
 
     def span(self, op: Op, **meta: Any) -> _Span | _NullSpan:
         """``with tracer.span(Op.FORWARD, step=3): ...`` records one span."""

@@ -21,6 +21,7 @@ from torch import nn
 
 from labkit.config import ModelConfig, RunConfig
 from labkit.events import Op
+from labkit.optim import make_optimizer
 
 if TYPE_CHECKING:
     from labkit.rank import RankContext
@@ -46,6 +47,11 @@ def build_mlp(model: ModelConfig, seed: int) -> nn.Sequential:
     net = nn.Sequential(*layers)
     torch.random.set_rng_state(gen_state)
     return net
+
+
+def build_model(config: RunConfig) -> nn.Module:
+    """The model a run trains, identical on every rank for the same seed."""
+    return build_mlp(config.model, config.seed)
 
 
 class SyntheticTask:
@@ -83,20 +89,6 @@ class SyntheticTask:
 
 def task_for(config: RunConfig) -> SyntheticTask:
     return SyntheticTask(config.seed, config.model.in_dim, config.model.out_dim)
-
-
-def make_optimizer(name: str, params: Iterable[torch.Tensor], lr: float) -> torch.optim.Optimizer:
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    if name == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    if name in ("lars", "lamb"):  # You et al. 2017 / 2019, written out in the scaling family
-        from labkit.strategies.scaling.optimizers import LAMB, LARS
-
-        return LARS(params, lr=lr) if name == "lars" else LAMB(params, lr=lr)
-    raise ValueError(f"optimizer {name!r} must be sgd, momentum, adam, lars or lamb")
 
 
 class BackwardClock:
@@ -168,3 +160,12 @@ def unwrap_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """State dict without DDP's ``module.`` prefix, on CPU."""
     inner: Any = getattr(model, "module", model)
     return {k: v.detach().cpu() for k, v in inner.state_dict().items()}
+
+
+def model_stats(model: nn.Module) -> tuple[int, int]:
+    """(all parameters, matmul weights) of a plain module: the second is the N of the
+    6N-FLOPs rule, the weights of every ``nn.Linear`` (``labkit.theory.training_flops``)."""
+    total = sum(p.numel() for p in model.parameters())
+    matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    return total, matmul
+

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import json
 import os
 import socket
 import sys
@@ -43,9 +42,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit import devices
-from labkit.cli import _add_common_run_flags, _describe, _fail_input, _fail_run, _option_flags
-from labkit.config import ModelConfig, RunConfig
+from labkit.config import RunConfig
 from labkit.errors import ConfigError, RankFailure
+from labkit.runflags import add_run_flags, config_from_args, fail_input, fail_run, report
 
 _EXAMPLE = "torchrun --standalone --nproc-per-node 2 -m labkit.worker run ddp"
 
@@ -101,40 +100,21 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Run a labkit strategy under torchrun.",
                                      epilog=f"example: {_EXAMPLE} --json")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _add_common_run_flags(sub.add_parser("run", help="train a strategy on torchrun's ranks"))
+    add_run_flags(sub.add_parser("run", help="train a strategy on torchrun's ranks"))
     return parser
 
 
-def config_from_args(args: argparse.Namespace, extra: list[str], env: TorchrunEnv,
-                     world_size_given: bool) -> RunConfig:
+def torchrun_config(args: argparse.Namespace, extra: list[str], env: TorchrunEnv,
+                    world_size_given: bool) -> RunConfig:
     """The ``RunConfig`` ``labkit run`` would build from the same flags (world size: torchrun's)."""
-    from labkit import strategies
-
-    problems: list[str] = []
-    options: dict[str, Any] = {}
-    spec = strategies.lookup(args.strategy)
-    if spec is not None and spec.options is not None:
-        opts, extra = _option_flags(spec.options).parse_known_args(extra)
-        options = {k: v for k, v in vars(opts).items() if v is not None}
-    if extra:
-        problems.append(f"unrecognised argument(s) for `labkit.worker run {args.strategy}`: "
-                        f"{' '.join(extra)} (see `labkit run {args.strategy} --help`)")
     if world_size_given and args.world_size != env.world_size:
-        problems.append(f"--world-size ({args.world_size}) must equal torchrun's WORLD_SIZE "
-                        f"({env.world_size} = nnodes x nproc-per-node); drop --world-size")
-    if problems:
-        raise ConfigError(problems)
-    backend = args.backend
-    if backend == "nccl" and env.world_size > env.local_world_size:
-        backend = "auto"  # RunConfig counts GPUs as if all ranks were local; resolve_backend
-        # checks this node's GPUs against its own ranks instead
-    model_kw = {k: v for k, v in (("width", args.width), ("depth", args.depth)) if v is not None}
-    return RunConfig(
-        strategy=args.strategy, world_size=env.world_size, steps=args.steps, backend=backend,
-        timeout_s=args.timeout, seed=args.seed, batch_size=args.batch_size, lr=args.lr,
-        optimizer=args.optimizer, model=ModelConfig(**model_kw), options=options or None,
-        trace=not args.no_trace, check_reference=args.check_reference,
-        inject_fault=args.inject_fault, threads_per_rank=args.threads_per_rank, progress=False)
+        raise ConfigError(f"--world-size ({args.world_size}) must equal torchrun's WORLD_SIZE "
+                          f"({env.world_size} = nnodes x nproc-per-node); drop --world-size")
+    if args.backend == "nccl" and env.world_size > env.local_world_size:
+        args.backend = "auto"  # RunConfig counts GPUs as if all ranks were local;
+        # resolve_backend checks this node's GPUs against its own ranks instead
+    args.progress = False
+    return config_from_args(args, extra, command="labkit.worker run", world_size=env.world_size)
 
 
 def _arm_watchdog(timeout_s: float, rank: int) -> threading.Timer:
@@ -164,12 +144,11 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
     """Phases 2-4 of the module docstring; returns the exit code."""
     import torch.distributed as dist
 
-    from labkit.rank import Job, run_rank, torchrun_store
-    from labkit.runner import _collect
+    from labkit.rank import run_rank, torchrun_store
+    from labkit.runner import collect, job_for
 
     threads = config.threads_per_rank or devices.default_threads_per_rank(env.local_world_size)
-    job = Job(config=config, backend=backend, threads=threads, timeout_s=config.timeout_s,
-              seed=config.seed, trace=config.trace)
+    job = job_for(config, backend, threads)
     gathered: list[Any] = []
 
     def gather_to_rank0(report: Any) -> None:
@@ -184,30 +163,21 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
                  store=torchrun_store(env.rank, env.world_size),
                  before_destroy=gather_to_rank0)
     except Exception as exc:  # noqa: BLE001 - reported the way labkit run reports a rank failure
-        return _fail_run(args, RankFailure(env.rank, "exception", f"{type(exc).__name__}: "
-                                           f"{exc}", traceback.format_exc()))
+        return fail_run(args, RankFailure(env.rank, "exception", f"{type(exc).__name__}: "
+                                          f"{exc}", traceback.format_exc()))
     finally:
         timer.cancel()
         faulthandler.cancel_dump_traceback_later()
     if env.rank != 0:
         return 0
     # 4. rank 0 merges the timelines and prints what `labkit run` prints
-    result = _collect(config, backend, [r for r, _ in gathered], time.monotonic() - t0)
-    if args.trace:
-        result.save_trace(args.trace)
-    if args.timeline:
-        result.timeline.save(args.timeline)
-    if args.json:
-        rows = [row for _, row in gathered]
-        host0 = rows[0]["host"]
-        for row in rows:
-            row["clock"] = "same host as rank 0" if row["host"] == host0 else "barrier-aligned"
-        out = result.to_json()
-        out.update(launcher="torchrun", nnodes=len({r["node_rank"] for r in rows}), ranks=rows)
-        print(json.dumps(out, default=str), flush=True)
-    else:
-        print(_describe(result), flush=True)
-    return 0
+    result = collect(config, backend, [r for r, _ in gathered], time.monotonic() - t0)
+    rows = [row for _, row in gathered]
+    host0 = rows[0]["host"]
+    for row in rows:
+        row["clock"] = "same host as rank 0" if row["host"] == host0 else "barrier-aligned"
+    return report(args, result, {"launcher": "torchrun",
+                                 "nnodes": len({r["node_rank"] for r in rows}), "ranks": rows})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,18 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         env = TorchrunEnv.from_environ()
     except ConfigError as err:
-        return _fail_input(args, str(err))
+        return fail_input(args, str(err))
     from labkit.rank import _die_with_parent
 
     _die_with_parent()  # if the torchrun agent dies, this worker goes with it
     try:
         # 1. flags -> validated config; backend and threads chosen for this node
-        config = config_from_args(args, extra, env,
-                                  any(a.startswith("--world-size") for a in argv))
+        config = torchrun_config(args, extra, env,
+                                 any(a.startswith("--world-size") for a in argv))
         backend = resolve_backend(args.backend, env.local_world_size)
     except ConfigError as err:
         # every rank rejects the same flags: rank 0 speaks for all of them
-        return _fail_input(args, str(err)) if env.rank == 0 else 2
+        return fail_input(args, str(err)) if env.rank == 0 else 2
     return run_under_torchrun(args, config, env, backend, t0)
 
 

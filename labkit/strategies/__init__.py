@@ -33,6 +33,18 @@ class Strategy:
     check: Callable[[Any], list[str]] | None = None
     """Cross-field rules on the whole RunConfig; returns problem messages (empty if fine)."""
     lesson: str = ""
+    axis: str = "dp"
+    """The grid axis a run of this strategy spreads its ranks over: dp, pp or tp."""
+    grid: Callable[[Any], Any] | None = None
+    """For strategies on several axes at once: RunConfig -> ``labkit.grid.Grid``."""
+
+    def grid_for(self, config: Any) -> Any:
+        """The rank grid of a run of this strategy (``labkit.grid.Grid``)."""
+        from labkit.grid import Grid
+
+        if self.grid is not None:
+            return self.grid(config)
+        return Grid.along(self.axis, config.world_size)
 
 
 _REGISTRY: dict[str, Strategy] = {}

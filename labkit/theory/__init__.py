@@ -11,6 +11,7 @@ call from a quiz, a grader or the CLI. Modules:
 * ``comm``: ring all-reduce bytes and time, algbw/busbw (nccl-tests), alpha-beta fits,
   Amdahl and scaling efficiency
 * ``interconnect``: link presets and per-strategy step-time predictions
+* ``compute``: model FLOPs of a training step (the numerator of MFU)
 * ``cli``: the ``labkit calc`` command
 """
 
@@ -35,6 +36,7 @@ from labkit.theory.comm import (
     ring_allreduce_time,
     scaling_efficiency,
 )
+from labkit.theory.compute import training_flops
 from labkit.theory.interconnect import (
     INTERCONNECTS,
     Interconnect,
@@ -92,6 +94,7 @@ __all__ = [
     "scaling_efficiency",
     "stage_balance_speedup",
     "this_machine",
+    "training_flops",
     "transformer_activation_bytes",
     "warmup_lr",
     "zero_comm_volume",

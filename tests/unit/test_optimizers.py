@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.strategies.scaling.optimizers import LAMB, LARS
+from labkit.optim import LAMB, LARS
 from labkit.training import make_optimizer
 
 pytestmark = pytest.mark.lesson02

@@ -74,9 +74,9 @@ def test_only_committed_directories_count_as_checkpoints(tmp_path: Path) -> None
 
 
 def test_ddp_gets_the_checkpoint_flags() -> None:
-    from labkit.cli import _option_flags
+    from labkit.runflags import option_flags
     from labkit.strategies import get
 
-    p = _option_flags(get("ddp").options)
+    p = option_flags(get("ddp").options)
     ns = p.parse_args(["--checkpoint-dir", "D", "--checkpoint-every", "3", "--resume"])
     assert (ns.checkpoint_dir, ns.checkpoint_every, ns.resume) == ("D", 3, True)

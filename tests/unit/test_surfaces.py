@@ -98,12 +98,12 @@ def test_cli_run_summary_rounds_numbers_and_ends_with_the_note():
     point, lists of numbers element by element, and a strategy's note last."""
     from types import SimpleNamespace
 
-    from labkit.cli import _describe
+    from labkit.runflags import describe
 
     result = SimpleNamespace(losses=[2.5, 2.25], trace_path=None, params_sha256=None, metrics={
         "bubble_fraction": 0.4951834290929521, "bubble_fraction_per_rank": [0.66421, 0.49],
         "p2p_bytes_per_step": 32768.0, "schedule": "zb", "note": "actions are short"})
-    text = _describe(result)
+    text = describe(result)
     lines = text.splitlines()
     assert "  bubble_fraction 0.4952" in lines
     assert "  bubble_fraction_per_rank [0.6642, 0.49]" in lines

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from labkit.errors import ConfigError
 from labkit.strategies import Strategy, register
+from labkit.strategies.dp import DPMetrics
 
 METHODS = ("none", "fp16", "bf16", "powersgd", "topk")
 
@@ -49,6 +50,21 @@ class CompressionOptions:
                             "(torch's PowerSGD with error feedback); e.g. 2")
         if problems:
             raise ConfigError(problems)
+
+
+@dataclass
+class CompressionMetrics(DPMetrics):
+    """Bytes on the wire per step, read off this rank's trace, beside the prediction."""
+
+    method: str | None = None
+    payload_bytes_per_step: list[int] | None = None
+    wire_bytes_per_step: list[float] | None = None
+    predicted_payload_bytes: float | None = None
+    predicted_wire_bytes: float | None = None
+    uncompressed_wire_bytes: float | None = None
+    compression_ratio: float | None = None
+    """Uncompressed wire bytes / this method's wire bytes (steady state)."""
+    grad_bytes: int | None = None
 
 
 register(Strategy(

@@ -1,6 +1,7 @@
 """DDP comm hooks whose every byte goes through ``labkit.comm`` (and so onto the timeline).
 
-* ``traced_allreduce_hook``: the plain bucket all-reduce (average), traced.
+* ``traced_allreduce_hook`` (from ``labkit.strategies.ddp``): the plain bucket all-reduce
+  (average), traced.
 * fp16: torch's own ``fp16_compress_wrapper`` around the traced all-reduce: torch casts the
   bucket, we move it, torch casts it back. bf16: DDP refuses torch's ``bf16_compress_wrapper``
   unless it runs on CUDA with NCCL >= 2.10 (it checks the hook's name), so ``cast_wrapper``
@@ -23,23 +24,10 @@ import torch
 import torch.distributed as dist
 
 from labkit.events import Op
+from labkit.strategies.ddp.torch_ddp import StepRef, traced_allreduce_hook
 
-
-class StepRef:
-    """The step the hooks tag their spans with (DDP calls hooks without it)."""
-
-    def __init__(self) -> None:
-        self.now = 0
-
-
-def traced_allreduce_hook(comm: Any, step: StepRef) -> Any:
-    # no annotations: DDP rejects a hook whose ``bucket`` annotation is not dist.GradBucket
-    def hook(_state, bucket):  # type: ignore[no-untyped-def]
-        world = comm.world_size
-        h = comm.all_reduce(bucket.buffer(), async_op=True, step=step.now, bucket=bucket.index())
-        return h.future().then(lambda fut: fut.value()[0].div_(world))
-
-    return hook
+__all__ = ["StepRef", "TopKHook", "TracedDist", "cast_wrapper", "traced_allreduce_hook",
+           "traced_torch_hooks"]
 
 
 def cast_wrapper(hook: Any, dtype: torch.dtype) -> Any:

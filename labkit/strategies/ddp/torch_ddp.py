@@ -4,86 +4,76 @@ DDP groups gradients into buckets (in reverse order of the parameters, which is 
 the order backward produces them) and all-reduces a bucket as soon as it is full, while
 backward keeps computing earlier layers. A comm hook (``register_comm_hook``) routes each
 bucket's all-reduce through labkit's traced comm layer, so the overlap shows up as comm
-spans that sit under the backward compute span.
+spans that sit under the backward compute span. The training loop is ``TrainLoop``'s:
+DDP averages inside backward, so there is no ``sync`` step of our own.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from labkit.checkpoint import Checkpointer
-from labkit.events import Op
+from labkit.loop import TrainLoop
 from labkit.rank import RankContext, RankOutput
-from labkit.training import (
-    BackwardClock,
-    build_mlp,
-    make_optimizer,
-    max_abs_diff,
-    params_sha256,
-    reference_train,
-    task_for,
-    traced_backward,
-    unwrap_state,
-)
+from labkit.strategies.dp import DPMetrics
+from labkit.training import build_model
 
 
-def _traced_allreduce_hook(ctx: RankContext) -> Any:
-    step: dict[str, Any] = {"now": 0, "buckets": set()}
+def traced_allreduce_hook(comm: Any, step: Any) -> Any:
+    """A DDP comm hook that averages each bucket with one traced async all-reduce.
 
+    ``step.now`` tags the spans with the current step (DDP calls hooks without it).
+    """
     # no annotations: DDP rejects a hook whose ``bucket`` annotation is not dist.GradBucket,
     # and this module's annotations are strings (``from __future__ import annotations``)
     def hook(_state, bucket):  # type: ignore[no-untyped-def]
-        buf = bucket.buffer()
-        step["buckets"].add(bucket.index())
-        handle = ctx.comm.all_reduce(buf, async_op=True, step=step["now"], bucket=bucket.index())
-        world = ctx.world_size
-        return handle.future().then(lambda fut: fut.value()[0].div_(world))
+        step.buckets.add(bucket.index())
+        h = comm.all_reduce(bucket.buffer(), async_op=True, step=step.now, bucket=bucket.index())
+        world = comm.world_size
+        return h.future().then(lambda fut: fut.value()[0].div_(world))
 
-    return hook, step
+    return hook
+
+
+class StepRef:
+    """The step the hooks tag their spans with, and the buckets they have seen."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.buckets: set[int] = set()
+
+
+D = TypeVar("D", bound=DPMetrics)
+
+
+class TorchDDPLoop(TrainLoop[D]):
+    """``TrainLoop`` around ``DistributedDataParallel``; subclasses swap the comm hook."""
+
+    Record = DPMetrics
+
+    def __init__(self, ctx: RankContext, bucket_cap_mb: float):
+        assert ctx.config is not None
+        model = build_model(ctx.config).to(ctx.device)
+        ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
+        ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, device_ids=ids)
+        super().__init__(ctx, ddp, full_model=model, params=list(ddp.parameters()))
+        self.step_ref = StepRef()
+        self.register_hook(ddp)
+
+    def register_hook(self, ddp: DistributedDataParallel) -> None:
+        ddp.register_comm_hook(None, traced_allreduce_hook(self.ctx.dp_comm, self.step_ref))
+
+    def begin_step(self, step: int) -> None:
+        self.step_ref.now = step
+
+    def fill_record(self) -> None:
+        model: nn.Module = self.full_model
+        self.record.bytes_per_step = sum(p.numel() * p.element_size() for p in model.parameters())
+        self.record.buckets = len(self.step_ref.buckets)
 
 
 def train(ctx: RankContext) -> RankOutput:
-    cfg = ctx.config
-    assert cfg is not None
-    opts = cfg.options
-    model = build_mlp(cfg.model, cfg.seed).to(ctx.device)
-    ddp = DistributedDataParallel(model, bucket_cap_mb=opts.bucket_cap_mb,
-                                  device_ids=[ctx.local_rank] if ctx.device.type == "cuda" else None)
-    hook, hook_step = _traced_allreduce_hook(ctx)
-    ddp.register_comm_hook(None, hook)
-    opt = make_optimizer(cfg.optimizer, ddp.parameters(), cfg.lr)
-    clock = BackwardClock(ddp.parameters())
-    task = task_for(cfg)
-    tr = ctx.tracer
-    ckpt = Checkpointer(ctx, opts.checkpoint_dir, opts.checkpoint_every, opts.resume, model, opt)
-    start, losses = ckpt.start()
-    for step in range(start, cfg.steps):
-        with ctx.step(step):
-            hook_step["now"] = step
-            x, y = task.batch(step, cfg.batch_size * ctx.world_size, ctx.rank, ctx.world_size)
-            x, y = x.to(ctx.device), y.to(ctx.device)
-            opt.zero_grad(set_to_none=True)
-            with tr.span(Op.FORWARD, step=step):
-                loss = nn.functional.cross_entropy(ddp(x), y)
-            traced_backward(ctx, loss, clock, step)
-            with tr.span(Op.OPTIMIZER, step=step):
-                opt.step()
-            losses.append(loss.item())
-        ckpt.after_step(step, losses)
-    state = unwrap_state(ddp)
-    out = RankOutput(losses=losses)
-    num_buckets = len(hook_step["buckets"])
-    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    out.metrics.update(bytes_per_step=grad_bytes, buckets=num_buckets,
-                       num_params=sum(p.numel() for p in model.parameters()))
-    if opts.checkpoint_dir:
-        out.metrics.update(ckpt.metrics())
-    if ctx.rank == 0:
-        out.params_sha256 = params_sha256(state.items())
-        if cfg.check_reference:
-            out.metrics["max_abs_diff_vs_reference"] = max_abs_diff(
-                state, reference_train(cfg, ctx.world_size))
-    return out
+    assert ctx.config is not None
+    return TorchDDPLoop[DPMetrics](ctx, ctx.config.options.bucket_cap_mb).run()

@@ -20,7 +20,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.errors import ConfigError
+from labkit.metrics import RankMetrics
 from labkit.strategies import Strategy, register
+
+
+@dataclass
+class DPMetrics(RankMetrics):
+    """What a data-parallel rank reports about its gradient exchange (every DDP variant)."""
+
+    bytes_per_step: int | None = None
+    """Gradient bytes one rank all-reduces per step (the payload)."""
+    buckets: int | None = None
+    """All-reduce messages per step (one per parameter for ddp-naive)."""
+    bucket_bytes: list[int] | None = None
+    allreduce_calls_per_step: int | None = None
+    bucket_params: list[list[str]] | None = None
+    """Which parameters each bucket holds, in launch order (last layer first)."""
 
 
 @dataclass(kw_only=True, frozen=True)

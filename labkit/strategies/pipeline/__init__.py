@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.errors import ConfigError, LabError
+from labkit.schedules.plans import SCHEDULES, schedule_problems
 from labkit.strategies import Strategy, register
 
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved", "zb")
 BALANCE = ("count", "cost")
 
 
@@ -46,25 +46,16 @@ class PipelineOptions:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        if self.schedule not in SCHEDULE_NAMES:
-            problems.append(f"schedule ({self.schedule!r}) must be one of "
-                            f"{', '.join(SCHEDULE_NAMES)}; e.g. schedule='1f1b'")
         if not _is_int(self.microbatches, 1):
             problems.append(f"microbatches ({self.microbatches!r}) must be an integer >= 1; "
                             f"e.g. microbatches=4")
         if self.stages is not None and not _is_int(self.stages, 1):
             problems.append(f"stages ({self.stages!r}) must be an integer >= 1; e.g. stages=2")
-        if self.virtual is not None:
-            if not _is_int(self.virtual, 1):
-                problems.append(f"virtual ({self.virtual!r}) must be an integer >= 1; "
-                                f"e.g. virtual=2")
-            elif self.schedule == "interleaved" and self.virtual < 2:
-                problems.append(f"virtual ({self.virtual}) must be >= 2 for interleaved 1F1B "
-                                f"(model chunks per rank); e.g. virtual=2")
-            elif self.schedule != "interleaved" and self.virtual != 1 and not self.orders:
-                problems.append(f"virtual ({self.virtual}) must be 1 for schedule "
-                                f"{self.schedule!r}; use schedule='interleaved' for virtual "
-                                f"stages; e.g. virtual=1")
+        if self.virtual is not None and not _is_int(self.virtual, 1):
+            problems.append(f"virtual ({self.virtual!r}) must be an integer >= 1; "
+                            f"e.g. virtual=2")
+        elif self.schedule not in SCHEDULES or not self.orders:  # the schedule's own rules
+            problems += schedule_problems(self.schedule, virtual=self.resolved_virtual())
         costs = tuple(self.layer_costs)
         if any(not _is_int(c, 1) for c in costs):
             problems.append(f"layer_costs ({list(costs)}) must be integers >= 1 (matmuls per "
@@ -151,6 +142,6 @@ def options_for(config: Any) -> PipelineOptions:
 register(Strategy(
     name="pipeline", entry="labkit.strategies.pipeline.executor:train", options=PipelineOptions,
     summary="pipeline parallel: GPipe / 1F1B / interleaved / zero-bubble plans on real ranks",
-    check=check, lesson="03_pipeline_parallelism"))
+    check=check, lesson="03_pipeline_parallelism", axis="pp"))
 
 __all__ = ["PipelineOptions", "check", "orders_text", "parse_orders", "plan_for"]

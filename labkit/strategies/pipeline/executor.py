@@ -35,23 +35,17 @@ from torch import nn
 
 from labkit.errors import ConfigError
 from labkit.events import Op as Ev
+from labkit.loop import TrainLoop
 from labkit.rank import RankContext, RankOutput
 from labkit.schedules import Op, Plan
 from labkit.strategies.pipeline import PipelineOptions, options_for, orders_text, plan_for
-from labkit.strategies.pipeline.metrics import (
-    StepStat,
-    bubble_summary,
-    overhead_note,
-    predictions,
-    step_stats,
-)
+from labkit.strategies.pipeline.metrics import PipelineMetrics, StepStat, step_stats
 from labkit.strategies.pipeline.model import (
     StageModule,
     build_full,
     measure_layer_costs,
     stage_bounds,
 )
-from labkit.training import make_optimizer, task_for
 
 if TYPE_CHECKING:
     from labkit.config import ModelConfig
@@ -105,7 +99,8 @@ class _StepRunner:
         self.peak = self.messages = self.bytes = 0
         self.loss = 0.0
         self.cuda = ctx.device.type == "cuda"
-        self.split = any(a.op is Op.W for a in plan.actions(ctx.rank))
+        self.comm, self.me = ctx.pp_comm, ctx.pp_rank  # stages talk on the pipeline axis
+        self.split = any(a.op is Op.W for a in plan.actions(self.me))
 
     # ---- messages ------------------------------------------------------------------------
     def _prepost(self, rows: list[int]) -> None:
@@ -117,7 +112,7 @@ class _StepRunner:
         handshake happen while the data is not yet needed (PyTorch's pipelining does the
         same). Each message has its own tag, so the order of arrival does not matter.
         """
-        for a in self.plan.actions(self.ctx.rank):
+        for a in self.plan.actions(self.me):
             mod = self.modules[a.stage]
             if a.op is Op.F and a.stage > 0:
                 need = (ACT, a.stage - 1)
@@ -127,10 +122,10 @@ class _StepRunner:
                 continue
             kind, src_stage = need
             src = self.plan.stage_to_rank(src_stage)
-            if src == self.ctx.rank:
+            if src == self.me:
                 continue
             buf = torch.empty(rows[a.microbatch], self.width, device=self.ctx.device)
-            h = self.ctx.comm.irecv(buf, src, tag=tag(kind, src_stage, a.microbatch,
+            h = self.comm.irecv(buf, src, tag=tag(kind, src_stage, a.microbatch,
                                                       self.plan.microbatches),
                                     step=self.step, microbatch=a.microbatch, stage=a.stage,
                                     name=str(a))
@@ -138,24 +133,24 @@ class _StepRunner:
 
     def _get(self, kind: int, src_stage: int, m: int, rows: int, action: Any) -> torch.Tensor:
         src = self.plan.stage_to_rank(src_stage)
-        if src == self.ctx.rank:  # producer and consumer on this rank (P = 1)
+        if src == self.me:  # producer and consumer on this rank (P = 1)
             return self.local.pop((kind, src_stage, m))
         if (kind, src_stage, m) in self.posted:
             h, posted_buf = self.posted.pop((kind, src_stage, m))
             h.wait()
             return posted_buf
         buf = torch.empty(rows, self.width, device=self.ctx.device)
-        self.ctx.comm.recv(buf, src, tag=tag(kind, src_stage, m, self.plan.microbatches),
+        self.comm.recv(buf, src, tag=tag(kind, src_stage, m, self.plan.microbatches),
                            step=self.step, microbatch=m, stage=action.stage, name=str(action))
         return buf
 
     def _put(self, kind: int, stage: int, m: int, tensor: torch.Tensor, action: Any) -> None:
         dst = self.plan.stage_to_rank(stage + 1 if kind == ACT else stage - 1)
-        if dst == self.ctx.rank:
+        if dst == self.me:
             self.local[(kind, stage, m)] = tensor
             return
         tensor = tensor.contiguous()
-        h = self.ctx.comm.isend(tensor, dst, tag=tag(kind, stage, m, self.plan.microbatches),
+        h = self.comm.isend(tensor, dst, tag=tag(kind, stage, m, self.plan.microbatches),
                                 step=self.step, microbatch=m, stage=stage, name=str(action))
         self.pending.append((h, tensor))  # keep the tensor alive until the send completes
         self.messages += 1
@@ -174,7 +169,7 @@ class _StepRunner:
     # ---- actions -------------------------------------------------------------------------
     def run(self, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> StepRecord:
         self._prepost([x.shape[0] for x in xs])
-        for action in self.plan.actions(self.ctx.rank):
+        for action in self.plan.actions(self.me):
             self._poll()
             self._action(action, xs, ys)
         for h, _ in self.pending:  # 3. flush: every send has been received
@@ -287,94 +282,76 @@ def build_stages(ctx: RankContext, plan: Plan, model: ModelConfig, opts: Pipelin
     measured = None
     if opts.balance == "cost":  # rank 0 times every layer; all ranks use its numbers
         costs = torch.zeros(model.depth, dtype=torch.float64)
-        if ctx.rank == 0:
+        if ctx.pp_rank == 0:
             costs = torch.tensor(measure_layer_costs(full, rows), dtype=torch.float64)
-        ctx.comm.broadcast(costs, 0)
+        ctx.pp_comm.broadcast(costs, 0)
         measured = costs.tolist()
     num = plan.num_model_stages
     bounds = stage_bounds(opts.balance, model.depth, num, measured)
     mods = {s: StageModule(full, s, num, bounds).to(ctx.device)
-            for s in range(num) if plan.stage_to_rank(s) == ctx.rank}
-    if any(a.op is Op.W for a in plan.actions(ctx.rank)):  # checked once, not every step
+            for s in range(num) if plan.stage_to_rank(s) == ctx.pp_rank}
+    if any(a.op is Op.W for a in plan.actions(ctx.pp_rank)):  # checked once, not every step
         for mod in mods.values():
             _check_only_linears(mod)
     return mods, bounds, full
 
 
+class PipelineLoop(TrainLoop[PipelineMetrics]):
+    """``TrainLoop`` whose forward and backward are one step of a pipeline plan."""
+
+    Record = PipelineMetrics
+
+    def __init__(self, ctx: RankContext):
+        cfg = ctx.config
+        assert cfg is not None
+        self.opts = options_for(cfg)
+        self.plan = plan_for(self.opts, ctx.grid.pp if ctx.grid is not None else ctx.world_size)
+        rows = cfg.batch_size // self.plan.microbatches
+        self.mods, self.bounds, full = build_stages(ctx, self.plan, cfg.model, self.opts,
+                                                    cfg.seed, rows)
+        params = [p for mod in self.mods.values() for p in mod.parameters()]
+        super().__init__(ctx, self.mods, full_model=full, params=params, clock=False)
+        self.records: list[StepRecord] = []
+        self.first_grads: dict[str, torch.Tensor] = {}
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float | None:
+        self.records.append(run_step(self.ctx, self.plan, self.mods, x, y, step))
+        if step == 0 and self.cfg.check_reference:
+            self.first_grads = {n: p.grad.detach().cpu().clone() for mod in self.mods.values()
+                                for n, p in zip(mod.param_names(), mod.parameters())
+                                if p.grad is not None}
+        return self.records[-1].loss
+
+    def final_state(self) -> dict[str, torch.Tensor]:
+        return {}  # the weights stay split over the stages; each rank checks its own
+
+    def reports_state(self) -> bool:
+        return False
+
+    def fill_record(self) -> None:
+        from labkit.strategies.pipeline.reference import reference_check
+
+        plan, rec, records = self.plan, self.record, self.records
+        steady = records[1:] or records
+        rec.step_stats = [r.stat for r in records]
+        rec.stage_ms = [statistics.fmean(r.stage_ns.get(s, 0) for r in steady)
+                        / plan.microbatches / 1e6 for s in range(plan.num_model_stages)]
+        rec.peak_activations_held = records[-1].peak_activations
+        rec.messages_per_step = statistics.fmean(r.messages for r in records)
+        rec.bytes_per_step = statistics.fmean(r.bytes_sent for r in records)
+        rec.schedule = "custom" if self.opts.orders else self.opts.schedule
+        rec.stages, rec.microbatches, rec.virtual = plan.stages, plan.microbatches, plan.virtual
+        rec.stage_bounds, rec.balance = self.bounds, self.opts.balance
+        if self.cfg.check_reference:
+            diffs = reference_check(self.cfg, self.mods, records, self.first_grads)
+            rec.max_abs_diff_grads = diffs["max_abs_diff_grads"]
+            rec.max_abs_diff_vs_reference = diffs["max_abs_diff_vs_reference"]
+            rec.max_abs_diff_loss = diffs["max_abs_diff_loss"]
+
+
 def train(ctx: RankContext) -> RankOutput:
     """The strategy entry: ``labkit run pipeline`` on every rank."""
-    from labkit.strategies.pipeline.reference import reference_check
-
-    cfg = ctx.config
-    assert cfg is not None
-    opts = options_for(cfg)
-    plan = plan_for(opts, ctx.world_size)
-    rows = cfg.batch_size // plan.microbatches
-    mods, bounds, _full = build_stages(ctx, plan, cfg.model, opts, cfg.seed, rows)
-    params = [p for mod in mods.values() for p in mod.parameters()]
-    opt = make_optimizer(cfg.optimizer, params, cfg.lr)
-    task = task_for(cfg)
-    records: list[StepRecord] = []
-    first_grads: dict[str, torch.Tensor] = {}
-    for step in range(cfg.steps):
-        with ctx.step(step):
-            x, y = task.batch(step, cfg.batch_size)
-            opt.zero_grad(set_to_none=True)
-            records.append(run_step(ctx, plan, mods, x.to(ctx.device), y.to(ctx.device), step))
-            if step == 0 and cfg.check_reference:
-                first_grads = {n: p.grad.detach().cpu().clone() for mod in mods.values()
-                               for n, p in zip(mod.param_names(), mod.parameters())
-                               if p.grad is not None}
-            with ctx.tracer.span(Ev.OPTIMIZER, step=step):
-                opt.step()
-    diffs = reference_check(cfg, mods, records, first_grads) if cfg.check_reference else {}
-    return _output(ctx, plan, opts, bounds, records, diffs)
-
-
-def _gather(ctx: RankContext, values: list[float]) -> list[list[float]]:
-    """Every rank's list of floats (same length on all ranks), by rank."""
-    mine = torch.tensor(values, dtype=torch.float64)
-    out = torch.zeros(ctx.world_size * len(values), dtype=torch.float64)
-    ctx.comm.all_gather(out, mine)
-    return out.view(ctx.world_size, len(values)).tolist()  # type: ignore[no-any-return]
-
-
-def _output(ctx: RankContext, plan: Plan, opts: PipelineOptions, bounds: list[int],
-            records: list[StepRecord], diffs: dict[str, float]) -> RankOutput:
-    num, steps = plan.num_model_stages, len(records)
-    steady = records[1:] or records
-    stage_ms = [statistics.fmean(r.stage_ns.get(s, 0) for r in steady) / plan.microbatches / 1e6
-                for s in range(num)]
-    keys = ("max_abs_diff_grads", "max_abs_diff_vs_reference", "max_abs_diff_loss")
-    mine = [float(v) for r in records for v in r.stat] + stage_ms + [
-        float(records[-1].peak_activations), statistics.fmean(r.messages for r in records),
-        statistics.fmean(r.bytes_sent for r in records)] + [diffs.get(k, 0.0) for k in keys]
-    rows = _gather(ctx, mine)  # 1. every rank's numbers, on every rank
-    stats = [[(int(row[3 * k]), int(row[3 * k + 1]), int(row[3 * k + 2])) for k in range(steps)]
-             for row in rows]
-    tail = [row[3 * steps:] for row in rows]
-    label = "custom" if opts.orders else opts.schedule
-    metrics: dict[str, Any] = {"schedule": label, "stages": plan.stages,
-                               "microbatches": plan.microbatches, "virtual": plan.virtual,
-                               "stage_bounds": bounds, "balance": opts.balance}
-    # 2. measured, beside the predictions (both as shares of total step time)
-    metrics.update(bubble_summary(stats))
-    metrics.update(predictions(label, plan.stages, plan.microbatches, plan.virtual, plan))
-    metrics["stage_time_ms"] = [sum(t[s] for t in tail) for s in range(num)]
-    metrics["peak_activations"] = [int(t[num]) for t in tail]
-    metrics["p2p_messages_per_step"] = sum(t[num + 1] for t in tail)
-    metrics["p2p_bytes_per_step"] = sum(t[num + 2] for t in tail)
-    if diffs:
-        for i, k in enumerate(keys):
-            metrics[k] = max(t[num + 3 + i] for t in tail)
-    busy = [st[2] for row in stats for st in (row[1:] or row)]
-    actions = sum(len(plan.actions(r)) for r in range(plan.stages)) / plan.stages
-    note = overhead_note(metrics["bubble_fraction"], metrics["bubble_fraction_predicted"],
-                         statistics.fmean(busy) / actions / 1e6)
-    if note:
-        metrics["note"] = note
-    out = RankOutput(losses=[r.loss for r in records if r.loss is not None], metrics=metrics)
-    return out
+    return PipelineLoop(ctx).run()
 
 
 def run_plan(plan: Plan, *, steps: int = 2, batch_size: int | None = None,

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from labkit.events import Event, Op
+from labkit.metrics import RankMetrics
 
 PIPELINE_OPS = (Op.FORWARD, Op.BACKWARD, Op.BACKWARD_INPUT, Op.BACKWARD_WEIGHT)
 
@@ -84,14 +86,14 @@ def predictions(schedule: str, stages: int, microbatches: int, virtual: int,
                 plan: Any = None) -> dict[str, Any]:
     """The predicted bubble for the same run: the closed form where one exists, and the
     plan simulated with F=1, B=2 time units (``labkit.schedules.planned_bubble_fraction``)."""
-    from labkit.schedules import peak_in_flight, planned_bubble_fraction
+    from labkit.schedules import CLOSED_FORM, peak_in_flight, planned_bubble_fraction
     from labkit.theory import bubble_fraction
 
     out: dict[str, Any] = {}
     if plan is not None:
         out["bubble_fraction_planned"] = planned_bubble_fraction(plan)
         out["peak_activations_predicted"] = [peak_in_flight(plan, r) for r in range(stages)]
-    if schedule in ("gpipe", "1f1b", "interleaved"):
+    if schedule in CLOSED_FORM:
         out["bubble_fraction_predicted"] = bubble_fraction(stages, microbatches, schedule,
                                                            virtual, "total")
         out["bubble_fraction_predicted_ideal"] = bubble_fraction(stages, microbatches, schedule,
@@ -113,6 +115,61 @@ def overhead_note(measured: float, predicted: float, mean_action_ms: float,
             f"message and of Python weighs on the bubble ({measured:.3f} measured vs "
             f"{predicted:.3f} predicted); give each microbatch more compute to see the "
             f"formula, e.g. --width 1024 --depth 16 --batch-size 1024")
+
+
+# ---- the run's metrics from every rank's record (parent side) ------------------------------
+@dataclass
+class PipelineMetrics(RankMetrics):
+    """What one pipeline rank measured; ``combine`` turns every rank's record into the
+    bubble, stage times, activations and messages of the run."""
+
+    step_stats: list[StepStat] | None = None
+    """Per step: (first action start ns, last action end ns, busy ns) on this rank."""
+    stage_ms: list[float] | None = None
+    """Per model stage: this rank's mean compute per microbatch (0 for stages it lacks)."""
+    peak_activations_held: int | None = None
+    messages_per_step: float | None = None
+    bytes_per_step: float | None = None
+    max_abs_diff_grads: float | None = None
+    max_abs_diff_loss: float | None = None
+    schedule: str | None = None
+    stages: int | None = None
+    microbatches: int | None = None
+    virtual: int | None = None
+    stage_bounds: list[int] | None = None
+    balance: str | None = None
+
+    @classmethod
+    def combine(cls, records: Sequence[RankMetrics], config: Any) -> dict[str, Any]:
+        from labkit.strategies.pipeline import options_for, plan_for
+
+        recs = [r for r in records if isinstance(r, PipelineMetrics)]
+        out = super().combine(recs, config)
+        for key in ("step_stats", "stage_ms", "peak_activations_held", "messages_per_step",
+                    "bytes_per_step"):
+            out.pop(key, None)
+        first = recs[0]
+        plan = plan_for(options_for(config), first.stages or len(recs))
+        stats = [r.step_stats or [] for r in recs]
+        # 1. measured, beside the predictions (both as shares of total step time)
+        out.update(bubble_summary(stats))
+        out.update(predictions(first.schedule or "", plan.stages, plan.microbatches,
+                               plan.virtual, plan))
+        num = plan.num_model_stages
+        out["stage_time_ms"] = [sum((r.stage_ms or [0.0] * num)[s] for r in recs)
+                                for s in range(num)]
+        out["peak_activations"] = [r.peak_activations_held for r in recs]
+        out["p2p_messages_per_step"] = sum(r.messages_per_step or 0 for r in recs)
+        out["p2p_bytes_per_step"] = sum(r.bytes_per_step or 0 for r in recs)
+        # 2. a hint when actions are too short for the formula's assumptions
+        busy = [st[2] for row in stats for st in (row[1:] or row)]
+        actions = sum(len(plan.actions(r)) for r in range(plan.stages)) / plan.stages
+        if busy and "bubble_fraction_predicted" in out:
+            note = overhead_note(out["bubble_fraction"], out["bubble_fraction_predicted"],
+                                 statistics.fmean(busy) / actions / 1e6)
+            if note:
+                out["note"] = note
+        return out
 
 
 # ---- the same numbers from a Timeline (parent side: visuals, bench, tests) ----------------

@@ -13,6 +13,7 @@ from typing import Any
 
 from labkit.checkpoint import CheckpointOptions
 from labkit.errors import ConfigError
+from labkit.metrics import RankMetrics
 from labkit.strategies import Strategy, register
 
 LR_RULES = ("none", "linear", "sqrt")
@@ -52,6 +53,16 @@ class ScalingOptions(CheckpointOptions):
         problems += self.checkpoint_problems()
         if problems:
             raise ConfigError(problems)
+
+
+@dataclass
+class ScalingMetrics(RankMetrics):
+    global_batch: int | None = None
+    """batch_size x world_size x accumulation."""
+    target_lr: float | None = None
+    """The LR after the scaling rule (warmup ramps up to it)."""
+    diverged: bool | None = None
+    """A loss became NaN/inf, or the last finite loss is over twice the first."""
 
 
 def global_batch_of(config: Any) -> int:

@@ -1,6 +1,6 @@
 """Rank code of the ``scaling`` strategy: data-parallel SGD with the large-batch toolkit.
 
-One optimizer step (phase numbers match the code):
+``TrainLoop`` with four hooks changed (phase numbers match the code):
   1. set this step's LR: the target LR from ``labkit.theory.scaled_lr`` (rule and base
      batch from the options), ramped by ``labkit.theory.lr_at_step`` during warmup;
   2. run ``accumulation`` micro-batches, each loss divided by ``accumulation`` so the
@@ -8,7 +8,7 @@ One optimizer step (phase numbers match the code):
   3. average gradients across ranks with one traced all-reduce of a flat buffer — the
      result is exactly the gradient of the global batch;
   4. clip the global gradient norm (``clip_grad_norm_``), then step the optimizer;
-  5. save a sharded checkpoint every ``checkpoint_every`` steps.
+  5. save a sharded checkpoint every ``checkpoint_every`` steps (``TrainLoop``).
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.checkpoint import Checkpointer
 from labkit.events import Op
+from labkit.loop import TrainLoop
+from labkit.optim import make_optimizer
 from labkit.rank import RankContext, RankOutput
-from labkit.strategies.scaling import global_batch_of
+from labkit.strategies.scaling import ScalingMetrics, global_batch_of
 from labkit.theory import lr_at_step, scaled_lr
-from labkit.training import build_mlp, make_optimizer, max_abs_diff, params_sha256, task_for
+from labkit.training import build_model, task_for
 
 
 def target_lr(config: Any) -> float:
@@ -46,9 +47,81 @@ def _set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+class ScalingLoop(TrainLoop[ScalingMetrics]):
+    Record = ScalingMetrics
+
+    def __init__(self, ctx: RankContext, cfg: Any):
+        model = build_model(cfg).to(ctx.device)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = make_optimizer(cfg.optimizer, params, lr_for_step(cfg, 0) or 1.0)
+        super().__init__(ctx, model, params=params, optimizer=opt, clock=False, config=cfg)
+        self.lrs: list[float] = []
+        self.grad_norms: list[float] = []
+        self._flat: torch.Tensor | None = None
+
+    def global_batch(self) -> int:
+        return global_batch_of(self.cfg)
+
+    def begin_step(self, step: int) -> None:
+        # 1. this step's learning rate
+        self.lrs.append(lr_for_step(self.cfg, step))
+        _set_lr(self.optimizer, self.lrs[-1])
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float:
+        # 2. accumulate micro-batches (this rank's block of the batch, in equal pieces)
+        accum, tr, total = self.cfg.options.accumulation, self.ctx.tracer, 0.0
+        for micro, (xm, ym) in enumerate(zip(x.chunk(accum), y.chunk(accum))):
+            with tr.span(Op.FORWARD, step=step, microbatch=micro):
+                loss = nn.functional.cross_entropy(self.model(xm), ym) / accum
+            with tr.span(Op.BACKWARD, step=step, microbatch=micro):
+                loss.backward()
+            total += loss.item()
+        return total
+
+    def sync(self, step: int) -> None:
+        # 3. average gradients over ranks (one flat bucket)
+        grads = [p.grad for p in self.params if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.ctx.dp_comm.all_reduce(flat, op="avg", step=step)
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+        self._flat = flat
+
+    def update(self, step: int) -> None:
+        # 4. clip, then update
+        with self.ctx.tracer.span(Op.OPTIMIZER, step=step):
+            assert self._flat is not None
+            self.grad_norms.append(float(torch.linalg.vector_norm(self._flat)))
+            if self.cfg.options.clip_grad_norm > 0:
+                nn.utils.clip_grad_norm_(self.params, self.cfg.options.clip_grad_norm)
+            self.optimizer.step()
+
+    def fill_record(self) -> None:
+        finite = [v for v in self.losses if math.isfinite(v)]
+        self.record.global_batch = global_batch_of(self.cfg)
+        self.record.target_lr = target_lr(self.cfg)
+        self.record.diverged = len(finite) < len(self.losses) or bool(
+            finite and self.losses and finite[-1] > 2 * finite[0])
+
+    def reference_state(self) -> dict[str, torch.Tensor]:
+        return reference_train(self.cfg)
+
+    def finish(self) -> RankOutput:
+        start = self.checkpointer.resumed_from if self.checkpointer is not None else None
+        out = super().finish()
+        out.extra.update(lr=self.lrs, grad_norm=self.grad_norms, first_step=start or 0)
+        return out
+
+
 def train(ctx: RankContext) -> RankOutput:
     assert ctx.config is not None
-    return train_loop(ctx, ctx.config)
+    return ScalingLoop(ctx, ctx.config).run()
+
+
+def train_loop(ctx: RankContext, cfg: Any) -> RankOutput:
+    return ScalingLoop(ctx, cfg).run()
 
 
 def run_variants(ctx: RankContext, configs: list[Any]) -> list[dict[str, Any]]:
@@ -60,83 +133,14 @@ def run_variants(ctx: RankContext, configs: list[Any]) -> list[dict[str, Any]]:
     results = []
     for cfg in configs:
         out = train_loop(ctx, cfg)
-        results.append({"losses": out.losses, **out.extra, **out.metrics,
+        results.append({"losses": out.losses, **out.extra, **out.all_metrics(),
                         "params_sha256": out.params_sha256})
     return results
 
 
-def train_loop(ctx: RankContext, cfg: Any) -> RankOutput:
-    opts = cfg.options
-    model = build_mlp(cfg.model, cfg.seed).to(ctx.device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(cfg.optimizer, params, lr_for_step(cfg, 0) or 1.0)
-    task = task_for(cfg)
-    gbatch, accum = global_batch_of(cfg), opts.accumulation
-    tr = ctx.tracer
-    ckpt = Checkpointer(ctx, opts.checkpoint_dir, opts.checkpoint_every, opts.resume, model, opt)
-    start, losses = ckpt.start()
-    lrs: list[float] = []
-    grad_norms: list[float] = []
-    for step in range(start, cfg.steps):
-        with ctx.step(step):
-            # 1. this step's learning rate
-            lr = lr_for_step(cfg, step)
-            _set_lr(opt, lr)
-            opt.zero_grad(set_to_none=True)
-            # 2. accumulate micro-batches
-            total = 0.0
-            for micro in range(accum):
-                x, y = task.batch(step, gbatch, ctx.rank * accum + micro, ctx.world_size * accum)
-                x, y = x.to(ctx.device), y.to(ctx.device)
-                with tr.span(Op.FORWARD, step=step, microbatch=micro):
-                    loss = nn.functional.cross_entropy(model(x), y) / accum
-                with tr.span(Op.BACKWARD, step=step, microbatch=micro):
-                    loss.backward()
-                total += loss.item()
-            # 3. average gradients over ranks (one flat bucket)
-            grads = [p.grad for p in params if p.grad is not None]
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            ctx.comm.all_reduce(flat, op="avg", step=step)
-            offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
-            # 4. clip, then update
-            with tr.span(Op.OPTIMIZER, step=step):
-                norm = float(torch.linalg.vector_norm(flat))
-                if opts.clip_grad_norm > 0:
-                    nn.utils.clip_grad_norm_(params, opts.clip_grad_norm)
-                opt.step()
-            losses.append(total)
-            lrs.append(lr)
-            grad_norms.append(norm)
-        # 5. checkpoint
-        ckpt.after_step(step, losses)
-    return _output(ctx, cfg, model, losses, lrs, grad_norms, start, ckpt)
-
-
-def _output(ctx: RankContext, cfg: Any, model: nn.Module, losses: list[float], lrs: list[float],
-            grad_norms: list[float], start: int, ckpt: Checkpointer) -> RankOutput:
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    finite = [v for v in losses if math.isfinite(v)]
-    out = RankOutput(losses=losses, extra={"lr": lrs, "grad_norm": grad_norms,
-                                           "first_step": start})
-    out.metrics.update(global_batch=global_batch_of(cfg), target_lr=target_lr(cfg),
-                       samples_per_step=global_batch_of(cfg),
-                       diverged=len(finite) < len(losses) or bool(
-                           finite and losses and finite[-1] > 2 * finite[0]))
-    if cfg.options.checkpoint_dir:
-        out.metrics.update(ckpt.metrics())
-    if ctx.rank == 0:
-        out.params_sha256 = params_sha256(state.items())
-        if cfg.check_reference:
-            out.metrics["max_abs_diff_vs_reference"] = max_abs_diff(state, reference_train(cfg))
-    return out
-
-
 def reference_train(config: Any) -> dict[str, torch.Tensor]:
     """One process, no accumulation: the whole global batch at once, same LR schedule and clip."""
-    model = build_mlp(config.model, config.seed)
+    model = build_model(config)
     opt = make_optimizer(config.optimizer, model.parameters(), lr_for_step(config, 0) or 1.0)
     task, gbatch = task_for(config), global_batch_of(config)
     for step in range(config.steps):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.errors import ConfigError
+from labkit.metrics import RankMetrics
 from labkit.strategies import Strategy, register
 
 BLOCKS = ("both", "mlp", "attention")
@@ -52,6 +53,23 @@ class TPOptions:
             raise ConfigError(problems)
 
 
+@dataclass
+class TPMetrics(RankMetrics):
+    """Per layer, the all-reduce bytes this rank's trace holds, beside Megatron's count."""
+
+    comm_bytes_per_layer_measured: list[dict[str, int]] | None = None
+    comm_bytes_per_layer_predicted: dict[str, float] | None = None
+    comm_bytes_match: bool | None = None
+    """Every layer, every step, forward and backward: measured == predicted."""
+    activation_bytes: int | None = None
+    params_per_rank: int | None = None
+    params_full: int | None = None
+    dtensor: dict[str, Any] | None = None
+    """torch DTensor's own Colwise/Rowwise MLP on the same weights (``--dtensor-check``)."""
+    max_abs_diff_output: float | None = None
+    max_abs_diff_loss: float | None = None
+
+
 def check(config: Any) -> list[str]:
     """Rules across fields: the heads and the MLP width must split evenly over the ranks."""
     opts, n = config.options, config.world_size
@@ -68,4 +86,4 @@ def check(config: Any) -> list[str]:
 register(Strategy(
     name="tp", entry="labkit.strategies.tp.impl:train", options=TPOptions, check=check,
     summary="Megatron tensor parallel attention + MLP (f/g operators) vs the unsharded model",
-    lesson="04_tensor_parallelism"))
+    lesson="04_tensor_parallelism", axis="tp"))

@@ -19,11 +19,14 @@ import torch
 from torch import nn
 
 from labkit.events import Op
+from labkit.loop import TrainLoop
+from labkit.optim import make_optimizer
 from labkit.rank import RankContext, RankOutput
+from labkit.strategies.tp import TPMetrics
 from labkit.strategies.tp.cost import tp_bytes_per_layer
 from labkit.strategies.tp.layers import TPLayer, build_reference, shard_map
 from labkit.strategies.tp.ops import ComputeClock, TPComm
-from labkit.training import make_optimizer, params_sha256
+from labkit.training import max_abs_diff
 
 
 def batch(seed: int, step: int, b: int, s: int, h: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,8 +68,9 @@ def gather_full(ctx: RankContext, model: nn.Sequential, block: str) -> dict[str,
                 continue
             src = p if dim == 0 else p.T
             src = src.contiguous()
-            out = torch.empty((src.shape[0] * ctx.world_size, *src.shape[1:]), dtype=src.dtype)
-            ctx.comm.all_gather(out, src, name=f"gather.{i}.{local}")
+            out = torch.empty((src.shape[0] * ctx.tp_comm.world_size, *src.shape[1:]),
+                              dtype=src.dtype)
+            ctx.tp_comm.all_gather(out, src, name=f"gather.{i}.{local}")
             full[f"{i}.{ref_name}"] = out if dim == 0 else out.T.contiguous()
     return full
 
@@ -84,73 +88,108 @@ def bytes_by_layer(events: list[Any], layers: int) -> list[dict[str, list[int]]]
     return [{k: [v[s] for s in sorted(v)] for k, v in d.items()} for d in per]
 
 
-def train(ctx: RankContext) -> RankOutput:
-    cfg = ctx.config
-    assert cfg is not None
-    o = cfg.options
-    n = ctx.world_size
-    clock = ComputeClock(ctx.tracer)
-    tpc = TPComm(ctx.comm, clock)
-    if ctx.device.type == "cuda":
-        torch.set_default_device(ctx.device)  # weights, shards and buffers on this rank's GPU
-    # 1. shard a seeded full model: every rank slices the same weights
-    full = build_reference(o.hidden, o.hidden * o.ffn_mult, o.heads, o.layers, o.block, cfg.seed)
-    model = nn.Sequential(*(TPLayer(layer, ctx.rank, n, tpc, i)  # type: ignore[arg-type]
-                           for i, layer in enumerate(full))).to(ctx.device)
-    opt = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
-    losses, first = [], None
-    for step in range(cfg.steps):
-        with ctx.step(step):
-            tpc.step = step
-            x, y = batch(cfg.seed, step, cfg.batch_size, o.seq, o.hidden)
-            x, y = x.to(ctx.device), y.to(ctx.device)
-            x.requires_grad_(True)  # the input stands for earlier layers' output: f's backward runs
-            # 2. forward: compute spans are cut at every all-reduce (g)
-            clock.begin(Op.FORWARD, step)
-            out = model(x)
-            loss = nn.functional.mse_loss(out, y)
-            clock.end()
-            first = out.detach().clone() if first is None else first
-            # 3. backward: f all-reduces the input gradient of every block
-            opt.zero_grad(set_to_none=True)
-            clock.begin(Op.BACKWARD, step)
-            loss.backward()
-            clock.end()
-            with ctx.tracer.span(Op.OPTIMIZER, step=step):
-                opt.step()
-            losses.append(loss.item())
-    # 4. measured vs predicted bytes per layer, from this rank's own trace
-    per_layer = bytes_by_layer(ctx.events(), o.layers)
-    predicted = tp_bytes_per_layer(cfg.batch_size, o.seq, o.hidden, o.block, 4, n)
-    measured = [{"forward": d["forward"][0] if d["forward"] else 0,
-                 "backward": d["backward"][0] if d["backward"] else 0} for d in per_layer]
-    same_every_step = all(len(set(d["forward"])) <= 1 and len(set(d["backward"])) <= 1
-                          for d in per_layer)
-    metrics: dict[str, Any] = {
-        "comm_bytes_per_layer_measured": measured,
-        "comm_bytes_per_layer_predicted": {"forward": predicted["forward"],
-                                           "backward": predicted["backward"]},
-        "comm_bytes_match": same_every_step and n > 1 and all(
-            m["forward"] == predicted["forward"] and m["backward"] == predicted["backward"]
-            for m in measured),
-        "activation_bytes": cfg.batch_size * o.seq * o.hidden * 4,
-        "params_per_rank": sum(p.numel() for p in model.parameters()),
-        "params_full": sum(p.numel() for p in full.parameters()),
-    }
-    # 5. compare with the unsharded model trained on one process
-    gathered = gather_full(ctx, model, o.block)
-    if o.dtensor_check and o.block in ("both", "mlp"):
-        from labkit.strategies.tp.dtensor_check import dtensor_mlp_check
+class TPLoop(TrainLoop[TPMetrics]):
+    """``TrainLoop`` on Megatron-sharded layers: every rank sees the same batch."""
 
-        first_mlp: Any = full[0].mlp
-        metrics["dtensor"] = dtensor_mlp_check(ctx, first_mlp, cfg.seed, cfg.batch_size, o.seq)
-    out_ = RankOutput(losses=losses, metrics=metrics)
-    if ctx.rank == 0:
-        ref_first, ref_state, ref_losses = reference_run(cfg)
-        assert first is not None
-        metrics["max_abs_diff_output"] = float((first - ref_first).abs().max())
-        metrics["max_abs_diff_vs_reference"] = max(
-            float((gathered[k] - ref_state[k]).abs().max()) for k in ref_state)
-        metrics["max_abs_diff_loss"] = max(abs(a - b) for a, b in zip(losses, ref_losses))
-        out_.params_sha256 = params_sha256(gathered.items())
-    return out_
+    Record = TPMetrics
+
+    def __init__(self, ctx: RankContext):
+        assert ctx.config is not None
+        o, n = ctx.config.options, ctx.world_size
+        self.clock_tp = ComputeClock(ctx.tracer)
+        self.tpc = TPComm(ctx.tp_comm, self.clock_tp)
+        if ctx.device.type == "cuda":
+            torch.set_default_device(ctx.device)  # weights, shards and buffers on this rank's GPU
+        # 1. shard a seeded full model: every rank slices the same weights
+        full = build_reference(o.hidden, o.hidden * o.ffn_mult, o.heads, o.layers, o.block,
+                               ctx.config.seed)
+        model = nn.Sequential(*(TPLayer(layer, ctx.tp_rank, n, self.tpc, i)  # type: ignore[arg-type]
+                                for i, layer in enumerate(full))).to(ctx.device)
+        super().__init__(ctx, model, full_model=full, clock=False)
+        self.first: torch.Tensor | None = None
+        self.gathered: dict[str, torch.Tensor] = {}
+        self._ref: tuple[torch.Tensor, dict[str, torch.Tensor], list[float]] | None = None
+
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        o = self.cfg.options
+        x, y = batch(self.cfg.seed, step, self.cfg.batch_size, o.seq, o.hidden)
+        # the input stands for earlier layers' output: f's backward runs
+        return x.to(self.ctx.device).requires_grad_(True), y.to(self.ctx.device)
+
+    def begin_step(self, step: int) -> None:
+        self.tpc.step = step
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> torch.Tensor:
+        # 2. forward: compute spans are cut at every all-reduce (g)
+        self.clock_tp.begin(Op.FORWARD, step)
+        out = self.model(x)
+        loss = nn.functional.mse_loss(out, y)
+        self.clock_tp.end()
+        self.first = out.detach().clone() if self.first is None else self.first
+        # 3. backward: f all-reduces the input gradient of every block
+        self.clock_tp.begin(Op.BACKWARD, step)
+        loss.backward()
+        self.clock_tp.end()
+        return loss
+
+    def flops_per_step(self, matmul_params: int) -> float:
+        from labkit.theory import training_flops
+
+        o = self.cfg.options
+        attention = o.layers if o.block in ("both", "attention") else 0
+        return training_flops(matmul_params, self.global_batch(), seq=o.seq,
+                              attention_layers=attention, hidden=o.hidden)
+
+    def fill_record(self) -> None:
+        # 4. measured vs predicted bytes per layer, from this rank's own trace
+        o, n, rec = self.cfg.options, self.ctx.world_size, self.record
+        per_layer = bytes_by_layer(self.ctx.events(), o.layers)
+        predicted = tp_bytes_per_layer(self.cfg.batch_size, o.seq, o.hidden, o.block, 4, n)
+        measured = [{"forward": d["forward"][0] if d["forward"] else 0,
+                     "backward": d["backward"][0] if d["backward"] else 0} for d in per_layer]
+        same_every_step = all(len(set(d["forward"])) <= 1 and len(set(d["backward"])) <= 1
+                              for d in per_layer)
+        rec.comm_bytes_per_layer_measured = measured
+        rec.comm_bytes_per_layer_predicted = {"forward": predicted["forward"],
+                                              "backward": predicted["backward"]}
+        rec.comm_bytes_match = same_every_step and n > 1 and all(
+            m["forward"] == predicted["forward"] and m["backward"] == predicted["backward"]
+            for m in measured)
+        rec.activation_bytes = self.cfg.batch_size * o.seq * o.hidden * 4
+        rec.params_per_rank = sum(p.numel() for p in self.model.parameters())
+        rec.params_full = self.stats[0]
+
+    def final_state(self) -> dict[str, torch.Tensor]:
+        # 5. the full weights from every rank's shards (a collective)
+        self.gathered = gather_full(self.ctx, self.model, self.cfg.options.block)
+        o = self.cfg.options
+        if o.dtensor_check and o.block in ("both", "mlp"):
+            from labkit.strategies.tp.dtensor_check import dtensor_mlp_check
+
+            first_mlp: Any = self.full_model[0].mlp  # type: ignore[index]
+            self.record.dtensor = dtensor_mlp_check(self.ctx, first_mlp, self.cfg.seed,
+                                                    self.cfg.batch_size, o.seq)
+        return self.gathered
+
+    def _reference(self) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[float]]:
+        if self._ref is None:
+            self._ref = reference_run(self.cfg)
+        return self._ref
+
+    def reference_state(self) -> dict[str, torch.Tensor]:
+        return self._reference()[1]
+
+    def finish(self) -> RankOutput:
+        out = super().finish()
+        if self.reports_state():  # always compared: the lesson is that TP changes nothing
+            ref_first, ref_state, ref_losses = self._reference()
+            assert self.first is not None
+            rec = self.record
+            rec.max_abs_diff_output = float((self.first - ref_first).abs().max())
+            rec.max_abs_diff_loss = max(abs(a - b) for a, b in zip(self.losses, ref_losses))
+            rec.max_abs_diff_vs_reference = max_abs_diff(self.gathered, ref_state)
+        return out
+
+
+def train(ctx: RankContext) -> RankOutput:
+    return TPLoop(ctx).run()

@@ -11,10 +11,12 @@ against. ``impl="torch"`` runs torch's own versions for comparison:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from labkit.errors import ConfigError
+from labkit.metrics import RankMetrics
 from labkit.strategies import Strategy, register
 
 STAGES = (0, 1, 2, 3)
@@ -71,6 +73,52 @@ class ZeroOptions:
                                 "e.g. --impl labkit --checkpointing")
         if problems:
             raise ConfigError(problems)
+
+
+PER_RANK = {"model_state_bytes": "per_rank_bytes", "padding": "padding_bytes",
+            "peak_model_state": "peak_model_state_bytes",
+            "saved_activations": "saved_activation_bytes"}
+"""Record fields measured per rank -> the run metric listing them by rank."""
+
+
+@dataclass
+class ZeroMetrics(RankMetrics):
+    """A ZeRO rank's model-state bytes as counted from the storages it keeps, the bytes
+    it put on the wire, and the calculator's numbers for the same run."""
+
+    zero_stage: int | None = None
+    impl: str | None = None
+    precision: str | None = None
+    checkpointing: bool | None = None
+    model_state_bytes: dict[str, int] | None = None
+    """This rank's bytes per term (params, grads, optimizer), distinct storages."""
+    padding: dict[str, int] | None = None
+    """Of those, the zero padding that makes shards equal."""
+    peak_model_state: int | None = None
+    """Persistent model state + the largest transient buffers inside a step."""
+    saved_activations: int | None = None
+    """Bytes autograd saved for backward in the last step."""
+    predicted_bytes: dict[str, float] | None = None
+    padding_elements: int | None = None
+    bytes_per_param: dict[str, float] | None = None
+    theory_precision: str | None = None
+    predicted_activation_bytes: float | None = None
+    comm_bytes_per_step: float | None = None
+    comm_payload_bytes_per_step: float | None = None
+    predicted_comm_bytes_per_step: float | None = None
+    ddp_comm_bytes_per_step: float | None = None
+    comm_ratio_vs_ddp: float | None = None
+    untraced_broadcast_payload_bytes: int | None = None
+
+    @classmethod
+    def combine(cls, records: Sequence[RankMetrics], config: Any) -> dict[str, Any]:
+        out = super().combine(records, config)
+        for field, metric in PER_RANK.items():
+            out.pop(field, None)
+            values = [getattr(r, field) for r in records]
+            if any(v is not None for v in values):
+                out[metric] = values
+        return out
 
 
 def layer_sizes(model: Any) -> list[int]:

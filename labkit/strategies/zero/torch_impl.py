@@ -14,29 +14,26 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from labkit.events import Op
-from labkit.rank import RankContext, RankOutput
+from labkit.loop import TrainLoop
+from labkit.optim import make_optimizer
+from labkit.rank import RankContext
+from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
-from labkit.training import (
-    build_mlp,
-    make_optimizer,
-    max_abs_diff,
-    params_sha256,
-    reference_train,
-    task_for,
-)
+from labkit.strategies.zero.impl import fill_prediction
+from labkit.training import build_model
 
 
 class _TracedAllGather:
     """FSDP2's all-gather, sent through ``ctx.comm`` (duck-types FSDP2's AllGather)."""
 
-    def __init__(self, ctx: RankContext, clock: dict[str, int]):
+    def __init__(self, ctx: RankContext, clock: Any):
         self.ctx, self.clock = ctx, clock
 
     def allocate(self, size: Sequence[Any], *, dtype: torch.dtype,
@@ -46,7 +43,7 @@ class _TracedAllGather:
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any,
                  async_op: bool = False) -> Any:
         return self.ctx.comm.all_gather(output_tensor, input_tensor, async_op=async_op,
-                                        step=self.clock["step"], name="fsdp AG")
+                                        step=self.clock.now, name="fsdp AG")
 
 
 class _TracedReduceScatter(_TracedAllGather):
@@ -54,7 +51,7 @@ class _TracedReduceScatter(_TracedAllGather):
                  group: Any, op: Any, async_op: bool = False) -> Any:
         name = "sum" if op == dist.ReduceOp.SUM else "avg"
         return self.ctx.comm.reduce_scatter(output_tensor, input_tensor, op=name,
-                                            async_op=async_op, step=self.clock["step"],
+                                            async_op=async_op, step=self.clock.now,
                                             name="fsdp RS")
 
 
@@ -62,27 +59,28 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t  # DTensor -> this rank's shard
 
 
-def _wrap(ctx: RankContext, model: nn.Sequential, stage: int) -> tuple[nn.Module, Any, dict]:
-    clock = {"step": 0}
+def _wrap(ctx: RankContext, model: nn.Sequential, stage: int) -> tuple[nn.Module, Any, Any]:
+    """(the module forward calls, the optimizer, the object whose ``now`` tags spans)."""
+    cfg = ctx.config
+    assert cfg is not None
     if stage == 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
         from torch.nn.parallel import DistributedDataParallel
 
-        from labkit.strategies.ddp.torch_ddp import _traced_allreduce_hook
+        from labkit.strategies.ddp.torch_ddp import StepRef, traced_allreduce_hook
 
         ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
-        hook, hook_step = _traced_allreduce_hook(ctx)
-        ddp.register_comm_hook(None, hook)
-        cfg = ctx.config
-        assert cfg is not None
+        ref = StepRef()
+        ddp.register_comm_hook(None, traced_allreduce_hook(ctx.dp_comm, ref))
         optim_cls = type(make_optimizer(cfg.optimizer, [torch.zeros(1)], cfg.lr))
         kwargs = {"momentum": 0.9} if cfg.optimizer == "momentum" else {}
         opt = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=optim_cls, lr=cfg.lr,
                                       **kwargs)  # type: ignore[arg-type]
-        return ddp, opt, hook_step
+        return ddp, opt, ref
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    clock = _Clock()
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     units = [fully_shard(m, mesh=mesh) for m in model if isinstance(m, nn.Linear)]
     root = fully_shard(model, mesh=mesh)
@@ -90,64 +88,54 @@ def _wrap(ctx: RankContext, model: nn.Sequential, stage: int) -> tuple[nn.Module
         # duck-typed to torch's AllGather / ReduceScatter protocols
         unit.set_custom_all_gather(_TracedAllGather(ctx, clock))  # type: ignore[arg-type]
         unit.set_custom_reduce_scatter(_TracedReduceScatter(ctx, clock))  # type: ignore[arg-type]
-    cfg = ctx.config
-    assert cfg is not None
     return model, make_optimizer(cfg.optimizer, model.parameters(), cfg.lr), clock
 
 
-def train_torch(ctx: RankContext) -> RankOutput:
-    cfg = ctx.config
-    assert cfg is not None
-    stage, n = cfg.options.stage, ctx.world_size
-    model = build_mlp(cfg.model, cfg.seed)
-    num_params = sum(p.numel() for p in model.parameters())
-    wrapped, opt, clock = _wrap(ctx, model, stage)
-    task, tr, losses = task_for(cfg), ctx.tracer, []
-    for step in range(cfg.steps):
-        with ctx.step(step):
-            clock["now" if stage == 1 else "step"] = step
-            x, y = task.batch(step, cfg.batch_size * n, ctx.rank, n)
-            opt.zero_grad(set_to_none=False)
-            with tr.span(Op.FORWARD, step=step):
-                loss = nn.functional.cross_entropy(wrapped(x), y)
-            with tr.span(Op.BACKWARD, step=step):  # FSDP/DDP comm happens inside
-                loss.backward()
-            with tr.span(Op.OPTIMIZER, step=step):  # ZeRO-1: + untraced broadcasts
-                opt.step()
-            losses.append(loss.item())
-    params = [_local(p) for p in model.parameters()]
-    grads = [_local(p.grad) for p in model.parameters() if p.grad is not None]
-    inner = opt.optim if stage == 1 else opt
-    states = [_local(t) for t in acc.optimizer_tensors(inner)]
-    mine = acc.storage_bytes({"params": params, "grads": grads, "optimizer": states})
-    row = torch.tensor([mine[k] for k in acc.TERMS], dtype=torch.int64)
-    table = torch.empty(n * 3, dtype=torch.int64)
-    ctx.comm.all_gather(table, row, name="metrics")
-    pred = acc.predicted(num_params, n, stage, "fp32", cfg.optimizer)
-    comm = acc.comm_per_step(ctx.events(), n)
-    out = RankOutput(losses=losses)
-    out.metrics.update({
-        "zero_stage": stage, "impl": "torch", "precision": "fp32", "num_params": num_params,
-        "per_rank_bytes": [dict(zip(acc.TERMS, r)) for r in table.view(n, 3).tolist()],
-        "predicted_bytes": pred["bytes"], "bytes_per_param": pred["bytes_per_param"],
-        "theory_precision": "fp32", "comm_bytes_per_step": comm["wire"],
-        "comm_payload_bytes_per_step": comm["payload"],
-        "predicted_comm_bytes_per_step": pred["comm_wire"],
-        "ddp_comm_bytes_per_step": pred["ddp_comm_wire"],
-        "comm_ratio_vs_ddp": comm["wire"] / pred["ddp_comm_wire"] if n > 1 else 0.0,
-        "untraced_broadcast_payload_bytes": 4 * num_params if stage == 1 else 0,
-    })
-    state = _full_state(model, stage)
-    if ctx.rank == 0:
-        out.params_sha256 = params_sha256(state.items())
-        if cfg.check_reference:
-            out.metrics["max_abs_diff_vs_reference"] = max_abs_diff(state, reference_train(cfg, n))
-    return out
+class _Clock:
+    now = 0
 
 
-def _full_state(model: nn.Module, stage: int) -> dict[str, torch.Tensor]:
-    """Full fp32 weights on every rank (FSDP2: DTensor.full_tensor, a collective)."""
-    if stage == 1:
-        return {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
-            for k, v in model.state_dict().items()}
+class TorchZeroLoop(TrainLoop[ZeroMetrics]):
+    """``TrainLoop`` around torch's ZeroRedundancyOptimizer (stage 1) or FSDP2 (stage 3)."""
+
+    Record = ZeroMetrics
+
+    def __init__(self, ctx: RankContext):
+        assert ctx.config is not None
+        self.stage = ctx.config.options.stage
+        model = cast(nn.Sequential, build_model(ctx.config))
+        wrapped, opt, self.clock_ref = _wrap(ctx, model, self.stage)
+        super().__init__(ctx, wrapped, full_model=model, optimizer=opt, clock=False)
+
+    def begin_step(self, step: int) -> None:
+        self.clock_ref.now = step
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=False)  # DDP's bucket views and FSDP keep theirs
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> torch.Tensor:
+        with self.ctx.tracer.span(Op.FORWARD, step=step):
+            loss = nn.functional.cross_entropy(self.model(x), y)
+        with self.ctx.tracer.span(Op.BACKWARD, step=step):  # FSDP/DDP comm happens inside
+            loss.backward()
+        return loss
+
+    def fill_record(self) -> None:
+        model, n, stage = self.full_model, self.ctx.world_size, self.stage
+        params = [_local(p) for p in model.parameters()]
+        grads = [_local(p.grad) for p in model.parameters() if p.grad is not None]
+        inner: Any = self.optimizer.optim if stage == 1 else self.optimizer  # type: ignore[union-attr]
+        states = [_local(t) for t in acc.optimizer_tensors(inner)]
+        rec = self.record
+        rec.zero_stage, rec.impl, rec.precision = stage, "torch", "fp32"
+        rec.model_state_bytes = acc.storage_bytes(
+            {"params": params, "grads": grads, "optimizer": states})
+        pred = acc.predicted(self.stats[0], n, stage, "fp32", self.cfg.optimizer)
+        fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)
+        rec.untraced_broadcast_payload_bytes = 4 * self.stats[0] if stage == 1 else 0
+
+    def final_state(self) -> dict[str, torch.Tensor]:
+        """Full fp32 weights on every rank (FSDP2: DTensor.full_tensor, a collective)."""
+        sd = self.full_model.state_dict()
+        return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().clone()
+                for k, v in sd.items()}
