@@ -272,6 +272,23 @@ class Comm:
         self._run(Op.RECV, lambda t, **kw: dist.recv(t, g, tag=tag, **kw), (tensor,), False,
                   self._p2p_meta(tensor, src, meta))
 
+    def recv_any(self, tensor: torch.Tensor, *, tag: int = 0, **meta: Any) -> int:
+        """Receive the next message with ``tag`` from whichever rank sends first; returns the
+        sender's group rank. The span names it as ``peer`` and lasts from the call to the
+        arrival, so a server's idle wait for requests is visible.
+
+        gloo only (NCCL cannot receive from an unnamed source). A parameter server uses it
+        to serve workers in the order their requests arrive.
+        """
+        meta.setdefault("bytes", _nbytes(tensor))
+        if self.axis is not None:
+            meta.setdefault("axis", self.axis)
+        start = _now()
+        with self._blocking():
+            src = dist.recv(tensor, group=self.group, tag=tag)
+        self.tracer.record(Op.RECV, start, _now(), peer=src, **meta)
+        return self.ranks.index(src)
+
     def isend(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> Handle:
         meta = self._p2p_meta(tensor, dst, meta)
         start = _now()

@@ -18,6 +18,7 @@ from labkit.errors import ConfigError
 BACKENDS = ("auto", "gloo", "nccl")
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
 OPTIMIZERS = ("sgd", "momentum", "adam", "lars", "lamb")
+LAUNCHERS = ("labkit", "ray")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -101,6 +102,9 @@ class RunConfig:
     """Torch threads per rank; default: CPU cores // world_size (at least 1)."""
     progress: bool | None = None
     """Show a progress bar (steps across ranks); None shows one when a run takes > 2 s."""
+    launcher: str = "labkit"
+    """Who starts the ranks: labkit (its own supervisor) or ray (Ray Train's TorchTrainer,
+    ``labkit.rayrun``); the same rank code and the same RunResult either way."""
 
     def __post_init__(self) -> None:
         from labkit import strategies
@@ -124,6 +128,9 @@ class RunConfig:
             problems.append(f"optimizer {self.optimizer!r} must be one of {', '.join(OPTIMIZERS)}")
         if self.threads_per_rank is not None and self.threads_per_rank < 1:
             problems.append(f"threads_per_rank ({self.threads_per_rank}) must be >= 1")
+        if self.launcher not in LAUNCHERS:
+            problems.append(f"launcher {self.launcher!r} must be one of {', '.join(LAUNCHERS)}; "
+                            f"e.g. launcher='ray'")
         problems += self.model.problems()
         problems += self._backend_problems()
         fault = self.inject_fault
@@ -198,6 +205,11 @@ class RunConfig:
         """The backend the ranks will use: ``auto`` becomes nccl or gloo."""
         if self.backend != "auto":
             return self.backend
+        from labkit import strategies
+
+        spec = strategies.lookup(self.strategy)
+        if spec is not None and "nccl" not in spec.backends:
+            return "gloo"
         return "nccl" if devices.gpu_count() >= self.world_size else "gloo"
 
     def threads(self) -> int:

@@ -31,7 +31,9 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
 
     docs = field_docs(RunConfig)
     p.add_argument("strategy", help="strategy to run (see `labkit list`)")
-    p.add_argument("--world-size", type=int, default=2, help=docs["world_size"])
+    p.add_argument("--world-size", type=int, default=None,
+                   help=docs["world_size"] + " Default 2, or what the strategy's options imply "
+                   "(ps: servers + workers).")
     p.add_argument("--steps", type=int, default=10, help=docs["steps"])
     p.add_argument("--backend", default="auto", help=docs["backend"])
     p.add_argument("--timeout", type=float, default=60.0, help=docs["timeout_s"])
@@ -53,6 +55,7 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: when the terminal is interactive)")
+    p.add_argument("--launcher", default="labkit", help=docs["launcher"])
 
 
 def option_flags(options_cls: type) -> argparse.ArgumentParser:
@@ -98,13 +101,19 @@ def config_from_args(args: argparse.Namespace, extra: list[str], *, command: str
         raise ConfigError(f"unrecognised argument(s) for `{command} {args.strategy}`: "
                           f"{' '.join(extra)} (see `labkit run {args.strategy} --help`)")
     model_kw = {k: v for k, v in (("width", args.width), ("depth", args.depth)) if v is not None}
+    if world_size is None:
+        world_size = args.world_size
+    if world_size is None:  # not given: what the options imply (ps: servers + workers), else 2
+        implied = spec.world_size_of(options) if spec and spec.world_size_of else None
+        world_size = implied or 2
     return RunConfig(
-        strategy=args.strategy, world_size=args.world_size if world_size is None else world_size,
+        strategy=args.strategy, world_size=world_size,
         steps=args.steps, backend=args.backend, timeout_s=args.timeout, seed=args.seed,
         batch_size=args.batch_size, lr=args.lr, optimizer=args.optimizer,
         model=ModelConfig(**model_kw), options=options or None, trace=not args.no_trace,
         check_reference=args.check_reference, inject_fault=args.inject_fault,
-        threads_per_rank=args.threads_per_rank, progress=args.progress)
+        threads_per_rank=args.threads_per_rank, progress=args.progress,
+        launcher=args.launcher)
 
 
 def report(args: argparse.Namespace, result: Any, extra_json: dict[str, Any] | None = None

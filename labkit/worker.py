@@ -110,6 +110,10 @@ def torchrun_config(args: argparse.Namespace, extra: list[str], env: TorchrunEnv
     if world_size_given and args.world_size != env.world_size:
         raise ConfigError(f"--world-size ({args.world_size}) must equal torchrun's WORLD_SIZE "
                           f"({env.world_size} = nnodes x nproc-per-node); drop --world-size")
+    if args.launcher != "labkit":
+        raise ConfigError(f"--launcher {args.launcher} cannot run under torchrun (torchrun is "
+                          f"the launcher here); drop --launcher, or use `labkit run "
+                          f"{args.strategy} --launcher {args.launcher}` without torchrun")
     if args.backend == "nccl" and env.world_size > env.local_world_size:
         args.backend = "auto"  # RunConfig counts GPUs as if all ranks were local;
         # resolve_backend checks this node's GPUs against its own ranks instead

@@ -37,6 +37,11 @@ class Strategy:
     """The grid axis a run of this strategy spreads its ranks over: dp, pp or tp."""
     grid: Callable[[Any], Any] | None = None
     """For strategies on several axes at once: RunConfig -> ``labkit.grid.Grid``."""
+    world_size_of: Callable[[dict[str, Any]], int | None] | None = None
+    """The world size the strategy's flags imply (e.g. ps: servers + workers), used by the
+    command line when --world-size is not given; None: no opinion (2 ranks)."""
+    backends: tuple[str, ...] = ("gloo", "nccl")
+    """The backends the strategy runs on; ``backend="auto"`` picks NCCL only if listed."""
 
     def grid_for(self, config: Any) -> Any:
         """The rank grid of a run of this strategy (``labkit.grid.Grid``)."""

@@ -1,0 +1,123 @@
+"""A real parameter server (lesson 11): ``labkit run ps --servers S --workers W``.
+
+Ranks ``0..S-1`` are servers, each owning a contiguous shard of the flat parameter vector
+and applying the optimizer to it; ranks ``S..S+W-1`` are workers that pull the weights,
+compute a gradient on their shard of the step's batch and push it back, over the traced
+comm layer (so every push and pull is a span on the timeline, named "push" / "pull", with
+the server as peer). The consistency model (BSP, ASP, SSP with bound K) decides when a pull
+is answered: ``labkit.strategies.ps.protocol``. ``--straggler RANK:FACTOR`` makes one
+worker's compute FACTOR times longer, to see who waits for whom.
+
+Torch-free: options, validation and registration only; the rank code is in ``impl``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.errors import ConfigError
+from labkit.strategies import Strategy, register
+from labkit.strategies.ps.protocol import Consistency, parse_straggler
+
+CONSISTENCIES = tuple(c.value for c in Consistency)
+ELEMENTWISE_OPTIMIZERS = ("sgd", "momentum", "adam")
+DEFAULT_BOUND = 2
+
+
+@dataclass(kw_only=True, frozen=True)
+class PSOptions:
+    """Settings of the parameter server run."""
+
+    servers: int = 1
+    """Server ranks (the first S ranks), each owning one contiguous shard of the parameters."""
+    workers: int = 0
+    """Worker ranks (after the servers) that pull weights and push gradients; 0: every rank
+    that is not a server (world_size - servers)."""
+    consistency: str = "bsp"
+    """bsp (every step waits for all workers), asp (never wait) or ssp (wait only when a
+    gradient would become more than --staleness updates stale)."""
+    staleness: int | None = None
+    """SSP's bound K in updates (default 2): no gradient is applied more than K updates after
+    the version it was computed on."""
+    straggler: str = ""
+    """Slow one worker: RANK:FACTOR makes worker rank RANK's compute FACTOR times longer (e.g. 3:4)."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.servers < 1:
+            problems.append(f"servers ({self.servers}) must be >= 1; e.g. --servers 1")
+        if self.workers < 0:
+            problems.append(f"workers ({self.workers}) must be >= 1, or 0 for every rank that "
+                            f"is not a server; e.g. --workers 3")
+        if self.consistency not in CONSISTENCIES:
+            problems.append(f"consistency {self.consistency!r} must be one of "
+                            f"{', '.join(CONSISTENCIES)}; e.g. --consistency ssp --staleness 2")
+        if self.staleness is not None:
+            if self.staleness < 0:
+                problems.append(f"staleness ({self.staleness}) must be >= 0 updates; e.g. "
+                                f"--staleness 2")
+            if self.consistency != "ssp":
+                problems.append(f"staleness ({self.staleness}) is the bound of ssp; with "
+                                f"consistency {self.consistency!r} drop it, or use "
+                                f"--consistency ssp --staleness {self.staleness}")
+        if self.straggler:
+            try:
+                _, factor = parse_straggler(self.straggler)
+                if not factor >= 1:
+                    problems.append(f"straggler factor in {self.straggler!r} must be >= 1 "
+                                    f"(how many times slower); e.g. --straggler 3:4")
+            except ValueError:
+                problems.append(f"straggler {self.straggler!r} must look like RANK:FACTOR, "
+                                f"e.g. --straggler 3:4 (worker rank 3 computes 4x slower)")
+        if problems:
+            raise ConfigError(problems)
+
+    @property
+    def bound(self) -> int:
+        """SSP's staleness bound (0 for BSP, unused by ASP)."""
+        return self.staleness if self.staleness is not None else (
+            DEFAULT_BOUND if self.consistency == "ssp" else 0)
+
+
+def workers_of(config: Any) -> int:
+    """Worker ranks of a ps run (``--workers``, or every rank that is not a server)."""
+    opts = config.options
+    return int(opts.workers or config.world_size - opts.servers)
+
+
+def _check(config: Any) -> list[str]:
+    opts: PSOptions = config.options
+    problems = []
+    s, w = opts.servers, workers_of(config)
+    if w < 1 or s + w != config.world_size:
+        problems.append(f"world_size ({config.world_size}) must equal servers ({s}) + workers "
+                        f"({opts.workers or 'the rest'}), with at least one worker; e.g. "
+                        f"`labkit run ps --servers 1 --workers 3` (world size 4)")
+    if opts.straggler and not problems:
+        rank, _ = parse_straggler(opts.straggler)
+        if not s <= rank < config.world_size:
+            servers = "rank 0 is the server" if s == 1 else f"ranks 0..{s - 1} are servers"
+            problems.append(f"straggler rank ({rank}) must be a worker rank, {s}.."
+                            f"{config.world_size - 1} ({servers}); e.g. "
+                            f"--straggler {config.world_size - 1}:4")
+    if config.optimizer not in ELEMENTWISE_OPTIMIZERS:
+        problems.append(f"optimizer {config.optimizer!r} cannot run on a server's flat shard "
+                        f"(it needs whole layers); use one of {', '.join(ELEMENTWISE_OPTIMIZERS)}")
+    if config.backend == "nccl":
+        problems.append("backend 'nccl' cannot receive from whichever worker sends first, "
+                        "which a server does; use backend 'gloo' (or 'auto')")
+    return problems
+
+
+def _world_size(options: dict[str, Any]) -> int | None:
+    """The world size ``--servers`` and ``--workers`` imply (when --world-size is not given)."""
+    workers = options.get("workers") or 0
+    return int(options.get("servers", 1)) + int(workers) if workers else None
+
+
+register(Strategy(
+    name="ps", entry="labkit.strategies.ps.impl:train", options=PSOptions,
+    summary="parameter server: workers push gradients to and pull shards from server ranks; "
+            "BSP / ASP / SSP", check=_check, lesson="11_async_training",
+    world_size_of=_world_size, backends=("gloo",)))

@@ -1,0 +1,51 @@
+"""Rank code of ``labkit run ps``: the first S ranks serve, the others work.
+
+The wire protocol (over ``ctx.comm``, gloo; tags in ``protocol``):
+
+* a worker's request is a float64 header ``[kind, step, read_version, loss]`` sent to one
+  server, which receives requests from whichever worker sends first (``Comm.recv_any``);
+* PULL: the server answers ``[version, shard...]`` (float32) when the consistency gate allows
+  (at once for ASP; BSP and SSP may hold the answer back, which is the worker's wait);
+* PUSH: the header is followed by the gradient of the server's shard; the server applies it
+  (ASP, SSP) or buffers it until every worker's gradient of the step is in (BSP);
+* DONE: the worker finished its steps. A server stops when every worker is done and nothing
+  is in flight, then sends its shard to server 0, which hashes the whole model.
+
+A worker pulls from servers 0, 1, ... in order and pushes in the same order, so no two
+workers can wait on each other across servers. Workers never talk to each other.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from labkit.rank import RankContext, RankOutput
+from labkit.strategies.ps.protocol import Kind
+from labkit.training import build_model
+
+
+def flat_params(model: torch.nn.Module) -> torch.Tensor:
+    """All parameters as one flat float32 vector, in ``model.parameters()`` order."""
+    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().float()
+
+
+def header(kind: Kind, step: int, read_version: int = -1, loss: float = 0.0) -> torch.Tensor:
+    return torch.tensor([float(kind), float(step), float(read_version), loss],
+                        dtype=torch.float64)
+
+
+def model_numel(ctx: RankContext) -> int:
+    assert ctx.config is not None
+    return sum(p.numel() for p in build_model(ctx.config).parameters())
+
+
+def train(ctx: RankContext) -> RankOutput:
+    """Servers run the server loop; workers run the training skeleton."""
+    assert ctx.config is not None
+    if ctx.rank < ctx.config.options.servers:
+        from labkit.strategies.ps.server import serve
+
+        return serve(ctx)
+    from labkit.strategies.ps.worker import PSWorker
+
+    return PSWorker(ctx).run()
