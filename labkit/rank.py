@@ -220,13 +220,17 @@ def limit_threads(threads: int) -> None:
 
 def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = None,
              store: Any = None, status: Any = None, progress: Any = None,
-             before_destroy: Any = None, spool_dir: str | None = None) -> RankReport:
+             before_destroy: Any = None, spool_dir: str | None = None,
+             existing_group: bool = False) -> RankReport:
     """Set up this rank, run the job, and return its report (the process group is destroyed).
 
     ``store`` None means env:// rendezvous (torchrun sets MASTER_ADDR / MASTER_PORT).
     ``spool_dir`` (the supervisor's run directory) turns on the event spool.
     ``before_destroy(report)`` runs while the group is still up (torchrun's worker gathers
     every rank's report to rank 0 there).
+    ``existing_group``: the launcher already made the default process group through its own
+    env:// rendezvous (Ray Train's ``TorchConfig``); the rank uses it and leaves its teardown
+    to the launcher.
     """
     limit_threads(job.threads)
     import torch
@@ -252,7 +256,8 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
         kw["store"] = store
     else:
         kw["init_method"] = "env://"
-    dist.init_process_group(**kw)
+    if not existing_group:
+        dist.init_process_group(**kw)
     try:
         tracer = CudaTracer(rank, job.trace) if job.backend == "nccl" else Tracer(rank, job.trace)
         grid = job.grid
@@ -290,7 +295,8 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
         if before_destroy is not None:
             before_destroy(report)
     finally:
-        dist.destroy_process_group()
+        if not existing_group:
+            dist.destroy_process_group()
     return report
 
 

@@ -111,6 +111,10 @@ def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
         config = RunConfig(**kwargs)
     elif kwargs:
         config = config.replace(**kwargs)
+    if config.launcher == "ray":  # Ray Train starts the same ranks (labkit.rayrun.launcher)
+        from labkit.rayrun.launcher import run_on_ray
+
+        return run_on_ray(config)  # type: ignore[no-any-return]
     backend = config.resolved_backend()
     _warn_oversubscribed(config.world_size, backend)
     job = job_for(config, backend)

@@ -39,3 +39,17 @@ def no_leftover_ranks():
 def _private_labkit_home(tmp_path_factory, monkeypatch):
     """Quiz progress and other per-user state go to a temp dir, never the real home."""
     monkeypatch.setenv("LABKIT_HOME", str(tmp_path_factory.mktemp("labkit_home")))
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """Ray started once for every Ray test (about 3 s), shut down at the end of the session;
+    fails the session if any Ray process it started (raylet, gcs_server, ray::...) survives."""
+    from labkit.rayrun import ensure_ray, ray_processes, shutdown_ray
+
+    before = {pid for pid, _ in ray_processes()}
+    ray = ensure_ray()
+    yield ray
+    shutdown_ray()
+    left = [(pid, name) for pid, name in ray_processes() if pid not in before]
+    assert left == [], f"Ray processes survived the tests: {left}"

@@ -1,0 +1,83 @@
+"""Lesson 11 figures: loss against wall-clock time, staleness, and who waited for whom.
+
+* ``plot_loss_vs_time``: per consistency model, the training loss (averaged over the last
+  dozen gradients) against seconds, without and with a straggler, with the target loss;
+* ``plot_staleness``: how many updates late each gradient arrived, per run;
+* ``plot_push_pull``: a window of one run's timeline, a row per rank (the server, then the
+  workers, the straggler marked): the workers' pulls and pushes and the server's updates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from labkit.plots import _legend, _units, draw_timeline, new_figure
+from labkit.strategies.ps.records import smoothed
+
+_STYLE = {"bsp": "#4C9BE8", "asp": "#E15759", "ssp": "#59A14F"}
+
+
+def plot_loss_vs_time(exp: Any, grads: int = 12) -> Figure:
+    """Smoothed loss vs seconds, one panel without and one with the straggler."""
+    fig = new_figure((11, 3.8))
+    groups = [[n for n in exp.runs if "straggler" not in n],
+              [n for n in exp.runs if "straggler" in n]]
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, names, title in zip(axes, groups, ("equal workers", "with a straggler")):
+        for name in names:
+            m = exp.runs[name].metrics
+            per = m["workers"] if m["consistency"] == "bsp" else 1
+            t = [p[0] for p in m["loss_vs_time"]]
+            ax.plot(t, smoothed([p[1] for p in m["loss_vs_time"]], max(1, grads // per)),
+                    color=_STYLE[m["consistency"]], label=name.split(",")[0])
+        ax.axhline(exp.target, color="#555", ls="--", lw=0.8)
+        ax.set_title(title)
+        ax.set_xlabel("seconds since the first pull")
+    axes[0].set_ylabel(f"training loss (mean of last {grads} gradients)")
+    axes[1].legend(frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_staleness(exp: Any) -> Figure:
+    """Histogram of staleness (updates late) per run."""
+    fig = new_figure((11, 2.6))
+    axes = fig.subplots(1, len(exp.runs), sharey=True)
+    for ax, (name, res) in zip(axes, exp.runs.items()):
+        hist = res.metrics["staleness_hist"]
+        ax.bar(range(len(hist)), hist, color=_STYLE[res.metrics["consistency"]])
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("staleness (updates)")
+    axes[0].set_ylabel("gradients")
+    fig.tight_layout()
+    return fig
+
+
+def plot_push_pull(result: Any, start_s: float | None = None, span_s: float = 0.25,
+                   title: str | None = None) -> Figure:
+    """``span_s`` seconds of a ps run's timeline from ``start_s`` (default: the middle)."""
+    tl = result.timeline
+    # everything but the server's idle wait for the next request
+    spans = [e for e in tl.events if e.name != "request" and e.step is not None]
+    lo, hi = min(e.start_ns for e in spans), max(e.end_ns for e in spans)
+    begin = (lo + hi) / 2 - span_s * 5e8 if start_s is None else lo + start_s * 1e9
+    end = begin + span_s * 1e9
+    shown = [e for e in spans if e.end_ns > begin and e.start_ns < end]
+    fig = new_figure((11, 0.9 + 0.7 * tl.world_size))
+    ax = fig.subplots()
+    scale, unit = _units(span_s * 1e9)
+    draw_timeline(ax, shown, range(tl.world_size), scale=scale, origin=begin, links=False,
+                  labels=False)
+    opts = result.config.options
+    straggler = int(opts.straggler.split(":")[0]) if opts.straggler else -1
+    ax.set_yticklabels([("server" if r < opts.servers else f"worker {r - opts.servers}")
+                        + (" (slow)" if r == straggler else "") + f"  r{r}"
+                        for r in range(tl.world_size)])
+    ax.set_xlim(0, span_s * 1e9 / scale)
+    ax.set_xlabel(f"time ({unit}); top lane compute, bottom lane comm (pull / push)")
+    ax.set_title(title or f"{opts.consistency}: pulls, pushes and updates")
+    _legend(ax, shown)
+    fig.tight_layout()
+    return fig

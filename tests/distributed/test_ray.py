@@ -1,0 +1,73 @@
+"""Ray as a labkit launcher and the lesson-12 Ray experiments, on one Ray started for the
+session (``ray_session``): same weights as labkit's own launcher, failures and timeouts
+named by rank, and the actor / task / object-store / restart demos doing what they claim."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import labkit
+from labkit.cli import main
+from labkit.errors import RunFailed, RunTimeout
+from labkit.events import Op
+
+pytestmark = [pytest.mark.distributed, pytest.mark.lesson12]
+
+
+def test_ray_launcher_gives_labkits_weights_and_timeline(ray_session, capsys, no_leftover_ranks):
+    """`labkit run ddp --launcher ray --world-size 2 --json` == `labkit run ddp ...`."""
+    ours = labkit.run(strategy="ddp", world_size=2, steps=5)
+    code = main(["run", "ddp", "--launcher", "ray", "--world-size", "2", "--steps", "5", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    assert out["params_sha256"] == ours.params_sha256
+    assert out["config"]["launcher"] == "ray" and out["losses"] == pytest.approx(ours.losses)
+    res = labkit.run(strategy="ddp", world_size=2, steps=5, launcher="ray")
+    reduces = res.timeline.select(op=Op.ALL_REDUCE)
+    assert {e.rank for e in reduces} == {0, 1} and res.timeline.steps() == list(range(5))
+
+
+def test_ray_launcher_names_the_failing_rank(ray_session):
+    with pytest.raises(RunFailed) as err:
+        labkit.run(strategy="ddp", world_size=2, steps=5, launcher="ray", inject_fault="1:2:raise")
+    assert (err.value.failure.rank, err.value.failure.kind) == (1, "exception")
+    assert "injected fault" in err.value.failure.message
+
+
+def test_ray_launcher_honours_the_timeout_and_names_the_hung_rank(ray_session):
+    with pytest.raises(RunTimeout) as err:
+        labkit.run(strategy="ddp", world_size=2, steps=5, launcher="ray", timeout_s=15,
+                   inject_fault="0:1:hang")
+    assert err.value.failure.rank == 0 and "outside any communication" in err.value.failure.message
+
+
+def test_actor_server_with_task_workers(ray_session):
+    """BSP through an actor is never stale; ASP with a slow worker is; tasks ran in worker
+    processes other than the actor's."""
+    from labkit.rayrun.lessons import actor_parameter_server
+
+    bsp = actor_parameter_server(sync=True, workers=2, steps=3)
+    asp = actor_parameter_server(sync=False, workers=2, steps=4, straggler=1, slow_s=0.2)
+    assert set(bsp.staleness) == {0} and len(bsp.losses) == 3
+    assert len(asp.staleness) == 8 and max(asp.staleness) > 0
+    tasks = {c.pid for c in asp.calls if c.worker is not None}
+    assert asp.actor_pid not in tasks and tasks
+
+
+def test_by_reference_serializes_once(ray_session):
+    from labkit.rayrun.lessons import by_value_vs_by_reference
+
+    r = by_value_vs_by_reference(payload_mb=4, tasks=4, repeats=1)
+    assert r["mb_serialized_by_value"] == pytest.approx(4 * r["mb_serialized_by_reference"])
+    assert r["by_value_s"] > 0 and r["by_reference_s"] > 0
+
+
+def test_a_dead_actor_comes_back_from_its_checkpoint_and_a_dead_task_is_retried(ray_session):
+    from labkit.rayrun.faults import restart_demo
+
+    r = restart_demo(updates=7, checkpoint_every=3)
+    assert r["actor_before"]["version"] == 7 and r["actor_after"]["version"] == 6
+    assert r["actor_after"]["pid"] != r["actor_before"]["pid"] and r["updates_lost"] == 1
+    assert r["task_retry_pid"] != r["task_first_pid"]
