@@ -153,6 +153,12 @@ def actor_parameter_server(*, sync: bool, workers: int = 3, steps: int = 8, lr: 
     return run
 
 
+def slow_square(x: float, delay_s: float = 0.2) -> dict[str, Any]:
+    """A demo task: ``x * x`` after ``delay_s`` seconds, with the process that computed it."""
+    time.sleep(delay_s)
+    return {"x": x, "square": x * x, "pid": os.getpid()}
+
+
 def _checksum(array: np.ndarray) -> float:
     """Ray task of the by-value / by-reference measurement: reads the payload lightly."""
     return float(array[:: 4096].sum())

@@ -13,6 +13,10 @@ that run tasks and actors. labkit starts that cluster like this (``ensure_ray``)
 4. with ``shutdown_ray`` registered at exit, so no raylet, gcs_server or ``ray::`` worker
    outlives the kernel, the CLI or the test run.
 
+If the process is killed outright (SIGKILL, no atexit), Ray's GCS and raylet die with it
+(Ray ties their fate to the process that started them) and its two agents notice the dead
+raylet and exit on their own within about a minute.
+
 With ``RAY_ADDRESS`` set (a cluster you already run), ``ensure_ray`` connects to it instead
 and leaves it running at exit.
 """

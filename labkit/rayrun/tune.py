@@ -53,7 +53,8 @@ def tune_lr_scaling(*, rules: tuple[str, ...] = ("none", "linear", "sqrt"),
                          "warmup_steps": tune.grid_search(list(warmups)), "ranks": ranks,
                          "batch": batch, "base_lr": base_lr, "steps": steps},
             tune_config=tune.TuneConfig(metric="final_loss", mode="min"),
-            run_config=tune.RunConfig(storage_path=storage, name="lr_scaling", verbose=0))
+            run_config=tune.RunConfig(storage_path=storage, name="lr_scaling", verbose=0,
+                                      progress_reporter=_quiet_reporter()))
         with contextlib.redirect_stdout(io.StringIO()):  # Tune's banner, not the lesson's
             grid = tuner.fit()
         rows = []
@@ -72,6 +73,21 @@ def tune_lr_scaling(*, rules: tuple[str, ...] = ("none", "linear", "sqrt"),
     return {"rows": rows, "best": {k: best_config[k] for k in ("lr_rule", "warmup_steps")},
             "best_final_loss": best_metrics["final_loss"],
             "settings": {"ranks": ranks, "batch": batch, "base_lr": base_lr, "steps": steps}}
+
+
+def _quiet_reporter() -> Any:
+    """A Tune progress reporter that reports nothing (the lesson prints its own table;
+    Tune's would be an HTML table refreshed in the notebook while the trials run)."""
+    from ray.tune import ProgressReporter
+
+    class Quiet(ProgressReporter):  # type: ignore[misc]
+        def should_report(self, trials: Any, done: bool = False) -> bool:
+            return False
+
+        def report(self, trials: Any, done: bool, *sys_info: Any) -> None:
+            return None
+
+    return Quiet()
 
 
 def tune_table(sweep: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ def plot_ray_calls(run: Any, title: str | None = None) -> Figure:
     """Rows = processes, bars = calls (actor: pull / apply; tasks: one gradient each)."""
     calls = run.calls
     t0 = min(c.start_ns for c in calls)
+    thin = (max(c.end_ns for c in calls) - t0) / 1e6 / 300  # short calls stay visible
     pids = [run.actor_pid] + sorted({c.pid for c in calls} - {run.actor_pid})
     fig = new_figure((11, 0.9 + 0.55 * len(pids)))
     ax = fig.subplots()
@@ -29,7 +30,7 @@ def plot_ray_calls(run: Any, title: str | None = None) -> Figure:
         row = pids.index(c.pid)
         color = ("#59A14F" if c.what == "apply" else "#BAB0AC" if c.what == "pull"
                  else _WORKER_COLORS[(c.worker or 0) % len(_WORKER_COLORS)])
-        ax.broken_barh([((c.start_ns - t0) / 1e6, max((c.end_ns - c.start_ns) / 1e6, 0.05))],
+        ax.broken_barh([((c.start_ns - t0) / 1e6, max((c.end_ns - c.start_ns) / 1e6, thin))],
                        (row + 0.1, 0.8), facecolors=color, edgecolor="white", linewidth=0.3)
     ax.set_yticks([i + 0.5 for i in range(len(pids))])
     ax.set_yticklabels([f"actor (server), pid {p}" if i == 0 else f"worker process, pid {p}"

@@ -1,4 +1,5 @@
-"""Every lesson notebook runs top to bottom, headless, on CPU, within its time budget.
+"""Every lesson notebook runs top to bottom, headless, on CPU, within its time budget, and
+leaves no Ray process behind (lesson 12 starts Ray in its kernel).
 
 Notebooks are committed without outputs; this test executes a copy with nbclient and fails
 on the first cell that raises (the error names the notebook and the cell).
@@ -31,6 +32,9 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert not cell.get("outputs"), f"{path.name} is committed with outputs; clear them"
+    from labkit.rayrun import ray_processes
+
+    ray_before = {pid for pid, _ in ray_processes()}
     client = NotebookClient(nb, timeout=BUDGET_S, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
     start = time.monotonic()
@@ -45,3 +49,5 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
                   and "image/png" not in o["data"]]
     assert not unrendered, f"{path.name}: a figure shows as text, not an image: {unrendered[0]}"
     assert elapsed < BUDGET_S, f"{path.name} took {elapsed:.0f} s (budget {BUDGET_S} s)"
+    ray_left = [p for p in ray_processes() if p[0] not in ray_before]
+    assert not ray_left, f"{path.name} left Ray processes behind: {ray_left}"
