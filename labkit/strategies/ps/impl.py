@@ -5,9 +5,12 @@ The wire protocol (over ``ctx.comm``, gloo; tags in ``protocol``):
 * a worker's request is a float64 header ``[kind, step, read_version, loss]`` sent to one
   server, which receives requests from whichever worker sends first (``Comm.recv_any``);
 * PULL: the server answers ``[version, shard...]`` (float32) when the consistency gate allows
-  (at once for ASP; BSP and SSP may hold the answer back, which is the worker's wait);
+  (at once for ASP; BSP and SSP may hold the answer back, which is the worker's wait). The
+  answer is sent without blocking (``isend``): a server never waits for a worker;
 * PUSH: the header is followed by the gradient of the server's shard; the server applies it
-  (ASP, SSP) or buffers it until every worker's gradient of the step is in (BSP);
+  (ASP, SSP) or buffers it until every worker's gradient of the step is in (BSP).
+  PUSH_PULL is the same and also asks for the next step's weights, so after its first step a
+  worker sends one request per step, not two (Li et al. 2014 combine push and pull alike);
 * DONE: the worker finished its steps. A server stops when every worker is done and nothing
   is in flight, then sends its shard to server 0, which hashes the whole model.
 

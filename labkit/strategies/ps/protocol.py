@@ -55,6 +55,8 @@ class Kind(enum.IntEnum):
     PULL = 1
     PUSH = 2
     DONE = 3
+    PUSH_PULL = 4
+    """A push that also asks for the weights of the next step (one request instead of two)."""
 
 
 HEADER_FIELDS = ("kind", "step", "read_version", "loss")

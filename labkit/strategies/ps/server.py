@@ -6,8 +6,9 @@ The loop (one request at a time, in the order they arrive):
 2. PULL: queue it; PUSH: receive the gradient, ask the gate for its staleness, and apply it
    (ASP / SSP: at once, scaled by 1/W so W fresh gradients move the weights as far as one
    synchronous step; BSP: once every worker's gradient of the step is in, their mean);
-   DONE: note that the worker has finished;
-3. answer every queued pull the gate now allows (``Gate.grants``), with the version;
+   PUSH_PULL: both, the pull for the worker's next step; DONE: the worker has finished;
+3. answer every queued pull the gate now allows (``Gate.grants``), with the version, without
+   blocking (``isend`` of a copy: the server goes straight back to serving requests);
 4. when every worker is done and nothing is in flight: send the shard to server 0, which
    puts the model together, hashes it and (``--check-reference``) compares it with one
    process trained on the global batch. Under BSP the two must agree to float rounding.
@@ -20,6 +21,7 @@ update it applied (optimizer spans named by the worker whose gradient it was).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -65,8 +67,12 @@ class ParameterServer:
     # ---- the loop ------------------------------------------------------------------------------
     def serve(self) -> None:
         comm, request = self.ctx.comm, torch.zeros(4, dtype=torch.float64)
-        answer = torch.empty(1 + self.shard.numel())
+        answers: dict[int, tuple[Any, torch.Tensor]] = {}  # worker -> answer in flight
         while not self.gate.all_done:
+            for who, (handle, _) in list(answers.items()):
+                if handle.is_completed():  # record its span now (gloo sends have no callback)
+                    handle.wait()
+                    del answers[who]
             self._maybe_fail()
             # 1. the next request, from whichever worker sends first
             src = comm.recv_any(request, tag=TAG_REQUEST, name="request")
@@ -77,18 +83,24 @@ class ParameterServer:
             # 2. what it asks
             if kind == Kind.PULL:
                 self.gate.request(worker, step)
-            elif kind == Kind.PUSH:
+            elif kind in (Kind.PUSH, Kind.PUSH_PULL):
                 comm.recv(self.grad, src, tag=TAG_GRAD, name="push", step=step)
                 self._push(worker, step, int(read_version), loss)
+                if kind == Kind.PUSH_PULL:
+                    self.gate.request(worker, step + 1)
             elif kind == Kind.DONE:
                 self.gate.finished(worker)
             else:
                 raise ValueError(f"server {self.ctx.rank} got request kind {kind} from rank {src}")
             # 3. answer every pull the consistency model now allows
             for who, at_step, version in self.gate.grants():
-                answer[0] = version
-                answer[1:] = self.shard.detach()
-                comm.send(answer, self.servers + who, tag=TAG_PARAMS, name="pull", step=at_step)
+                if who in answers:  # the worker received it before asking again
+                    answers.pop(who)[0].wait()
+                answer = torch.cat([torch.tensor([float(version)]), self.shard.detach()])
+                answers[who] = (comm.isend(answer, self.servers + who, tag=TAG_PARAMS,
+                                           name="pull", step=at_step), answer)
+        for handle, _ in answers.values():
+            handle.wait()
 
     def _push(self, worker: int, step: int, read_version: int, loss: float) -> None:
         rec = self.record

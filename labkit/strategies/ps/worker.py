@@ -3,12 +3,14 @@
 Per step (``TrainLoop`` hooks):
 
 1. ``begin_step``: pull every server's shard (servers in order), remembering the version of
-   each: the gradient computed next belongs to those versions;
+   each: the gradient computed next belongs to those versions (the first step asks; later
+   steps asked with their previous push and only wait for the answer);
 2. ``forward_backward``: on this worker's shard of the step's global batch (the same shard a
    DDP rank with this index would get), then, if this worker is the straggler, idle for
    ``(FACTOR - 1)`` x the compute it just did;
 3. ``sync``: push each server its slice of the flat gradient, with the version it was
-   computed on and the loss (the server measures staleness and logs the loss);
+   computed on and the loss (the server measures staleness and logs the loss), asking for
+   the next step's weights in the same request;
 4. ``update``: nothing; the servers own the optimizer.
 
 After the last step the worker tells every server it is done.
@@ -54,6 +56,8 @@ class PSWorker(TrainLoop[PSMetrics]):
         self.slowdown = factor if rank == ctx.rank else 1.0
         self.pull_wait_ns = 0
         self.last_loss = 0.0
+        self.asked = False
+        """Whether the last push already asked for the next step's weights."""
 
     # ---- this worker's place among the workers (servers hold no data) ----------------------
     @property
@@ -69,9 +73,11 @@ class PSWorker(TrainLoop[PSMetrics]):
         """1. Pull: ask each server, then wait for its answer (held back by BSP / SSP)."""
         comm, t0 = self.ctx.comm, time.monotonic_ns()
         for s, reply in enumerate(self.replies):
-            comm.send(header(Kind.PULL, step), s, tag=TAG_REQUEST, name="pull", step=step)
+            if not self.asked:  # later pulls were asked for by the previous push
+                comm.send(header(Kind.PULL, step), s, tag=TAG_REQUEST, name="pull", step=step)
             comm.recv(reply, s, tag=TAG_PARAMS, name="pull", step=step)
             self.read_versions[s] = int(reply[0])
+        self.asked = False
         self.pull_wait_ns += time.monotonic_ns() - t0
         weights = torch.cat([r[1:] for r in self.replies])
         torch.nn.utils.vector_to_parameters(weights.to(self.ctx.device), self.params)
@@ -92,8 +98,10 @@ class PSWorker(TrainLoop[PSMetrics]):
         grads = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p)
                            .reshape(-1) for p in self.params]).float().cpu()
         comm = self.ctx.comm
+        self.asked = step + 1 < self.cfg.steps
+        kind = Kind.PUSH_PULL if self.asked else Kind.PUSH
         for s, (lo, hi) in enumerate(self.bounds):
-            comm.send(header(Kind.PUSH, step, self.read_versions[s], self.last_loss), s,
+            comm.send(header(kind, step, self.read_versions[s], self.last_loss), s,
                       tag=TAG_REQUEST, name="push", step=step)
             comm.send(grads[lo:hi], s, tag=TAG_GRAD, name="push", step=step)
 
