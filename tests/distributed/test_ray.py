@@ -16,17 +16,21 @@ from labkit.events import Op
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson12]
 
 
-def test_ray_launcher_gives_labkits_weights_and_timeline(ray_session, capsys, no_leftover_ranks):
-    """`labkit run ddp --launcher ray --world-size 2 --json` == `labkit run ddp ...`."""
+def test_ray_launcher_gives_labkits_weights_and_timeline(ray_session, capsys, tmp_path,
+                                                        no_leftover_ranks):
+    """`labkit run ddp --launcher ray --world-size 2 --json` == `labkit run ddp ...`, and
+    the labkit timeline of every rank comes back from Ray's workers."""
     ours = labkit.run(strategy="ddp", world_size=2, steps=5)
-    code = main(["run", "ddp", "--launcher", "ray", "--world-size", "2", "--steps", "5", "--json"])
+    path = tmp_path / "ray.json"
+    code = main(["run", "ddp", "--launcher", "ray", "--world-size", "2", "--steps", "5", "--json",
+                 "--timeline", str(path)])
     out = json.loads(capsys.readouterr().out)
     assert code == 0, out
     assert out["params_sha256"] == ours.params_sha256
     assert out["config"]["launcher"] == "ray" and out["losses"] == pytest.approx(ours.losses)
-    res = labkit.run(strategy="ddp", world_size=2, steps=5, launcher="ray")
-    reduces = res.timeline.select(op=Op.ALL_REDUCE)
-    assert {e.rank for e in reduces} == {0, 1} and res.timeline.steps() == list(range(5))
+    timeline = labkit.Timeline.load(path)
+    reduces = timeline.select(op=Op.ALL_REDUCE)
+    assert {e.rank for e in reduces} == {0, 1} and timeline.steps() == list(range(5))
 
 
 def test_ray_launcher_names_the_failing_rank(ray_session):
