@@ -46,22 +46,63 @@ class FaultSpec:
         return f"{self.rank}:{self.step}:{self.kind}"
 
 
+MODELS = ("mlp", "gpt", "digits")
+
+MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mlp": {"steps": 10, "lr": 0.05, "optimizer": "sgd"},
+    "gpt": {"steps": 40, "lr": 0.1, "optimizer": "momentum"},  # Adam's 1/sqrt(v) would
+    # amplify float-rounding differences past the 1e-5 reference checks over 40 steps
+    "digits": {"steps": 300, "lr": 0.1, "optimizer": "momentum"},
+}
+"""Training settings a run of each model uses unless it (or its strategy) says otherwise:
+enough for the loss to fall visibly in a default run of a few seconds."""
+
+
 @dataclass(kw_only=True, frozen=True)
 class ModelConfig:
-    """The seeded synthetic MLP most strategies train (Linear+ReLU blocks)."""
+    """The model a run trains: the seeded MLP (default), a small GPT or a digits classifier.
 
+    ``kind`` picks the model and its data (``labkit.data``): ``mlp`` Linear+ReLU blocks on a
+    synthetic classification task; ``gpt`` a decoder-only transformer (``labkit.models.gpt``)
+    predicting the next character of Python's own source; ``digits`` Linear+ReLU blocks on
+    scikit-learn's 8x8 digits, with the accuracy on held-out images reported.
+    """
+
+    kind: str = "mlp"
+    """mlp, gpt or digits."""
     in_dim: int = 32
-    """Input features per sample."""
+    """Input features per sample (mlp; digits images always have 64)."""
     width: int = 128
-    """Hidden units per layer."""
+    """Hidden units per layer (gpt: the model width h)."""
     depth: int = 4
-    """Number of hidden Linear+ReLU blocks."""
+    """Hidden Linear+ReLU blocks (gpt: transformer blocks)."""
     out_dim: int = 10
-    """Classes of the synthetic classification task."""
+    """Classes of the synthetic task (mlp; digits always has 10)."""
+    heads: int = 4
+    """Attention heads (gpt); width must be a multiple of heads."""
+    seq_len: int = 64
+    """Tokens per sample (gpt)."""
+    vocab_size: int | None = None
+    """gpt: None for characters (96 symbols) or N for the N most frequent word pieces."""
 
     def problems(self) -> list[str]:
-        return [f"model.{name} ({getattr(self, name)}) must be >= 1"
-                for name in ("in_dim", "width", "depth", "out_dim") if getattr(self, name) < 1]
+        out = [f"model.{name} ({getattr(self, name)}) must be >= 1"
+               for name in ("in_dim", "width", "depth", "out_dim", "heads")
+               if getattr(self, name) < 1]
+        if self.kind not in MODELS:
+            out.append(f"model.kind {self.kind!r} must be one of {', '.join(MODELS)}; "
+                       f"e.g. model='gpt'")
+        if self.kind == "gpt":
+            if self.heads >= 1 and self.width % self.heads:
+                out.append(f"model.width ({self.width}) must be a multiple of model.heads "
+                           f"({self.heads}) so every head has the same size; e.g. width=128, "
+                           f"heads=4")
+            if self.seq_len < 2:
+                out.append(f"model.seq_len ({self.seq_len}) must be >= 2 tokens; e.g. 64")
+            if self.vocab_size is not None and not 97 <= self.vocab_size <= 16384:
+                out.append(f"model.vocab_size ({self.vocab_size}) must be None (characters) "
+                           f"or between 97 and 16384 word pieces; e.g. vocab_size=2048")
+        return out
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -70,10 +111,12 @@ class RunConfig:
 
     strategy: str
     """Registered strategy name, e.g. "ddp" (see ``labkit.strategies.names()``)."""
-    world_size: int = 2
-    """Number of ranks (processes) to start."""
-    steps: int = 10
-    """Training steps (optimizer updates)."""
+    world_size: int = None  # type: ignore[assignment]  # None: resolved in __post_init__
+    """Number of ranks (processes) to start; None: the strategy's default (2, or the product
+    of a hybrid run's dp x pp x tp)."""
+    steps: int = None  # type: ignore[assignment]
+    """Training steps (optimizer updates); None: the model's default (mlp 10, gpt 40,
+    digits 300)."""
     backend: str = "auto"
     """auto (NCCL with one GPU per rank when there are enough GPUs, else gloo), gloo or nccl."""
     timeout_s: float = 60.0
@@ -82,12 +125,14 @@ class RunConfig:
     """Seed for the model, the data and every rank's RNGs."""
     batch_size: int = 32
     """Samples per data-parallel rank per step (global batch = batch_size x dp ranks)."""
-    lr: float = 0.05
-    """Learning rate of the optimizer."""
-    optimizer: str = "sgd"
-    """sgd, momentum (SGD, momentum 0.9), adam, lars or lamb (layer-wise, for large batches)."""
+    lr: float = None  # type: ignore[assignment]
+    """Learning rate of the optimizer; None: the strategy's or the model's default (mlp 0.05)."""
+    optimizer: str = None  # type: ignore[assignment]
+    """sgd, momentum (SGD, momentum 0.9), adam, lars or lamb (layer-wise, for large batches);
+    None: the strategy's or the model's default (mlp: sgd, gpt: adam)."""
     model: ModelConfig = field(default_factory=ModelConfig)
-    """The synthetic model's shape."""
+    """The model and its shape: a ModelConfig, a kind ("mlp", "gpt", "digits") or a dict of
+    ModelConfig fields."""
     options: Any = None
     """Strategy options (the strategy's own dataclass, or a dict of its fields)."""
     trace: bool = True
@@ -110,6 +155,7 @@ class RunConfig:
         if spec is None:
             problems.append(f"strategy {self.strategy!r} is not registered; known: "
                             f"{', '.join(strategies.names())}")
+        problems += self._resolve_defaults(spec)
         if self.world_size < 1:
             problems.append(f"world_size ({self.world_size}) must be >= 1")
         if self.steps < 1:
@@ -146,6 +192,41 @@ class RunConfig:
                 problems += spec.check(self)
         if problems:
             raise ConfigError(problems)
+
+    # ---- defaults that depend on other fields ---------------------------------------------
+    def _resolve_defaults(self, spec: Any) -> list[str]:
+        """Fill the None fields: the model from a kind or a dict, then steps / lr /
+        optimizer (explicit > strategy default > model default), then the world size
+        (the strategy's, e.g. a hybrid run's dp x pp x tp, else 2)."""
+        problems: list[str] = []
+        model = self.model
+        if isinstance(model, str):
+            model = ModelConfig(kind=model)
+        elif isinstance(model, dict):
+            try:
+                model = ModelConfig(**model)
+            except TypeError:
+                known = ", ".join(f.name for f in dataclasses.fields(ModelConfig))
+                problems.append(f"model {model!r} must be a ModelConfig, a kind ({', '.join(MODELS)}) "
+                                f"or a dict of ModelConfig fields ({known})")
+                model = ModelConfig()
+        elif not isinstance(model, ModelConfig):
+            problems.append(f"model {model!r} must be a ModelConfig, a kind "
+                            f"({', '.join(MODELS)}) or a dict of ModelConfig fields")
+            model = ModelConfig()
+        object.__setattr__(self, "model", model)
+        defaults = {**MODEL_DEFAULTS.get(model.kind, MODEL_DEFAULTS["mlp"]),
+                    **(spec.defaults if spec is not None else {})}
+        for name in ("steps", "lr", "optimizer"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, defaults[name])
+        if self.world_size is None:
+            size = 2
+            if spec is not None and spec.default_world_size is not None \
+                    and not self._options_problems(spec):
+                size = spec.default_world_size(self.options)
+            object.__setattr__(self, "world_size", size)
+        return problems
 
     # ---- rules ---------------------------------------------------------------------------
     def _backend_problems(self) -> list[str]:

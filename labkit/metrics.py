@@ -45,6 +45,8 @@ class RankMetrics:
     """Model FLOPs of one optimizer step, all ranks together (forward + backward)."""
     max_abs_diff_vs_reference: float | None = None
     """Largest |w - w_reference| this rank could check against one process."""
+    accuracy: float | None = None
+    """Share of held-out samples the final model classifies correctly (digits)."""
     checkpoints_saved: list[int] | None = None
     resumed_from_step: int | None = None
 

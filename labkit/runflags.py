@@ -27,20 +27,24 @@ from labkit.errors import ConfigError, RankFailure, RunFailed
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
     """The flags every strategy takes (``labkit run STRATEGY --help`` lists them)."""
-    from labkit.config import RunConfig
+    from labkit.config import MODELS, ModelConfig, RunConfig
 
-    docs = field_docs(RunConfig)
+    docs, model_docs = field_docs(RunConfig), field_docs(ModelConfig)
     p.add_argument("strategy", help="strategy to run (see `labkit list`)")
-    p.add_argument("--world-size", type=int, default=2, help=docs["world_size"])
-    p.add_argument("--steps", type=int, default=10, help=docs["steps"])
+    p.add_argument("--world-size", type=int, default=None, help=docs["world_size"])
+    p.add_argument("--steps", type=int, default=None, help=docs["steps"])
     p.add_argument("--backend", default="auto", help=docs["backend"])
     p.add_argument("--timeout", type=float, default=60.0, help=docs["timeout_s"])
     p.add_argument("--seed", type=int, default=0, help=docs["seed"])
     p.add_argument("--batch-size", type=int, default=32, help=docs["batch_size"])
-    p.add_argument("--lr", type=float, default=0.05, help=docs["lr"])
-    p.add_argument("--optimizer", default="sgd", help=docs["optimizer"])
-    p.add_argument("--width", type=int, default=None, help="hidden units per layer of the MLP")
-    p.add_argument("--depth", type=int, default=None, help="hidden layers of the MLP")
+    p.add_argument("--lr", type=float, default=None, help=docs["lr"])
+    p.add_argument("--optimizer", default=None, help=docs["optimizer"])
+    p.add_argument("--model", default="mlp", choices=MODELS, help=model_docs["kind"])
+    p.add_argument("--width", type=int, default=None, help=model_docs["width"])
+    p.add_argument("--depth", type=int, default=None, help=model_docs["depth"])
+    p.add_argument("--heads", type=int, default=None, help=model_docs["heads"])
+    p.add_argument("--seq-len", type=int, default=None, help=model_docs["seq_len"])
+    p.add_argument("--vocab-size", type=int, default=None, help=model_docs["vocab_size"])
     p.add_argument("--threads-per-rank", type=int, default=None, help=docs["threads_per_rank"])
     p.add_argument("--inject-fault", default=None, metavar="RANK:STEP:KIND",
                    help=docs["inject_fault"] + " KIND: raise, exit, kill, hang")
@@ -97,12 +101,14 @@ def config_from_args(args: argparse.Namespace, extra: list[str], *, command: str
     if extra:
         raise ConfigError(f"unrecognised argument(s) for `{command} {args.strategy}`: "
                           f"{' '.join(extra)} (see `labkit run {args.strategy} --help`)")
-    model_kw = {k: v for k, v in (("width", args.width), ("depth", args.depth)) if v is not None}
+    model_kw = {k: v for k in ("width", "depth", "heads", "seq_len", "vocab_size")
+                if (v := getattr(args, k, None)) is not None}
     return RunConfig(
         strategy=args.strategy, world_size=args.world_size if world_size is None else world_size,
         steps=args.steps, backend=args.backend, timeout_s=args.timeout, seed=args.seed,
         batch_size=args.batch_size, lr=args.lr, optimizer=args.optimizer,
-        model=ModelConfig(**model_kw), options=options or None, trace=not args.no_trace,
+        model=ModelConfig(kind=getattr(args, "model", "mlp"), **model_kw),
+        options=options or None, trace=not args.no_trace,
         check_reference=args.check_reference, inject_fault=args.inject_fault,
         threads_per_rank=args.threads_per_rank, progress=args.progress)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.errors import ConfigError
@@ -37,6 +37,11 @@ class Strategy:
     """The grid axis a run of this strategy spreads its ranks over: dp, pp or tp."""
     grid: Callable[[Any], Any] | None = None
     """For strategies on several axes at once: RunConfig -> ``labkit.grid.Grid``."""
+    default_world_size: Callable[[Any], int] | None = None
+    """options -> the world size a run takes when none is given (default 2)."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """RunConfig settings this strategy uses unless the run sets them (steps, lr, optimizer),
+    over the model's defaults (``labkit.config.MODEL_DEFAULTS``)."""
 
     def grid_for(self, config: Any) -> Any:
         """The rank grid of a run of this strategy (``labkit.grid.Grid``)."""
