@@ -337,11 +337,13 @@ class _Blocking:
         c = self._comm
         c._root._depth += 1
         c._update_status()
+        c.tracer.pause_compute()  # blocked here: not computing
 
     def __exit__(self, *exc: object) -> None:
         c = self._comm
         c._root._depth -= 1
         c._update_status()
+        c.tracer.resume_compute()
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -189,13 +189,14 @@ class _StepRunner:
             inp = self._get(ACT, s - 1, m, rows, a).requires_grad_()
         if a.op in (Op.B, Op.I) and not mod.last:
             grad = self._get(GRAD, s + 1, m, rows, a)
-        # 2. compute, timed as one span named like "2F0" (on CUDA: events, no synchronize)
+        # 2. compute, one span named like "2F0" (on CUDA: events, no synchronize); a
+        # blocking collective inside it (tensor parallelism, ZeRO-3) cuts the span
         tracer = self.ctx.tracer
         t0 = tracer.now()
-        send = self._compute(a, mod, inp, grad, xs, ys)
+        with tracer.compute(_TRACE_OP[a.op], step=self.step, microbatch=m, stage=s,
+                            name=str(a)):
+            send = self._compute(a, mod, inp, grad, xs, ys)
         t1 = tracer.now()
-        tracer.record(_TRACE_OP[a.op], t0, t1, step=self.step, microbatch=m, stage=s,
-                      name=str(a))
         self._clock.append((s, t0, t1))
         # 3. send the result on: activations downstream, input gradients upstream
         if send is not None:

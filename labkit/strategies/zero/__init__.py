@@ -123,13 +123,34 @@ class ZeroMetrics(RankMetrics):
 
 def layer_sizes(model: Any) -> list[int]:
     """Parameter count of each Linear layer of ``labkit.training.build_mlp`` (weight + bias)."""
-    widths = [model.in_dim] + [model.width] * model.depth + [model.out_dim]
+    in_dim, out_dim = (64, 10) if model.kind == "digits" else (model.in_dim, model.out_dim)
+    widths = [in_dim] + [model.width] * model.depth + [out_dim]
     return [a * b + b for a, b in zip(widths[:-1], widths[1:])]
+
+
+def _gpt_problems(opts: ZeroOptions) -> list[str]:
+    """What our ZeRO does for the MLP only: the GPT runs fp32, padded, ours."""
+    problems = []
+    if opts.impl != "labkit":
+        problems.append("--model gpt runs with --impl labkit (torch's FSDP2 is set up for the "
+                        "MLP's Linear layers here); e.g. labkit run zero --model gpt --stage 3")
+    if opts.precision != "fp32":
+        problems.append(f"precision {opts.precision!r} is implemented for the MLP; --model gpt "
+                        f"trains in fp32 here; e.g. --precision fp32")
+    if opts.checkpointing:
+        problems.append("checkpointing (segments of Linear+ReLU blocks) is implemented for the "
+                        "MLP; drop --checkpointing with --model gpt")
+    if not opts.pad:
+        problems.append("--no-pad needs every sharded unit to divide by world_size; the GPT's "
+                        "LayerNorms and biases rarely do: keep --pad with --model gpt")
+    return problems
 
 
 def _check(config: Any) -> list[str]:
     """Rules across fields: without padding every layer must split evenly over the ranks."""
     opts, n = config.options, config.world_size
+    if config.model.kind == "gpt":
+        return _gpt_problems(opts)
     if opts.pad or opts.stage == 0:
         return []
     bad = [(i, size) for i, size in enumerate(layer_sizes(config.model)) if size % n]
