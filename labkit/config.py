@@ -49,10 +49,10 @@ class FaultSpec:
 MODELS = ("mlp", "gpt", "digits")
 
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "mlp": {"steps": 10, "lr": 0.05, "optimizer": "sgd"},
-    "gpt": {"steps": 40, "lr": 0.1, "optimizer": "momentum"},  # Adam's 1/sqrt(v) would
+    "mlp": {"steps": 10, "lr": 0.05, "optimizer": "sgd", "timeout_s": 60.0},
+    "gpt": {"steps": 40, "lr": 0.1, "optimizer": "momentum", "timeout_s": 120.0},  # Adam's 1/sqrt(v) would
     # amplify float-rounding differences past the 1e-5 reference checks over 40 steps
-    "digits": {"steps": 300, "lr": 0.1, "optimizer": "momentum"},
+    "digits": {"steps": 300, "lr": 0.1, "optimizer": "momentum", "timeout_s": 60.0},
 }
 """Training settings a run of each model uses unless it (or its strategy) says otherwise:
 enough for the loss to fall visibly in a default run of a few seconds."""
@@ -119,8 +119,10 @@ class RunConfig:
     digits 300)."""
     backend: str = "auto"
     """auto (NCCL with one GPU per rank when there are enough GPUs, else gloo), gloo or nccl."""
-    timeout_s: float = 60.0
-    """Seconds the whole run may take before it is stopped and the hung ranks are named."""
+    timeout_s: float = None  # type: ignore[assignment]
+    """Seconds the whole run may take before it is stopped and the hung ranks are named;
+    None: the model's default (mlp 60, gpt 120) times world_size / cores when the ranks
+    outnumber the cores (they take turns)."""
     seed: int = 0
     """Seed for the model, the data and every rank's RNGs."""
     batch_size: int = 32
@@ -226,6 +228,10 @@ class RunConfig:
                     and not self._options_problems(spec):
                 size = spec.default_world_size(self.options)
             object.__setattr__(self, "world_size", size)
+        if self.timeout_s is None:
+            share = max(1.0, self.world_size / devices.cpu_count()) \
+                if isinstance(self.world_size, int) else 1.0
+            object.__setattr__(self, "timeout_s", defaults["timeout_s"] * share)
         return problems
 
     # ---- rules ---------------------------------------------------------------------------

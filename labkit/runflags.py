@@ -34,7 +34,7 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world-size", type=int, default=None, help=docs["world_size"])
     p.add_argument("--steps", type=int, default=None, help=docs["steps"])
     p.add_argument("--backend", default="auto", help=docs["backend"])
-    p.add_argument("--timeout", type=float, default=60.0, help=docs["timeout_s"])
+    p.add_argument("--timeout", type=float, default=None, help=docs["timeout_s"])
     p.add_argument("--seed", type=int, default=0, help=docs["seed"])
     p.add_argument("--batch-size", type=int, default=32, help=docs["batch_size"])
     p.add_argument("--lr", type=float, default=None, help=docs["lr"])

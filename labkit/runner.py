@@ -148,13 +148,16 @@ def collect(config: RunConfig, backend: str, reports: list[RankReport], wall: fl
             ) -> RunResult:
     """Every rank's report -> one ``RunResult``: the merged timeline, the losses, the
     strategy's metrics combined from each rank's typed record, and throughput."""
+    from labkit import strategies
     from labkit.metrics import combine_records, throughput
 
     outputs: list[RankOutput] = [r.output for r in reports]
     events = sorted((e for r in reports for e in r.events), key=lambda e: (e.start_ns, e.rank))
     hosts = sorted({r.host for r in reports})
+    grid = strategies.get(config.strategy).grid_for(config)
     timeline = Timeline(events, config.world_size,
-                        {"config": config.to_json(), "backend": backend, "hosts": hosts})
+                        {"config": config.to_json(), "backend": backend, "hosts": hosts,
+                         "grid": {"dp": grid.dp, "pp": grid.pp, "tp": grid.tp}})
     per_step = [o.losses for o in outputs if o.losses]
     losses = [statistics.fmean(vals) for vals in zip(*per_step)] if per_step else []
     metrics: dict[str, Any] = dict(timeline.summary()) if config.trace else {}

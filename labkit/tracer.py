@@ -128,6 +128,13 @@ class Tracer:
             return _NULL
         return _ComputeSpan(self, op, self._meta(**meta))
 
+    def detail(self, op: Op, **meta: Any) -> _Span | _NullSpan:
+        """A fine-grained span (one layer's matmul) recorded only when no coarser compute span
+        is open: inside a pipeline action the action's span already says it computed."""
+        if not self.enabled or self._open:
+            return _NULL
+        return _Span(self, op, self._meta(**meta))
+
     def pause_compute(self) -> None:
         """This rank starts waiting (blocking comm): cut every open compute span (nests)."""
         self._paused += 1

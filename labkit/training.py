@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -126,9 +126,12 @@ def params_sha256(named: Iterable[tuple[str, torch.Tensor]]) -> str:
     return h.hexdigest()
 
 
-def reference_train(config: RunConfig, dp: int) -> dict[str, torch.Tensor]:
-    """One process trains the same model on the global batch (``dp`` x ``batch_size``)."""
-    model = build_model(config)
+def reference_train(config: RunConfig, dp: int,
+                    build: Callable[[RunConfig], nn.Module] | None = None
+                    ) -> dict[str, torch.Tensor]:
+    """One process trains the same model on the global batch (``dp`` x ``batch_size``);
+    ``build`` makes the model (default ``build_model``)."""
+    model = (build or build_model)(config)
     opt = make_optimizer(config.optimizer, model.parameters(), config.lr)
     task = task_for(config)
     for step in range(config.steps):

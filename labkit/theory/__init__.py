@@ -12,6 +12,7 @@ call from a quiz, a grader or the CLI. Modules:
   Amdahl and scaling efficiency
 * ``interconnect``: link presets and per-strategy step-time predictions
 * ``compute``: model FLOPs of a training step (the numerator of MFU)
+* ``parallel3d``: per-rank parameters, memory and per-axis traffic of a dp x pp x tp grid
 * ``cli``: the ``labkit calc`` command
 """
 
@@ -55,6 +56,7 @@ from labkit.theory.memory import (
     zero_comm_volume,
     zero_memory,
 )
+from labkit.theory.parallel3d import Layout3D, gpt_params, parallel_layout
 from labkit.theory.pipeline import (
     bubble_fraction,
     ideal_pipeline_speedup,
@@ -67,6 +69,7 @@ __all__ = [
     "INTERCONNECTS",
     "AlphaBeta",
     "FitReport",
+    "Layout3D",
     "Interconnect",
     "StepPrediction",
     "algbw",
@@ -79,12 +82,14 @@ __all__ = [
     "fits",
     "get_link",
     "global_batch",
+    "gpt_params",
     "ideal_pipeline_speedup",
     "lr_at_step",
     "lr_schedule",
     "mlp_activation_bytes",
     "mlp_saved_tensors",
     "naive_allreduce_bytes",
+    "parallel_layout",
     "pipeline_peak_activations",
     "pipeline_speedup",
     "predict_step_time",

@@ -108,6 +108,11 @@ def check(config: Any) -> list[str]:
     """Rules across RunConfig fields, checked before any process starts."""
     opts: PipelineOptions = config.options
     stages = opts.stages if opts.stages is not None else config.world_size
+    if config.model.kind == "gpt" and (opts.schedule not in ("gpipe", "1f1b") or opts.orders
+                                        or opts.layer_costs):
+        return [f"--model gpt runs the gpipe and 1f1b schedules on its blocks (not "
+                f"{opts.orders and 'a hand-written plan' or opts.schedule!r}, no layer_costs); "
+                f"interleaved and zero bubble run on the MLP; e.g. --schedule 1f1b"]
     virtual = opts.resolved_virtual()
     depth = config.model.depth
     problems: list[str] = []

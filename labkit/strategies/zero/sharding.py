@@ -228,7 +228,7 @@ class ShardedLinear(torch.autograd.Function):
         full = layer.acquire(step, "forward")          # 1. all-gather (stage 3)
         w, b = layer.weights(full)
         xc = x.to(layer.dtype)
-        with layer.comm.tracer.span(Op.FORWARD, step=step, name=f"F{layer.index}"):
+        with layer.comm.tracer.detail(Op.FORWARD, step=step, name=f"F{layer.index}"):
             y = F.linear(xc, w, b)                     # 2. compute
         layer.release(full)                            # 3. free (stage 3)
         ctx.layer, ctx.step, ctx.in_dtype = layer, step, x.dtype
@@ -242,7 +242,7 @@ class ShardedLinear(torch.autograd.Function):
         full = layer.acquire(ctx.step, "backward")     # 1. all-gather again (stage 3)
         w, _ = layer.weights(full)
         gy = gy.to(layer.dtype)
-        with layer.comm.tracer.span(Op.BACKWARD, step=ctx.step, name=f"B{layer.index}"):
+        with layer.comm.tracer.detail(Op.BACKWARD, step=ctx.step, name=f"B{layer.index}"):
             gx = gy @ w                                # 2. input and weight gradients
             g2, x2 = gy.reshape(-1, gy.shape[-1]), x.reshape(-1, x.shape[-1])
             gw, gb = g2.t() @ x2, g2.sum(0) if layer.has_bias else None
