@@ -113,7 +113,7 @@ class Handle:
         self._record(self.done_ns if self.done_ns is not None else t1)
         if t1 - t0 > 20_000:  # blocked for more than 20 us: show it as exposed comm
             comm.tracer.record(Op.WAIT, t0, t1, step=self._meta.get("step"),
-                               bucket=self._meta.get("bucket"))
+                               bucket=self._meta.get("bucket"), axis=comm.axis)
         if self._then is not None:
             then, self._then = self._then, None
             then()

@@ -87,6 +87,9 @@ class Layout3D:
     """Wire bytes per step on each axis (dp, pp, tp), summed over all ranks."""
     activation_bytes: int
     """One microbatch's activation at a block boundary (bytes)."""
+    calls: dict[str, int] = field(default_factory=dict)
+    """Messages per step on each axis for the busiest rank (each pays a latency): tp
+    all-reduces, pp sends + receives, dp one bucketed gradient exchange."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -143,9 +146,12 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
     blocks = [cuts[k + 1] - cuts[k] for k in range(p)]
     tp_bytes = (d * t * sum(blocks) * m * 4 * 2 * (t - 1) / t * act) if kind == "gpt" else 0.0
     pp_bytes = d * t * (p - 1) * m * 2 * act
+    calls = {"tp": m * 4 * max(blocks) if t > 1 else 0,
+             "pp": 2 * m * (2 if p > 2 else 1) if p > 1 else 0, "dp": 1 if d > 1 else 0}
     notes = []
     if zero_stage == 3 and p > 1:
         notes.append(f"ZeRO-3 under a pipeline gathers every parameter 2 x {m} times a step "
                      f"(forward and backward of each microbatch)")
     return Layout3D(d, p, t, cuts, params, memory,
-                    {"dp": dp_bytes, "pp": float(pp_bytes), "tp": float(tp_bytes)}, act, notes)
+                    {"dp": dp_bytes, "pp": float(pp_bytes), "tp": float(tp_bytes)}, act, calls,
+                    notes)

@@ -121,6 +121,8 @@ class HybridMetrics(RankMetrics):
     model_state_bytes: dict[str, int] | None = None
     params_held: int | None = None
     step_stats: list[tuple[int, int, int]] | None = None
+    stage_ms: float | None = None
+    """This rank's mean compute per microbatch on its stage (steady steps), ms."""
     stage_bounds: list[int] | None = None
     grid: dict[str, int] | None = None
     zero_stage: int | None = None
@@ -132,7 +134,8 @@ class HybridMetrics(RankMetrics):
         from labkit.strategies.hybrid.report import summarize
 
         out = super().combine(records, config)
-        for key in ("pp_rank", "axis_bytes", "model_state_bytes", "params_held", "step_stats"):
+        for key in ("pp_rank", "axis_bytes", "model_state_bytes", "params_held", "step_stats",
+                    "stage_ms"):
             out.pop(key, None)
         out.update(summarize([r for r in records if isinstance(r, HybridMetrics)], config))
         return out

@@ -17,14 +17,15 @@ from typing import Any
 import torch
 
 
-def _median_seconds(run: Callable[[], None], repeats: int = 3) -> float:
+def _seconds(run: Callable[[], None], repeats: int = 5) -> float:
+    """The fastest of ``repeats`` runs (after one warm-up): on a shared machine the other
+    runs only add waiting for a core, never less work."""
     times = []
     for _ in range(repeats + 1):  # the first run warms up the allocator
         t0 = time.perf_counter()
         run()
         times.append(time.perf_counter() - t0)
-    rest = sorted(times[1:])
-    return rest[len(rest) // 2]
+    return min(times[1:])
 
 
 def measure_block_costs(full: Any, config: Any, rows: int) -> list[float]:
@@ -43,8 +44,8 @@ def measure_block_costs(full: Any, config: Any, rows: int) -> list[float]:
             block(x).sum().backward()
         return run
 
-    costs = [_median_seconds(block_run(b)) for b in full.blocks]
-    costs[0] += _median_seconds(lambda: full.embed(idx).sum().backward())
-    costs[-1] += _median_seconds(block_run(lambda x: full.head(full.ln_f(x))))
+    costs = [_seconds(block_run(b)) for b in full.blocks]
+    costs[0] += _seconds(lambda: full.embed(idx).sum().backward())
+    costs[-1] += _seconds(block_run(lambda x: full.head(full.ln_f(x))))
     full.zero_grad(set_to_none=True)
     return costs

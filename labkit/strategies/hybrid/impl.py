@@ -149,6 +149,9 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         rec.model_state_bytes = acc.storage_bytes(kept)
         rec.params_held = self.params_held
         rec.step_stats = [r.stat for r in self.records]
+        steady = self.records[1:] or self.records
+        rec.stage_ms = statistics.fmean(sum(r.stage_ns.values()) for r in steady) \
+            / self.axes.microbatches / 1e6
         rec.stage_bounds = self.bounds
         rec.grid = {"dp": grid.dp, "pp": grid.pp, "tp": grid.tp}
         o = self.axes

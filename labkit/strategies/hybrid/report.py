@@ -54,6 +54,9 @@ def summarize(records: Sequence[Any], config: Any) -> dict[str, Any]:
         "predicted_params_per_rank": [layout.params_per_rank[r.pp_rank] for r in records],
     }
     pp = grid.get("pp", 1)
+    stage_ms = [[r.stage_ms for r in records if r.pp_rank == s and r.stage_ms is not None]
+                for s in range(pp)]
+    out["stage_time_ms"] = [sum(v) / len(v) if v else 0.0 for v in stage_ms]
     if pp > 1:
         out.update(bubble_summary([r.step_stats or [] for r in records]))
         out["bubble_fraction_predicted"] = bubble_fraction(pp, first.microbatches or 1,
