@@ -25,6 +25,7 @@ one replica see the same samples (``labkit.grid``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar, cast
 
@@ -149,9 +150,12 @@ class TrainLoop(Generic[R]):
     # ---- the loop ------------------------------------------------------------------------
     def run(self) -> RankOutput:
         start, self.losses = self.checkpointer.start() if self.checkpointer else (0, [])
+        walls = self.record.step_seconds = []
         for step in range(start, self.cfg.steps):
+            t0 = time.perf_counter()
             with self.ctx.step(step):
                 self.train_step(step)
+            walls.append(time.perf_counter() - t0)
             if self.checkpointer is not None:  # 5. outside the step span: saving is not training
                 self.checkpointer.after_step(step, self.losses)
         return self.finish()

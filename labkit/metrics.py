@@ -49,6 +49,8 @@ class RankMetrics:
     """Share of held-out samples the final model classifies correctly (digits)."""
     checkpoints_saved: list[int] | None = None
     resumed_from_step: int | None = None
+    step_seconds: list[float] | None = None
+    """Wall seconds of each step on this rank (measured with or without the tracer)."""
 
     def as_dict(self) -> dict[str, Any]:
         """This rank's fields that were measured (None left out)."""
@@ -62,6 +64,12 @@ class RankMetrics:
         for rec in records[1:]:
             out.update(rec.as_dict())
         out.update(records[0].as_dict())
+        out.pop("step_seconds", None)
+        walls = [r.step_seconds for r in records if r.step_seconds]
+        if walls:  # a step ends when its slowest rank does; the first warms up
+            per_step = [max(v) for v in zip(*walls)]
+            steady = sorted(per_step[1:] or per_step)
+            out["step_wall_s"] = steady[len(steady) // 2]
         diffs = {k for rec in records for k in rec.as_dict() if k.startswith("max_abs_diff")}
         for key in diffs:
             out[key] = max(float(getattr(rec, key)) for rec in records

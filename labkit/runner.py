@@ -169,7 +169,7 @@ def collect(config: RunConfig, backend: str, reports: list[RankReport], wall: fl
     metrics.update(combine_records([o.record for o in outputs], config))
     for o in outputs:  # each rank's own view stays readable as outputs[r].metrics
         o.metrics = o.all_metrics()
-    step_time = timeline.median_step_s() if config.trace else 0.0
+    step_time = timeline.median_step_s() if config.trace else metrics.get("step_wall_s", 0.0)
     metrics.update(throughput(metrics, step_time, config.world_size, backend))
     sha = next((o.params_sha256 for o in outputs if o.params_sha256), None)
     return RunResult(config=config, backend=backend, timeline=timeline, losses=losses,
