@@ -9,7 +9,7 @@ Strategy-specific settings live in the strategy's own options dataclass
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from labkit import devices
@@ -132,9 +132,10 @@ class RunConfig:
     optimizer: str = None  # type: ignore[assignment]
     """sgd, momentum (SGD, momentum 0.9), adam, lars or lamb (layer-wise, for large batches);
     None: the strategy's or the model's default (mlp: sgd, gpt: adam)."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """The model and its shape: a ModelConfig, a kind ("mlp", "gpt", "digits") or a dict of
-    ModelConfig fields."""
+    model: ModelConfig = None  # type: ignore[assignment]
+    """The model and its shape: a ModelConfig (used as given), a kind ("mlp", "gpt",
+    "digits") or a dict of ModelConfig fields (the fields not given take the strategy's
+    default shape for that kind, else ModelConfig's); None: "mlp"."""
     options: Any = None
     """Strategy options (the strategy's own dataclass, or a dict of its fields)."""
     trace: bool = True
@@ -201,12 +202,14 @@ class RunConfig:
         optimizer (explicit > strategy default > model default), then the world size
         (the strategy's, e.g. a hybrid run's dp x pp x tp, else 2)."""
         problems: list[str] = []
-        model = self.model
+        model: Any = "mlp" if self.model is None else self.model
         if isinstance(model, str):
-            model = ModelConfig(kind=model)
-        elif isinstance(model, dict):
+            model = {"kind": model}
+        if isinstance(model, dict):
+            kind = model.get("kind", "mlp")
+            shape = (spec.defaults.get("model", {}) if spec is not None else {}).get(kind, {})
             try:
-                model = ModelConfig(**model)
+                model = ModelConfig(**{**shape, **model})
             except TypeError:
                 known = ", ".join(f.name for f in dataclasses.fields(ModelConfig))
                 problems.append(f"model {model!r} must be a ModelConfig, a kind ({', '.join(MODELS)}) "

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass
@@ -51,6 +51,14 @@ class RankMetrics:
     resumed_from_step: int | None = None
     step_seconds: list[float] | None = None
     """Wall seconds of each step on this rank (measured with or without the tracer)."""
+
+    REPORTED: ClassVar[tuple[str, ...]] = ()
+    """Run metrics ``report_lines`` already shows (``labkit run`` prints the rest plainly)."""
+
+    @classmethod
+    def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
+        """The strategy's own table for ``labkit run`` (``labkit.report``); none by default."""
+        return []
 
     def as_dict(self) -> dict[str, Any]:
         """This rank's fields that were measured (None left out)."""

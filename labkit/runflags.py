@@ -91,7 +91,7 @@ def config_from_args(args: argparse.Namespace, extra: list[str], *, command: str
     (torchrun decides it).
     """
     from labkit import strategies
-    from labkit.config import ModelConfig, RunConfig
+    from labkit.config import RunConfig
 
     options: dict[str, Any] = {}
     spec = strategies.lookup(args.strategy)
@@ -107,7 +107,7 @@ def config_from_args(args: argparse.Namespace, extra: list[str], *, command: str
         strategy=args.strategy, world_size=args.world_size if world_size is None else world_size,
         steps=args.steps, backend=args.backend, timeout_s=args.timeout, seed=args.seed,
         batch_size=args.batch_size, lr=args.lr, optimizer=args.optimizer,
-        model=ModelConfig(kind=getattr(args, "model", "mlp"), **model_kw),
+        model={"kind": getattr(args, "model", "mlp"), **model_kw},  # type: ignore[arg-type]
         options=options or None, trace=not args.no_trace,
         check_reference=args.check_reference, inject_fault=args.inject_fault,
         threads_per_rank=args.threads_per_rank, progress=args.progress)
@@ -128,37 +128,10 @@ def report(args: argparse.Namespace, result: Any, extra_json: dict[str, Any] | N
 
 
 def describe(result: Any) -> str:
-    """The readable summary of a run that ``labkit run`` prints."""
-    m = result.metrics
-    lines = [repr(result)]
-    if result.losses:
-        lines.append(f"  loss          {result.losses[0]:.4f} -> {result.losses[-1]:.4f}")
-    for key in ("compute_s", "comm_s", "overlap_fraction", "idle_fraction"):
-        if key in m:
-            lines.append(f"  {key:<13} {m[key]:.4g}")
-    for key, v in m.items():
-        if key in ("compute_s", "comm_s", "overlap_fraction", "idle_fraction", "step_time_s",
-                   "note"):
-            continue
-        if isinstance(v, (int, float, str)) or (
-                isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)):
-            lines.append(f"  {key:<13} {number(v)}")
-    if result.trace_path:
-        lines.append(f"  trace         {result.trace_path}  (open in ui.perfetto.dev)")
-    if result.params_sha256:
-        lines.append(f"  params_sha256 {result.params_sha256}")
-    if isinstance(m.get("note"), str):
-        lines.append(f"  note: {m['note']}")
-    return "\n".join(lines)
+    """The readable summary ``labkit run`` prints (``labkit.report``)."""
+    from labkit.report import describe as summary
 
-
-def number(v: Any) -> str:
-    """Floats to 4 significant digits (lists element by element); anything else as is."""
-    if isinstance(v, bool) or not isinstance(v, (float, list)):
-        return str(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(number(x) for x in v) + "]"
-    return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.4g}"
+    return summary(result)
 
 
 def fail_input(args: argparse.Namespace, message: str) -> int:

@@ -40,8 +40,10 @@ class Strategy:
     default_world_size: Callable[[Any], int] | None = None
     """options -> the world size a run takes when none is given (default 2)."""
     defaults: dict[str, Any] = field(default_factory=dict)
-    """RunConfig settings this strategy uses unless the run sets them (steps, lr, optimizer),
-    over the model's defaults (``labkit.config.MODEL_DEFAULTS``)."""
+    """RunConfig settings this strategy uses unless the run sets them (steps, lr, optimizer,
+    timeout_s), over the model's defaults (``labkit.config.MODEL_DEFAULTS``); ``"model"``
+    maps a model kind to the shape this strategy shows its lesson on, e.g.
+    ``{"model": {"mlp": {"width": 512, "depth": 8}}}``."""
 
     def grid_for(self, config: Any) -> Any:
         """The rank grid of a run of this strategy (``labkit.grid.Grid``)."""

@@ -18,6 +18,7 @@ The third variant of the lesson is torch's own ``ddp`` (``labkit.strategies.ddp`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from labkit.errors import ConfigError
 from labkit.metrics import RankMetrics
@@ -36,6 +37,19 @@ class DPMetrics(RankMetrics):
     allreduce_calls_per_step: int | None = None
     bucket_params: list[list[str]] | None = None
     """Which parameters each bucket holds, in launch order (last layer first)."""
+
+    REPORTED: ClassVar[tuple[str, ...]] = ("bytes_per_step", "buckets", "bucket_bytes",
+                                           "allreduce_calls_per_step")
+
+    @classmethod
+    def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
+        m = metrics
+        if "bytes_per_step" not in m:
+            return []
+        hidden = m.get("overlap_fraction", 0.0)
+        return [f"  gradients     {m['bytes_per_step'] / 1e6:.3f} MB all-reduced per step in "
+                f"{m.get('buckets', '?')} bucket(s); {100 * hidden:.0f}% of that communication "
+                f"overlapped the backward pass"]
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from labkit.errors import ConfigError
 from labkit.grid import Grid
@@ -128,6 +128,14 @@ class HybridMetrics(RankMetrics):
     zero_stage: int | None = None
     schedule: str | None = None
     microbatches: int | None = None
+
+    REPORTED: ClassVar[tuple[str, ...]] = ("bubble_fraction", "bubble_fraction_predicted")
+
+    @classmethod
+    def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
+        from labkit.strategies.hybrid.report import report_lines
+
+        return report_lines(metrics)
 
     @classmethod
     def combine(cls, records: Sequence[RankMetrics], config: Any) -> dict[str, Any]:

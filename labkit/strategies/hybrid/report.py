@@ -66,3 +66,31 @@ def summarize(records: Sequence[Any], config: Any) -> dict[str, Any]:
     if layout.notes:
         out["note"] = "; ".join(layout.notes)
     return out
+
+
+def report_lines(m: dict[str, Any]) -> list[str]:
+    """The 3D run's table for ``labkit run``: traffic per axis and memory per rank."""
+    from labkit.report import mb, table
+
+    if "comm_bytes_per_axis" not in m:
+        return []
+    grid = m.get("grid", {})
+    lines = [f"  grid          dp{grid.get('dp', 1)} x pp{grid.get('pp', 1)} x tp{grid.get('tp', 1)}, "
+             f"ZeRO-{m.get('zero_stage', 0)} on dp, {m.get('schedule')} x "
+             f"{m.get('microbatches')} microbatches",
+             "  traffic per step, all ranks (MB on the wire), measured vs "
+             "labkit.theory.parallel_layout"]
+    lines += table(["axis", "measured", "predicted", "ratio"],
+                   [[a, mb(m["comm_bytes_per_axis"][a]), mb(m["predicted_comm_bytes_per_axis"][a]),
+                     f"{m['comm_ratio_per_axis'][a]:.4f}"] for a in AXES])
+    lines.append("  model state per rank (MB), measured (predicted)")
+    terms = ("params", "grads", "optimizer")
+    lines += table(["rank", *terms],
+                   [[str(r)] + [f"{mb(got[t])} ({mb(want[t])})" for t in terms]
+                    for r, (got, want) in enumerate(zip(m["per_rank_bytes"],
+                                                        m["predicted_bytes"]))])
+    if grid.get("pp", 1) > 1:
+        lines.append(f"  bubble        measured {m['bubble_fraction']:.3f}, predicted "
+                     f"{m.get('bubble_fraction_predicted', float('nan')):.3f}")
+    return lines
+

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from labkit.errors import ConfigError
 from labkit.metrics import RankMetrics
 from labkit.strategies import Strategy, register
 
 STAGES = (0, 1, 2, 3)
+TERMS = ("params", "grads", "optimizer")
 IMPLS = ("labkit", "torch")
 PRECISIONS = ("fp32", "bf16")
 TORCH_STAGES = (1, 3)
@@ -109,6 +110,28 @@ class ZeroMetrics(RankMetrics):
     ddp_comm_bytes_per_step: float | None = None
     comm_ratio_vs_ddp: float | None = None
     untraced_broadcast_payload_bytes: int | None = None
+
+    REPORTED: ClassVar[tuple[str, ...]] = (
+        "zero_stage", "impl", "precision", "comm_bytes_per_step",
+        "predicted_comm_bytes_per_step", "ddp_comm_bytes_per_step", "comm_ratio_vs_ddp")
+
+    @classmethod
+    def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
+        from labkit.report import mb, table
+
+        m = metrics
+        if "per_rank_bytes" not in m:
+            return []
+        pred = m["predicted_bytes"]
+        lines = [f"  ZeRO stage {m['zero_stage']} ({m['impl']}, {m['precision']}): model state "
+                 f"per rank, MB, measured (predicted by labkit.theory.zero_memory)"]
+        rows = [[str(r)] + [f"{mb(got[t])} ({mb(pred[t])})" for t in TERMS]
+                for r, got in enumerate(m["per_rank_bytes"])]
+        lines += table(["rank", *TERMS], rows)
+        lines.append(f"  comm          {mb(m['comm_bytes_per_step'])} MB/step on the wire per rank "
+                     f"(predicted {mb(m['predicted_comm_bytes_per_step'])}), "
+                     f"{m['comm_ratio_vs_ddp']:.3f}x DDP")
+        return lines
 
     @classmethod
     def combine(cls, records: Sequence[RankMetrics], config: Any) -> dict[str, Any]:
