@@ -125,8 +125,9 @@ class RunConfig:
     outnumber the cores (they take turns)."""
     seed: int = 0
     """Seed for the model, the data and every rank's RNGs."""
-    batch_size: int = 32
-    """Samples per data-parallel rank per step (global batch = batch_size x dp ranks)."""
+    batch_size: int = None  # type: ignore[assignment]
+    """Samples per data-parallel rank per step (global batch = batch_size x dp ranks);
+    None: the strategy's default, else 32."""
     lr: float = None  # type: ignore[assignment]
     """Learning rate of the optimizer; None: the strategy's or the model's default (mlp 0.05)."""
     optimizer: str = None  # type: ignore[assignment]
@@ -222,9 +223,9 @@ class RunConfig:
         object.__setattr__(self, "model", model)
         defaults = {**MODEL_DEFAULTS.get(model.kind, MODEL_DEFAULTS["mlp"]),
                     **(spec.defaults if spec is not None else {})}
-        for name in ("steps", "lr", "optimizer"):
+        for name in ("steps", "lr", "optimizer", "batch_size"):
             if getattr(self, name) is None:
-                object.__setattr__(self, name, defaults[name])
+                object.__setattr__(self, name, defaults.get(name, 32))
         if self.world_size is None:
             size = 2
             if spec is not None and spec.default_world_size is not None \

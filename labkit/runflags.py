@@ -36,7 +36,7 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", help=docs["backend"])
     p.add_argument("--timeout", type=float, default=None, help=docs["timeout_s"])
     p.add_argument("--seed", type=int, default=0, help=docs["seed"])
-    p.add_argument("--batch-size", type=int, default=32, help=docs["batch_size"])
+    p.add_argument("--batch-size", type=int, default=None, help=docs["batch_size"])
     p.add_argument("--lr", type=float, default=None, help=docs["lr"])
     p.add_argument("--optimizer", default=None, help=docs["optimizer"])
     p.add_argument("--model", default="mlp", choices=MODELS, help=model_docs["kind"])

@@ -176,6 +176,31 @@ def amdahl_speedup(parallel_fraction: float, n: int) -> float:
     return 1.0 / ((1.0 - f) + f / workers)
 
 
+def fit_amdahl(step_times: dict[int, float]) -> float:
+    """Amdahl's parallel fraction f fitted to measured step times of the SAME job (same
+    global batch) on n workers: ``t_n / t_1 = (1 - f) + f / n``, least squares in f over
+    every n > 1. ``step_times`` maps n -> seconds and must hold n = 1."""
+    if 1 not in step_times or len(step_times) < 2:
+        raise ConfigError(f"step_times ({step_times!r}) must hold the 1-worker time and at "
+                          f"least one more; e.g. {{1: 0.30, 2: 0.18}}")
+    t1 = check_number("step_times[1]", step_times[1], "0.30", allow_equal=False)
+    # t_n/t_1 - 1 = f (1/n - 1): a line through the origin in x = 1/n - 1
+    xs = [1.0 / n - 1.0 for n in step_times if n > 1]
+    ys = [step_times[n] / t1 - 1.0 for n in step_times if n > 1]
+    f = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    return min(1.0, max(0.0, f))
+
+
+def amdahl_fraction_for(speedup: float, n: int) -> float:
+    """The parallel fraction that gives ``speedup`` on ``n`` workers (seed 003: 8 GPUs that
+    give 6x need f = 0.952; the mini challenge, 2x on 4 GPUs, f >= 0.667)."""
+    s = check_number("speedup", speedup, "speedup=6", allow_equal=False)
+    workers = check_int("n", n, 2, "n=8")
+    if s > workers:
+        raise ConfigError(f"speedup ({speedup}) cannot exceed n ({n}) under Amdahl's law")
+    return (1.0 - 1.0 / s) / (1.0 - 1.0 / workers)
+
+
 def scaling_efficiency(step_time_1: float, step_time_n: float, n: int,
                        weak: bool = True) -> float:
     """Scaling efficiency from step times (s) on 1 and on n ranks.

@@ -56,8 +56,9 @@ class DPMetrics(RankMetrics):
 class BucketedOptions:
     """Settings of our bucketed, overlapped DDP."""
 
-    bucket_cap_mb: float = 25.0
-    """Bucket size in MB (1e6 bytes; torch DDP's default is 25); smaller buckets start comm earlier."""
+    bucket_cap_mb: float = 1.0
+    """Bucket size in MB (1e6 bytes; torch DDP's default is 25, which would hold the whole
+    lesson model in one bucket); smaller buckets start comm earlier."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.bucket_cap_mb, (int, float)) and self.bucket_cap_mb > 0):
@@ -72,4 +73,5 @@ register(Strategy(
 register(Strategy(
     name="ddp-bucketed", entry="labkit.strategies.dp.bucketed:train", options=BucketedOptions,
     summary="hand-written DDP: reverse-order buckets, async all-reduce overlapped with backward",
-    lesson="01_data_parallelism"))
+    lesson="01_data_parallelism",
+    defaults={"model": {"mlp": {"width": 512, "depth": 8}}}))  # several buckets to overlap

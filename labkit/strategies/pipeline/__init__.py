@@ -147,6 +147,9 @@ def options_for(config: Any) -> PipelineOptions:
 register(Strategy(
     name="pipeline", entry="labkit.strategies.pipeline.executor:train", options=PipelineOptions,
     summary="pipeline parallel: GPipe / 1F1B / interleaved / zero-bubble plans on real ranks",
-    check=check, lesson="03_pipeline_parallelism", axis="pp"))
+    check=check, lesson="03_pipeline_parallelism", axis="pp",
+    # heavy enough that each action computes for tens of ms: the measured bubble then
+    # follows (p-1)/(m+p-1) (docs/benchmarks.md, lesson 03); the lesson shows small ones too
+    defaults={"steps": 6, "batch_size": 1024, "model": {"mlp": {"width": 1024, "depth": 16}}}))
 
 __all__ = ["PipelineOptions", "check", "orders_text", "parse_orders", "plan_for"]

@@ -189,4 +189,5 @@ register(Strategy(
     name="zero", entry="labkit.strategies.zero.impl:train", options=ZeroOptions,
     summary="ZeRO stages 0-3 (ours, traced) or torch's ZeroRedundancyOptimizer / FSDP2; "
             "per-rank model-state bytes measured vs predicted",
-    check=_check, lesson="05_memory_and_zero"))
+    check=_check, lesson="05_memory_and_zero",
+    defaults={"optimizer": "adam", "lr": 0.01}))  # Adam's state is what ZeRO shards
