@@ -1,7 +1,9 @@
 """Run configuration: what to run, on how many ranks, for how long — validated up front.
 
-Every field carries a docstring line with its unit. ``__post_init__`` checks every rule and
-raises one ``ConfigError`` naming *all* offending values, before any process starts.
+Every field carries a docstring line with its unit. ``__post_init__`` checks every rule --
+each field's type (a bool is not an int, 2.0 is not an integer, ``inf`` is not a number of
+seconds) and range, then the rules across fields -- and raises one ``ConfigError`` naming
+*all* offending values, before any process starts (``labkit.validate`` words the rules).
 Strategy-specific settings live in the strategy's own options dataclass
 (``RunConfig.options``), registered with ``labkit.strategies``.
 """
@@ -14,10 +16,27 @@ from typing import Any
 
 from labkit import devices
 from labkit.errors import ConfigError
+from labkit.validate import (
+    as_plain,
+    bool_problem,
+    choice_problem,
+    int_problem,
+    is_int,
+    real_problem,
+)
 
 BACKENDS = ("auto", "gloo", "nccl")
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
 OPTIMIZERS = ("sgd", "momentum", "adam", "lars", "lamb")
+MAX_STEPS = 100_000  # the timeline keeps every step's spans in memory
+MAX_BATCH = 65_536  # samples per rank per step
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # one week; gloo's own timeout is derived from it
+MAX_LR = 100.0  # a larger step diverges with every optimizer here
+SEED_MAX = 2**32 - 1  # what numpy and torch generators both accept (torch seeds derive from it)
+MAX_DIM = 65_536  # units of one layer (in_dim, width, out_dim)
+MAX_DEPTH = 256
+MAX_PARAMS = 250_000_000  # 1 GB of fp32 weights per copy, before gradients and optimizer state
+MAX_THREADS = 256
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -37,10 +56,21 @@ class FaultSpec:
         parts = text.split(":")
         try:
             rank, step, kind = parts
-            return cls(rank=int(rank), step=int(step), kind=kind)
+            ints = int(rank), int(step)
         except ValueError:
             raise ConfigError(f"inject_fault {text!r} must look like RANK:STEP:KIND with KIND one "
                               f"of {', '.join(FAULT_KINDS)}; e.g. '1:3:raise'") from None
+        return cls(rank=ints[0], step=ints[1], kind=kind)
+
+    def __post_init__(self) -> None:
+        problems = [p for p in (
+            int_problem("inject_fault rank", self.rank, 0, example=1),
+            int_problem("inject_fault step", self.step, 0, example=3),
+            None if isinstance(self.kind, str) else
+            f"inject_fault kind ({self.kind!r}) must be one of {', '.join(FAULT_KINDS)}")
+            if p is not None]
+        if problems:
+            raise ConfigError(problems)
 
     def __str__(self) -> str:
         return f"{self.rank}:{self.step}:{self.kind}"
@@ -60,8 +90,22 @@ class ModelConfig:
     """Classes of the synthetic classification task."""
 
     def problems(self) -> list[str]:
-        return [f"model.{name} ({getattr(self, name)}) must be >= 1"
-                for name in ("in_dim", "width", "depth", "out_dim") if getattr(self, name) < 1]
+        """Every broken rule (checked by the ``RunConfig`` that holds this model)."""
+        limits = {"in_dim": MAX_DIM, "width": MAX_DIM, "depth": MAX_DEPTH, "out_dim": MAX_DIM}
+        out = [p for name, hi in limits.items()
+               if (p := int_problem(f"model.{name}", getattr(self, name), 1, hi,
+                                    example=getattr(ModelConfig, name))) is not None]
+        if not out and self.parameters() > MAX_PARAMS:
+            out.append(f"model (in_dim {self.in_dim}, width {self.width}, depth {self.depth}, "
+                       f"out_dim {self.out_dim}) has {self.parameters():,} parameters; it must "
+                       f"have <= {MAX_PARAMS:,} (1 GB of fp32 weights per copy, before "
+                       f"gradients and optimizer state); e.g. width=1024, depth=4")
+        return out
+
+    def parameters(self) -> int:
+        """Weights and biases of the MLP (``labkit.training.build_mlp``)."""
+        hidden = (self.in_dim + 1) * self.width + (self.depth - 1) * (self.width + 1) * self.width
+        return int(hidden + (self.width + 1) * self.out_dim)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -105,42 +149,34 @@ class RunConfig:
     def __post_init__(self) -> None:
         from labkit import strategies
 
-        problems: list[str] = []
-        spec = strategies.lookup(self.strategy)
+        problems: list[str] = self._field_problems()
+        spec = strategies.lookup(self.strategy) if isinstance(self.strategy, str) else None
         if spec is None:
-            problems.append(f"strategy {self.strategy!r} is not registered; known: "
-                            f"{', '.join(strategies.names())}")
-        if self.world_size < 1:
-            problems.append(f"world_size ({self.world_size}) must be >= 1")
-        if self.steps < 1:
-            problems.append(f"steps ({self.steps}) must be >= 1")
-        if not self.timeout_s > 0:
-            problems.append(f"timeout_s ({self.timeout_s}) must be > 0 seconds, e.g. 60")
-        if self.batch_size < 1:
-            problems.append(f"batch_size ({self.batch_size}) must be >= 1")
-        if not self.lr > 0:
-            problems.append(f"lr ({self.lr}) must be > 0")
-        if self.optimizer not in OPTIMIZERS:
-            problems.append(f"optimizer {self.optimizer!r} must be one of {', '.join(OPTIMIZERS)}")
-        if self.threads_per_rank is not None and self.threads_per_rank < 1:
-            problems.append(f"threads_per_rank ({self.threads_per_rank}) must be >= 1")
-        problems += self.model.problems()
+            problems.insert(0, f"strategy {self.strategy!r} is not registered; known: "
+                               f"{', '.join(strategies.names())}")
+        problems += self._model_problems()
         problems += self._backend_problems()
+        sizes_ok = is_int(self.world_size) and is_int(self.steps)
         fault = self.inject_fault
         if isinstance(fault, str):
-            object.__setattr__(self, "inject_fault", FaultSpec.parse(fault))
+            try:
+                object.__setattr__(self, "inject_fault", FaultSpec.parse(fault))
+            except ConfigError as err:
+                problems += err.problems
         elif isinstance(fault, dict):
             try:
                 object.__setattr__(self, "inject_fault", FaultSpec(**fault))
             except TypeError:
                 problems.append(f"inject_fault {fault!r} must have exactly the keys rank, step "
                                 f"and kind; e.g. {{'rank': 1, 'step': 3, 'kind': 'raise'}}")
+            except ConfigError as err:
+                problems += err.problems
         elif fault is not None and not isinstance(fault, FaultSpec):
             problems.append(f"inject_fault {fault!r} must be 'RANK:STEP:KIND' (e.g. '1:3:raise'), "
                             f"a FaultSpec or a dict with rank, step and kind")
-        if isinstance(self.inject_fault, FaultSpec):
+        if isinstance(self.inject_fault, FaultSpec) and sizes_ok:
             problems += self._fault_problems(self.inject_fault)
-        if spec is not None:
+        if spec is not None and sizes_ok:
             problems += self._options_problems(spec)
             if not problems and spec.check is not None:
                 problems += spec.check(self)
@@ -148,10 +184,52 @@ class RunConfig:
             raise ConfigError(problems)
 
     # ---- rules ---------------------------------------------------------------------------
+    def _field_problems(self) -> list[str]:
+        """Each field's own type and range (numpy scalars become Python numbers first)."""
+        for name in ("world_size", "steps", "timeout_s", "seed", "batch_size", "lr",
+                     "threads_per_rank"):
+            object.__setattr__(self, name, as_plain(getattr(self, name)))
+        checks = [
+            int_problem("world_size", self.world_size, 1, example=2),
+            int_problem("steps", self.steps, 1, MAX_STEPS, example=10,
+                        why=" (the timeline keeps every step in memory)"),
+            real_problem("timeout_s", self.timeout_s, MAX_TIMEOUT_S, unit=" seconds",
+                         example=60),
+            int_problem("seed", self.seed, 0, SEED_MAX, example=0,
+                        why=" (what torch and numpy generators accept)"),
+            int_problem("batch_size", self.batch_size, 1, MAX_BATCH, example=32,
+                        why=" samples per rank"),
+            real_problem("lr", self.lr, MAX_LR, example=0.05,
+                         why=" (larger steps diverge with every optimizer here)"),
+            choice_problem("optimizer", self.optimizer, OPTIMIZERS),
+            None if self.threads_per_rank is None else int_problem(
+                "threads_per_rank", self.threads_per_rank, 1, MAX_THREADS, example=1),
+            bool_problem("trace", self.trace),
+            bool_problem("check_reference", self.check_reference),
+            bool_problem("progress", self.progress, optional=True),
+        ]
+        return [p for p in checks if p is not None]
+
+    def _model_problems(self) -> list[str]:
+        """``model`` is a ModelConfig, or a dict of its fields (then it becomes one)."""
+        model = self.model
+        if isinstance(model, dict):
+            known = [f.name for f in dataclasses.fields(ModelConfig)]
+            unknown = sorted(set(model) - set(known), key=str)
+            if unknown:
+                return [f"model has unknown key(s) {', '.join(map(str, unknown))}; known: "
+                        f"{', '.join(known)}; e.g. model={{'width': 256, 'depth': 4}}"]
+            model = ModelConfig(**model)
+            object.__setattr__(self, "model", model)
+        if not isinstance(model, ModelConfig):
+            return [f"model ({model!r}) must be a ModelConfig or a dict of its fields, not "
+                    f"{type(model).__name__}; e.g. model={{'width': 256, 'depth': 4}}"]
+        return model.problems()
+
     def _backend_problems(self) -> list[str]:
-        if self.backend not in BACKENDS:
+        if not isinstance(self.backend, str) or self.backend not in BACKENDS:
             return [f"backend {self.backend!r} must be one of {', '.join(BACKENDS)}"]
-        if self.backend == "nccl" and self.world_size >= 1:
+        if self.backend == "nccl" and is_int(self.world_size):
             gpus = devices.gpu_count()
             if gpus < self.world_size:
                 return [f"backend 'nccl' needs one GPU per rank, but world_size "
