@@ -47,6 +47,10 @@ class RankMetrics:
     """Largest |w - w_reference| this rank could check against one process."""
     checkpoints_saved: list[int] | None = None
     resumed_from_step: int | None = None
+    checkpoint_fallback: list[dict[str, Any]] | None = None
+    """Newer checkpoints a resume skipped because a file failed its check (which, why)."""
+    checkpoints_moved_aside: list[str] | None = None
+    """Step directories that were not committed checkpoints, renamed ``*.corrupt`` by a save."""
 
     def as_dict(self) -> dict[str, Any]:
         """This rank's fields that were measured (None left out)."""
