@@ -251,7 +251,7 @@ def checkpoint_problems(root: str | None, every: int, resume: bool) -> list[str]
     problems = [p for p in (
         None if root is None or isinstance(root, (str, os.PathLike)) else
         f"checkpoint_dir ({root!r}) must be a path (str) or None, not {type(root).__name__}",
-        int_problem("checkpoint_every", every, 0, example=5, why=" steps (0: never save)"),
+        int_problem("checkpoint_every", every, 0, example=5, why=" (steps; 0: never save)"),
         bool_problem("resume", resume)) if p is not None]
     if problems:
         return problems

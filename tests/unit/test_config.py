@@ -120,6 +120,10 @@ def test_inject_fault_as_a_dict_means_the_same_as_the_text() -> None:
     ({"inject_fault": {"rank": 1, "step": 2.0, "kind": "raise"}},
      "inject_fault step (2.0) must be an integer >= 0, not float"),
     ({"inject_fault": "1.5:2:raise"}, "must look like RANK:STEP:KIND"),
+    ({"options": {"checkpoint_dir": "ck", "checkpoint_every": 2.5}},
+     "checkpoint_every (2.5) must be an integer >= 0, not float (steps; 0: never save)"),
+    ({"options": {"checkpoint_dir": 3}}, "checkpoint_dir (3) must be a path (str) or None"),
+    ({"options": {"checkpoint_dir": "ck", "resume": "yes"}}, "resume ('yes') must be True or"),
 ])
 def test_types_and_sizes_are_checked_with_their_rule(kwargs, fragment):
     """Issue 14: every field's type and range, named with the rule, before any process."""
