@@ -56,7 +56,9 @@ class Contained:
         return tagged("LABKIT_TEST_MARK", self.marker)
 
     def temp_entries(self) -> list[str]:
-        return sorted(os.listdir(self.tmpdir))
+        """What is in the private temp dir, but torch's per-user compile cache
+        (``torchinductor_<user>``, created once by DDP's import and reused by every run)."""
+        return sorted(e for e in os.listdir(self.tmpdir) if not e.startswith("torchinductor_"))
 
     def assert_clean(self) -> None:
         assert self.processes() == [], "processes survived the run"
