@@ -38,10 +38,10 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world-size", type=numeric_flag, default=2, help=docs["world_size"])
     p.add_argument("--steps", type=numeric_flag, default=10, help=docs["steps"])
     p.add_argument("--backend", default="auto", help=docs["backend"])
-    p.add_argument("--timeout", type=numeric_flag, default=60.0, help=docs["timeout_s"])
+    p.add_argument("--timeout", type=real_flag, default=60.0, help=docs["timeout_s"])
     p.add_argument("--seed", type=numeric_flag, default=0, help=docs["seed"])
     p.add_argument("--batch-size", type=numeric_flag, default=32, help=docs["batch_size"])
-    p.add_argument("--lr", type=numeric_flag, default=0.05, help=docs["lr"])
+    p.add_argument("--lr", type=real_flag, default=0.05, help=docs["lr"])
     p.add_argument("--optimizer", default="sgd", help=docs["optimizer"])
     p.add_argument("--width", type=numeric_flag, default=None, help="hidden units per layer of the MLP")
     p.add_argument("--depth", type=numeric_flag, default=None, help="hidden layers of the MLP")
@@ -75,6 +75,12 @@ def numeric_flag(text: str) -> int | float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number; e.g. 8, 0.05 or 1e-3"
                                          ) from None
+
+
+def real_flag(text: str) -> float:
+    """A real-valued flag (``inf`` and ``nan`` parse: ``RunConfig`` says why they are refused)."""
+    value = numeric_flag(text)
+    return float(value)
 
 
 def option_flags(options_cls: type) -> argparse.ArgumentParser:
@@ -205,6 +211,12 @@ def describe(result: Any) -> str:
         lines.append(f"  params_sha256 {result.params_sha256}")
     if isinstance(m.get("note"), str):
         lines.append(f"  note: {m['note']}")
+    for skipped in m.get("checkpoint_fallback") or []:
+        lines.append(f"  note: skipped checkpoint {skipped['checkpoint']}: {skipped['file']} "
+                     f"failed the {skipped['check']} check ({skipped['detail']}); resumed from "
+                     f"step {skipped.get('resumed_from_step')}")
+    for moved in m.get("checkpoints_moved_aside") or []:
+        lines.append(f"  note: a damaged checkpoint directory was renamed {moved}")
     bad = next((i for i, loss in enumerate(result.losses) if not math.isfinite(loss)), None)
     if bad is not None:
         lines.append(f"  note: the loss is {result.losses[bad]} from step {bad} on: training "

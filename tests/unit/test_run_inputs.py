@@ -117,3 +117,21 @@ def test_a_diverged_run_says_so(monkeypatch):
     result = RunResult(config=cfg, backend="gloo", timeline=Timeline([], 2),
                        losses=[2.3, 1e30, math.nan], metrics={}, wall_s=1.0, params_sha256=None)
     assert "the loss is nan from step 2 on: training diverged" in describe(result)
+
+
+def test_the_summary_names_skipped_and_moved_checkpoints():
+    from labkit.config import RunConfig
+    from labkit.runflags import describe
+    from labkit.runner import RunResult
+    from labkit.timeline import Timeline
+
+    skipped = {"checkpoint": "step_00000006", "file": "__1_0.distcp", "check": "sha256",
+               "detail": "its bytes changed since the save", "resumed_from_step": 4}
+    result = RunResult(config=RunConfig(strategy="ddp"), backend="gloo",
+                       timeline=Timeline([], 2), losses=[1.0], wall_s=1.0, params_sha256=None,
+                       metrics={"checkpoint_fallback": [skipped],
+                                "checkpoints_moved_aside": ["step_00000006.corrupt"]})
+    text = describe(result)
+    assert ("skipped checkpoint step_00000006: __1_0.distcp failed the sha256 check (its bytes "
+            "changed since the save); resumed from step 4") in text
+    assert "renamed step_00000006.corrupt" in text
