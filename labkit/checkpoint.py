@@ -36,18 +36,17 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.checkpoint_files import (
     MARKER,
-    Defect,
+    checkpoint_problems,
+    choose_resume_step,
     complete_steps,
     latest_step,
     move_aside,
-    newest_good,
     seal,
     step_dir,
     verify,
 )
 from labkit.errors import CheckpointError
 from labkit.events import Op
-from labkit.validate import bool_problem, int_problem
 
 if TYPE_CHECKING:
     from torch import nn
@@ -55,8 +54,8 @@ if TYPE_CHECKING:
 
     from labkit.rank import RankContext
 
-__all__ = ["MARKER", "Checkpointer", "CheckpointOptions", "complete_steps", "latest_step",
-           "load", "save", "step_dir"]
+__all__ = ["MARKER", "Checkpointer", "CheckpointOptions", "checkpoint_problems",
+           "complete_steps", "latest_step", "load", "save", "step_dir"]
 _log = logging.getLogger("labkit.checkpoint")
 
 
@@ -156,20 +155,6 @@ def load(ctx: RankContext, root: str | Path, step: int, state: dict[str, Any], *
     return meta, rank_meta
 
 
-def choose_resume_step(ctx: RankContext, root: str | Path) -> tuple[int | None, list[Defect]]:
-    """Rank 0 picks the newest checkpoint that verifies and tells every rank, with the newer
-    ones it skipped; only broken checkpoints under ``root`` raise ``CheckpointError``."""
-    step, skipped = ctx.comm.broadcast_object(newest_good(root) if ctx.rank == 0 else None)
-    if step is None and skipped:
-        raise CheckpointError(
-            f"no checkpoint under {root} can be loaded: "
-            + "; ".join(d.describe() for d in skipped)
-            + ". Move or delete these directories, or resume from another checkpoint_dir")
-    for d in skipped if ctx.rank == 0 else []:
-        _log.warning("skipping checkpoint %s: %s", Path(d.directory).name, d.describe())
-    return step, skipped
-
-
 def training_state(model: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
     """Model and optimizer state keyed by parameter name (DCP's ``get_state_dict``)."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -244,28 +229,6 @@ class CheckpointOptions:
 
     def checkpoint_problems(self) -> list[str]:
         return checkpoint_problems(self.checkpoint_dir, self.checkpoint_every, self.resume)
-
-
-def checkpoint_problems(root: str | None, every: int, resume: bool) -> list[str]:
-    """Config rules shared by every strategy with checkpoint options (torch-free)."""
-    problems = [p for p in (
-        None if root is None or isinstance(root, (str, os.PathLike)) else
-        f"checkpoint_dir ({root!r}) must be a path (str) or None, not {type(root).__name__}",
-        int_problem("checkpoint_every", every, 0, example=5, why=" (steps; 0: never save)"),
-        bool_problem("resume", resume)) if p is not None]
-    if problems:
-        return problems
-    if every < 0:
-        problems.append(f"checkpoint_every ({every}) must be >= 0 steps (0: never save); "
-                        f"e.g. checkpoint_every=5")
-    if (every > 0 or resume) and not root:
-        problems.append(f"checkpoint_every ({every}) / resume ({resume}) need checkpoint_dir; "
-                        f"e.g. checkpoint_dir='ckpt', checkpoint_every=5")
-    if root and not resume and complete_steps(root):
-        problems.append(f"checkpoint_dir {root!r} already holds checkpoints (steps "
-                        f"{complete_steps(root)}); pass resume=True (--resume) to continue from "
-                        f"the last one, or use an empty directory")
-    return problems
 
 
 # --- resharding: save at N ranks, load at M ------------------------------------------------

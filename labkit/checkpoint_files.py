@@ -13,24 +13,29 @@ One definition of *committed* serves the saver and the loader alike: a directory
 ``step_NNNNNNNN`` whose marker, manifest and files all check out (``verify``). A resume
 takes the newest committed checkpoint and says which newer ones it skipped and why; a save
 that finds an existing directory that is not committed moves it aside (``.corrupt``) and
-says so, instead of refusing. Torch-free.
+says so, instead of refusing. Also here: the checkpoint options' config rules. Torch-free.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labkit.errors import CheckpointError
+from labkit.validate import bool_problem, int_problem
+
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
 MARKER = "COMPLETE"
 MANIFEST = "manifest.json"
 _FORMAT = "labkit-checkpoint-1"
 _CHUNK = 1 << 20
+_log = logging.getLogger("labkit.checkpoint")
 
 
 def step_dir(root: str | Path, step: int) -> Path:
@@ -164,3 +169,39 @@ def move_aside(directory: Path) -> Path:
         target = directory.with_name(f"{directory.name}.corrupt{n}")
     os.rename(directory, target)
     return target
+
+
+def choose_resume_step(ctx: Any, root: str | Path) -> tuple[int | None, list[Defect]]:
+    """Rank 0 picks the newest checkpoint that verifies and tells every rank, with the newer
+    ones it skipped; only broken checkpoints under ``root`` raise ``CheckpointError``."""
+    step, skipped = ctx.comm.broadcast_object(newest_good(root) if ctx.rank == 0 else None)
+    if step is None and skipped:
+        raise CheckpointError(
+            f"no checkpoint under {root} can be loaded: "
+            + "; ".join(d.describe() for d in skipped)
+            + ". Move or delete these directories, or resume from another checkpoint_dir")
+    for d in skipped if ctx.rank == 0 else []:
+        _log.warning("skipping checkpoint %s: %s", Path(d.directory).name, d.describe())
+    return step, skipped
+
+
+def checkpoint_problems(root: str | None, every: int, resume: bool) -> list[str]:
+    """Config rules shared by every strategy with checkpoint options (torch-free)."""
+    problems = [p for p in (
+        None if root is None or isinstance(root, (str, os.PathLike)) else
+        f"checkpoint_dir ({root!r}) must be a path (str) or None, not {type(root).__name__}",
+        int_problem("checkpoint_every", every, 0, example=5, why=" (steps; 0: never save)"),
+        bool_problem("resume", resume)) if p is not None]
+    if problems:
+        return problems
+    if every < 0:
+        problems.append(f"checkpoint_every ({every}) must be >= 0 steps (0: never save); "
+                        f"e.g. checkpoint_every=5")
+    if (every > 0 or resume) and not root:
+        problems.append(f"checkpoint_every ({every}) / resume ({resume}) need checkpoint_dir; "
+                        f"e.g. checkpoint_dir='ckpt', checkpoint_every=5")
+    if root and not resume and complete_steps(root):
+        problems.append(f"checkpoint_dir {root!r} already holds checkpoints (steps "
+                        f"{complete_steps(root)}); pass resume=True (--resume) to continue from "
+                        f"the last one, or use an empty directory")
+    return problems

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -112,6 +113,34 @@ def kill_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, without reaping it (it stays a zombie)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def stop_leaders(procs: list[subprocess.Popen[bytes]], stop: Deferred, grace_s: float) -> None:
+    """Stop every rank still running: SIGTERM its group, wait up to ``grace_s`` (cut short
+    by a second Ctrl-C, ``stop.hit``), then SIGKILL the group *before* reaping its leader,
+    so the group id cannot have been reused by then."""
+    live = [p for p in procs if p.returncode is None]
+    for p in live:
+        kill_group(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    waiting = {p.pid for p in live}
+    while waiting and not stop.hit and time.monotonic() < deadline:
+        waiting = {pid for pid in waiting if not exited(pid)}
+        time.sleep(0.02)
+    for p in live:
+        kill_group(p.pid, signal.SIGKILL)
+        try:
+            p.wait(5.0)
+        except subprocess.TimeoutExpired:  # unkillable (D state): left to init
+            pass
 
 
 class Deferred:

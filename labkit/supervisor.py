@@ -47,7 +47,15 @@ from typing import Any
 from labkit.board import Board
 from labkit.errors import RankFailure, RunFailed, RunTimeout
 from labkit.rank import Job, RankReport
-from labkit.reaper import PARENT_ENV, RUN_ID_ENV, interrupts_deferred, kill_group, kill_leftovers
+from labkit.reaper import (
+    PARENT_ENV,
+    RUN_ID_ENV,
+    exited,
+    interrupts_deferred,
+    kill_group,
+    kill_leftovers,
+    stop_leaders,
+)
 from labkit.spool import read_spools
 from labkit.timeline import Timeline
 from labkit.verdict import hang, pick_failure, silent_death
@@ -152,7 +160,7 @@ class Supervisor:
         """Kill whatever still runs (and its descendants), reap every child, keep the logs,
         remove the temp dir. Idempotent; a Ctrl-C meanwhile is raised once it is done."""
         with interrupts_deferred() as stop:
-            self._stop_ranks(stop)
+            stop_leaders(self.procs, stop, _TERM_GRACE_S)
             # what the ranks left: forks still exiting, daemons that left the group
             kill_leftovers(self.run_id, {p.pid for p in self.procs})
             for c in self.conns.values():
@@ -169,25 +177,6 @@ class Supervisor:
                 self.board.close()
                 self.board = None
             shutil.rmtree(self.tmpdir, ignore_errors=True)
-
-    def _stop_ranks(self, stop: Any) -> None:
-        """SIGTERM every live rank's group, wait a grace period (cut short by a second
-        Ctrl-C), then SIGKILL each group before reaping its leader (so its id is not reused)."""
-        live = [p for p in self.procs if p.returncode is None]
-        for p in live:
-            kill_group(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + _TERM_GRACE_S
-        waiting = {p.pid: p for p in live}
-        while waiting and not stop.hit and time.monotonic() < deadline:
-            for pid in [pid for pid in waiting if _exited(pid)]:
-                del waiting[pid]
-            time.sleep(0.02)
-        for p in live:
-            kill_group(p.pid, signal.SIGKILL)
-            try:
-                p.wait(5.0)
-            except subprocess.TimeoutExpired:  # unkillable (D state): leave it to init
-                pass
 
     # ---- the watch loop ------------------------------------------------------------------
     def _watch(self) -> list[RankReport]:
@@ -282,7 +271,7 @@ class Supervisor:
         """Ask every rank still running for its Python stack (SIGUSR1), then name the one
         the others wait for."""
         running = [r for r, p in enumerate(self.procs)
-                   if p.returncode is None and not _exited(p.pid) and r not in self.reports]
+                   if p.returncode is None and not exited(p.pid) and r not in self.reports]
         for r in running:
             try:
                 os.kill(self.procs[r].pid, signal.SIGUSR1)
@@ -295,14 +284,6 @@ class Supervisor:
             stacks[r] = path.read_text() if path.exists() else ""
         return hang(self.timeout_s, running, {r: self.status[r].value != 0 for r in running},
                     {r: self.progress[r].value for r in running}, stacks)
-
-
-def _exited(pid: int) -> bool:
-    """Whether child ``pid`` has exited, without reaping it (it stays a zombie)."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
 
 
 def supervise(job: Job, world_size: int, timeout_s: float, on_progress: Any = None
