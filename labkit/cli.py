@@ -20,10 +20,13 @@ _PLUGINS = ("labkit.theory.cli", "labkit.quiz.cli", "labkit.grading.cli")
 
 
 def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
-    from labkit.runflags import config_from_args, fail_input, fail_run, report, save_partial
+    from labkit.runflags import config_from_args, fail_input, fail_run, output_problems, report, save_partial
 
     try:
         config = config_from_args(args, extra)
+        problems = output_problems(args)  # before any process starts: never lose a result
+        if problems:
+            raise ConfigError(problems)
     except ConfigError as err:
         return fail_input(args, str(err))
     from labkit.runner import run
