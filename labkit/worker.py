@@ -26,6 +26,13 @@ come from torchrun). The steps:
    each rank ran on) and writes the trace. Other ranks print nothing on success.
 
 Exit codes follow ``labkit run``: 0 ok, 1 this rank failed, 2 bad input.
+
+Three flags exist for launchers that start the worker for you (labkit's emulated cluster,
+``labkit.cluster``): ``--config FILE`` (the ``RunConfig`` as JSON, instead of the flags),
+``--rank-logs DIR`` (each rank writes its output to ``DIR/rank-<rank>.log``, its stack to
+``DIR/stack-<rank>.txt`` on SIGUSR1, and its step and in-communication flag to the status
+board ``DIR/board`` when the launcher made one, as the supervisor's ranks do) and
+``--save-result FILE`` (rank 0 pickles the ``RunResult``).
 """
 
 from __future__ import annotations
@@ -100,13 +107,59 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Run a labkit strategy under torchrun.",
                                      epilog=f"example: {_EXAMPLE} --json")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    add_run_flags(sub.add_parser("run", help="train a strategy on torchrun's ranks"))
+    run = sub.add_parser("run", help="train a strategy on torchrun's ranks")
+    add_run_flags(run)
+    run.add_argument("--config", default=None, metavar="FILE",
+                     help="read the RunConfig from this JSON file (RunConfig.to_json()) "
+                          "instead of the flags")
+    run.add_argument("--rank-logs", default=None, metavar="DIR",
+                     help="each rank writes its output to DIR/rank-RANK.log and, on SIGUSR1, "
+                          "its stack to DIR/stack-RANK.txt")
+    run.add_argument("--save-result", default=None, metavar="FILE",
+                     help="rank 0 also pickles the RunResult to FILE")
     return parser
+
+
+def config_from_file(path: str) -> RunConfig:
+    """The ``RunConfig`` a launcher wrote with ``json.dumps(config.to_json())``."""
+    import json
+
+    from labkit.config import ModelConfig
+
+    with open(path) as f:
+        data = json.load(f)
+    data["model"] = ModelConfig(**data.get("model", {}))
+    return RunConfig(**data)
+
+
+def _rank_logs(directory: str, rank: int) -> None:
+    """Send this rank's stdout and stderr to its own file, and its stack there on SIGUSR1."""
+    import signal
+
+    log = os.open(os.path.join(directory, f"rank-{rank}.log"),
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    stack = open(os.path.join(directory, f"stack-{rank}.txt"), "w")  # noqa: SIM115
+    faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
 
 
 def torchrun_config(args: argparse.Namespace, extra: list[str], env: TorchrunEnv,
                     world_size_given: bool) -> RunConfig:
     """The ``RunConfig`` ``labkit run`` would build from the same flags (world size: torchrun's)."""
+    if args.nodes != 1 or args.link is not None:
+        raise ConfigError(f"--nodes ({args.nodes}) and --link ({args.link}) are for `labkit run` "
+                          f"(it emulates the nodes); under torchrun the nodes are torchrun's "
+                          f"--nnodes; drop them")
+    if args.config:
+        config = config_from_file(args.config)
+        if config.world_size != env.world_size:
+            raise ConfigError(f"world_size ({config.world_size}) in {args.config} must equal "
+                              f"torchrun's WORLD_SIZE ({env.world_size})")
+        return config
     if world_size_given and args.world_size != env.world_size:
         raise ConfigError(f"--world-size ({args.world_size}) must equal torchrun's WORLD_SIZE "
                           f"({env.world_size} = nnodes x nproc-per-node); drop --world-size")
@@ -134,9 +187,22 @@ def _arm_watchdog(timeout_s: float, rank: int) -> threading.Timer:
     return timer
 
 
+def _board_slots(directory: str | None, env: TorchrunEnv) -> dict[str, Any]:
+    """This rank's progress and in-communication slots on the launcher's status board
+    (``DIR/board``, when a launcher made one), so a timeout can name the stuck rank."""
+    if directory is None or not os.path.exists(os.path.join(directory, "board")):
+        return {}
+    from labkit.board import Board
+
+    board = Board.open(os.path.join(directory, "board"), env.world_size)
+    return {"status": board.status(env.rank), "progress": board.progress(env.rank)}
+
+
 def _rank_row(report: Any, env: TorchrunEnv) -> dict[str, Any]:
+    # "node": the emulated node (LABKIT_NODE, set by labkit.cluster), else torchrun's agent
+    node = int(os.environ.get("LABKIT_NODE", env.node_rank))
     return {"rank": env.rank, "local_rank": env.local_rank, "node_rank": env.node_rank,
-            "host": report.host, "pid": os.getpid(), "events": len(report.events)}
+            "node": node, "host": report.host, "pid": os.getpid(), "events": len(report.events)}
 
 
 def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: TorchrunEnv,
@@ -161,7 +227,8 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
     try:
         run_rank(job, env.rank, env.world_size, local_rank=env.local_rank,
                  store=torchrun_store(env.rank, env.world_size),
-                 before_destroy=gather_to_rank0)
+                 before_destroy=gather_to_rank0, ranks_per_node=env.local_world_size,
+                 **_board_slots(args.rank_logs, env))
     except Exception as exc:  # noqa: BLE001 - reported the way labkit run reports a rank failure
         return fail_run(args, RankFailure(env.rank, "exception", f"{type(exc).__name__}: "
                                           f"{exc}", traceback.format_exc()))
@@ -176,6 +243,13 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
     host0 = rows[0]["host"]
     for row in rows:
         row["clock"] = "same host as rank 0" if row["host"] == host0 else "barrier-aligned"
+    result.timeline.meta["ranks"] = rows  # which node each rank ran on, with the timeline
+    if args.save_result:
+        import pickle
+
+        with open(args.save_result + ".tmp", "wb") as f:
+            pickle.dump(result, f)
+        os.replace(args.save_result + ".tmp", args.save_result)
     return report(args, result, {"launcher": "torchrun",
                                  "nnodes": len({r["node_rank"] for r in rows}), "ranks": rows})
 
@@ -188,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "run":
         parser.print_help(sys.stderr)
         return 2
+    if args.rank_logs and "RANK" in os.environ:
+        _rank_logs(args.rank_logs, int(os.environ["RANK"]))
     try:
         env = TorchrunEnv.from_environ()
     except ConfigError as err:
