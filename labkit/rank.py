@@ -363,18 +363,20 @@ def build_node_comms(world: Comm, node_size: int) -> tuple[Comm, Comm]:
     return comms[0], comms[1]
 
 
-def torchrun_store(rank: int, world_size: int) -> Any:
-    """The env:// store torchrun set up, namespaced by restart attempt.
+def torchrun_store(rank: int, world_size: int, job: int = 0) -> Any:
+    """The env:// store torchrun set up, namespaced by restart attempt (and job).
 
     After ``torchrun --max-restarts`` restarts a group, the store may still hold the keys the
     killed attempt wrote (its gloo addresses); new ranks that read them hang connecting to
-    dead processes. A per-attempt prefix (TORCHELASTIC_RESTART_COUNT) keeps attempts apart.
+    dead processes. A per-attempt prefix (TORCHELASTIC_RESTART_COUNT) keeps attempts apart;
+    ``job`` does the same for several runs one after the other in the same processes.
     """
     import torch.distributed as dist
 
     store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"labkit/attempt_{attempt}", store)
+    prefix = f"labkit/attempt_{attempt}" + (f"/job_{job}" if job else "")
+    return dist.PrefixStore(prefix, store)
 
 
 def _align_clocks(tracer: Tracer, rank: int, world_size: int) -> int:

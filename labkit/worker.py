@@ -28,11 +28,13 @@ come from torchrun). The steps:
 Exit codes follow ``labkit run``: 0 ok, 1 this rank failed, 2 bad input.
 
 Three flags exist for launchers that start the worker for you (labkit's emulated cluster,
-``labkit.cluster``): ``--config FILE`` (the ``RunConfig`` as JSON, instead of the flags),
+``labkit.cluster``): ``--config FILE`` (the ``RunConfig`` as JSON, instead of the flags;
+a list of configs runs one after the other in the same processes, each with its own
+process group, saving the start-up of a torchrun job per run),
 ``--rank-logs DIR`` (each rank writes its output to ``DIR/rank-<rank>.log``, its stack to
 ``DIR/stack-<rank>.txt`` on SIGUSR1, and its step and in-communication flag to the status
 board ``DIR/board`` when the launcher made one, as the supervisor's ranks do) and
-``--save-result FILE`` (rank 0 pickles the ``RunResult``).
+``--save-result FILE`` (rank 0 pickles the list of ``RunResult``).
 """
 
 from __future__ import annotations
@@ -111,25 +113,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_flags(run)
     run.add_argument("--config", default=None, metavar="FILE",
                      help="read the RunConfig from this JSON file (RunConfig.to_json()) "
-                          "instead of the flags")
+                          "instead of the flags; a list of them runs one after the other")
     run.add_argument("--rank-logs", default=None, metavar="DIR",
                      help="each rank writes its output to DIR/rank-RANK.log and, on SIGUSR1, "
                           "its stack to DIR/stack-RANK.txt")
     run.add_argument("--save-result", default=None, metavar="FILE",
-                     help="rank 0 also pickles the RunResult to FILE")
+                     help="rank 0 also pickles the list of RunResults (one per config) to FILE")
     return parser
 
 
-def config_from_file(path: str) -> RunConfig:
-    """The ``RunConfig`` a launcher wrote with ``json.dumps(config.to_json())``."""
+def configs_from_file(path: str) -> list[RunConfig]:
+    """The ``RunConfig`` (or list of them) a launcher wrote as ``config.to_json()``."""
     import json
 
     from labkit.config import ModelConfig
 
     with open(path) as f:
         data = json.load(f)
-    data["model"] = ModelConfig(**data.get("model", {}))
-    return RunConfig(**data)
+    configs = []
+    for item in data if isinstance(data, list) else [data]:
+        item["model"] = ModelConfig(**item.get("model", {}))
+        configs.append(RunConfig(**item))
+    return configs
 
 
 def _rank_logs(directory: str, rank: int) -> None:
@@ -154,12 +159,6 @@ def torchrun_config(args: argparse.Namespace, extra: list[str], env: TorchrunEnv
         raise ConfigError(f"--nodes ({args.nodes}) and --link ({args.link}) are for `labkit run` "
                           f"(it emulates the nodes); under torchrun the nodes are torchrun's "
                           f"--nnodes; drop them")
-    if args.config:
-        config = config_from_file(args.config)
-        if config.world_size != env.world_size:
-            raise ConfigError(f"world_size ({config.world_size}) in {args.config} must equal "
-                              f"torchrun's WORLD_SIZE ({env.world_size})")
-        return config
     if world_size_given and args.world_size != env.world_size:
         raise ConfigError(f"--world-size ({args.world_size}) must equal torchrun's WORLD_SIZE "
                           f"({env.world_size} = nnodes x nproc-per-node); drop --world-size")
@@ -168,6 +167,19 @@ def torchrun_config(args: argparse.Namespace, extra: list[str], env: TorchrunEnv
         # resolve_backend checks this node's GPUs against its own ranks instead
     args.progress = False
     return config_from_args(args, extra, command="labkit.worker run", world_size=env.world_size)
+
+
+def torchrun_configs(args: argparse.Namespace, extra: list[str], env: TorchrunEnv,
+                     world_size_given: bool) -> list[RunConfig]:
+    """The runs to do, in order: the flags' one, or every config of ``--config FILE``."""
+    if not args.config:
+        return [torchrun_config(args, extra, env, world_size_given)]
+    configs = configs_from_file(args.config)
+    bad = [c.world_size for c in configs if c.world_size != env.world_size]
+    if bad:
+        raise ConfigError(f"world_size ({bad[0]}) in {args.config} must equal torchrun's "
+                          f"WORLD_SIZE ({env.world_size})")
+    return configs
 
 
 def _arm_watchdog(timeout_s: float, rank: int) -> threading.Timer:
@@ -206,8 +218,8 @@ def _rank_row(report: Any, env: TorchrunEnv) -> dict[str, Any]:
 
 
 def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: TorchrunEnv,
-                       backend: str, t0: float) -> int:
-    """Phases 2-4 of the module docstring; returns the exit code."""
+                       backend: str, t0: float, job_index: int = 0) -> tuple[int, Any]:
+    """Phases 2-4 of the module docstring: (exit code, rank 0's RunResult or None)."""
     import torch.distributed as dist
 
     from labkit.rank import run_rank, torchrun_store
@@ -226,17 +238,17 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
     timer = _arm_watchdog(config.timeout_s, env.rank)  # 2.
     try:
         run_rank(job, env.rank, env.world_size, local_rank=env.local_rank,
-                 store=torchrun_store(env.rank, env.world_size),
+                 store=torchrun_store(env.rank, env.world_size, job_index),
                  before_destroy=gather_to_rank0, ranks_per_node=env.local_world_size,
                  **_board_slots(args.rank_logs, env))
     except Exception as exc:  # noqa: BLE001 - reported the way labkit run reports a rank failure
         return fail_run(args, RankFailure(env.rank, "exception", f"{type(exc).__name__}: "
-                                          f"{exc}", traceback.format_exc()))
+                                          f"{exc}", traceback.format_exc())), None
     finally:
         timer.cancel()
         faulthandler.cancel_dump_traceback_later()
     if env.rank != 0:
-        return 0
+        return 0, None
     # 4. rank 0 merges the timelines and prints what `labkit run` prints
     result = collect(config, backend, [r for r, _ in gathered], time.monotonic() - t0)
     rows = [row for _, row in gathered]
@@ -244,14 +256,17 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
     for row in rows:
         row["clock"] = "same host as rank 0" if row["host"] == host0 else "barrier-aligned"
     result.timeline.meta["ranks"] = rows  # which node each rank ran on, with the timeline
-    if args.save_result:
-        import pickle
-
-        with open(args.save_result + ".tmp", "wb") as f:
-            pickle.dump(result, f)
-        os.replace(args.save_result + ".tmp", args.save_result)
     return report(args, result, {"launcher": "torchrun",
-                                 "nnodes": len({r["node_rank"] for r in rows}), "ranks": rows})
+                                 "nnodes": len({r["node_rank"] for r in rows}),
+                                 "ranks": rows}), result
+
+
+def _save_results(path: str, results: list[Any]) -> None:
+    import pickle
+
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(results, f)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,14 +287,24 @@ def main(argv: list[str] | None = None) -> int:
 
     _die_with_parent()  # if the torchrun agent dies, this worker goes with it
     try:
-        # 1. flags -> validated config; backend and threads chosen for this node
-        config = torchrun_config(args, extra, env,
-                                 any(a.startswith("--world-size") for a in argv))
-        backend = resolve_backend(args.backend, env.local_world_size)
+        # 1. flags -> validated config(s); backend and threads chosen for this node
+        configs = torchrun_configs(args, extra, env,
+                                   any(a.startswith("--world-size") for a in argv))
+        backends = [resolve_backend(c.backend if args.config else args.backend,
+                                    env.local_world_size) for c in configs]
     except ConfigError as err:
         # every rank rejects the same flags: rank 0 speaks for all of them
         return fail_input(args, str(err)) if env.rank == 0 else 2
-    return run_under_torchrun(args, config, env, backend, t0)
+    results = []
+    for i, (config, backend) in enumerate(zip(configs, backends)):
+        code, result = run_under_torchrun(args, config, env, backend, t0, i)
+        if code != 0:
+            return code
+        results.append(result)
+        t0 = time.monotonic()
+    if args.save_result and env.rank == 0:
+        _save_results(args.save_result, results)
+    return 0
 
 
 if __name__ == "__main__":

@@ -267,17 +267,33 @@ def _tail(path: Path, chars: int = 4000) -> str:
 def run_cluster(config: Any, backend: str) -> Any:
     """Run ``config`` on ``config.nodes`` emulated nodes; the same ``RunResult`` as
     ``labkit.run``, plus ``metrics["link"]``, ``metrics["node_of_rank"]``."""
+    return run_many([config], backend)[0]
+
+
+def run_many(configs: list[Any], backend: str = "gloo") -> list[Any]:
+    """Several runs on the same emulated nodes and link, one after the other in one torchrun
+    job (each with its own process group): one start-up and one link probe for all.
+
+    Every config must have the same ``nodes``, ``link`` and ``world_size``. Returns one
+    ``RunResult`` per config; the first failure raises ``RunFailed`` naming its rank.
+    """
     from labkit.cluster.failures import pick_failure, timeout_failure
 
-    link = parse_link(config.link) if config.link else None
-    worker_config = config.replace(nodes=1, link=None, progress=False, backend=backend,
-                                   threads_per_rank=config.threads())
+    first = configs[0]
+    shape = {(c.nodes, c.link, c.world_size) for c in configs}
+    if len(shape) > 1 or first.nodes < 2:
+        raise ConfigError(f"run_many needs configs with the same nodes (> 1), link and "
+                          f"world_size, got (nodes, link, world_size) = {sorted(shape, key=str)}")
+    link = parse_link(first.link) if first.link else None
     t0 = time.monotonic()
-    with _sigterm_as_exit(), Session(nodes=config.nodes, link=link, timeout_s=config.timeout_s,
-                                     nproc_per_node=config.world_size // config.nodes,
-                                     threads=config.threads()) as s:
-        (s.dir / "config.json").write_text(json.dumps(worker_config.to_json()))
-        s.worker_args = ["run", config.strategy, "--config", str(s.dir / "config.json"),
+    with _sigterm_as_exit(), Session(nodes=first.nodes, link=link,
+                                     timeout_s=sum(c.timeout_s for c in configs),
+                                     nproc_per_node=first.world_size // first.nodes,
+                                     threads=first.threads()) as s:
+        ranks = [c.replace(nodes=1, link=None, progress=False, backend=backend,
+                           threads_per_rank=c.threads()).to_json() for c in configs]
+        (s.dir / "config.json").write_text(json.dumps(ranks))
+        s.worker_args = ["run", first.strategy, "--config", str(s.dir / "config.json"),
                          "--save-result", str(s.dir / "result.pkl"), "--rank-logs",
                          str(s.dir), "--json"]
         s.start()
@@ -288,9 +304,9 @@ def run_cluster(config: Any, backend: str) -> Any:
             raise
         wall = time.monotonic() - t0
         logs = s.rank_logs()
-        ordered_logs = [logs.get(r, "") for r in range(config.world_size)]
+        ordered_logs = [logs.get(r, "") for r in range(first.world_size)]
         if s.timed_out:
-            err: RunFailed = timeout_failure(config.timeout_s, s.stacks, s.status)
+            err: RunFailed = timeout_failure(s.timeout_s, s.stacks, s.status)
         elif s.host_error():
             raise netns.NetworkSetupError(f"{s.host_error()}\n{_tail(s.dir / 'host.log')}")
         elif code != 0 or not (s.dir / "result.pkl").exists():
@@ -298,12 +314,15 @@ def run_cluster(config: Any, backend: str) -> Any:
             err = RunFailed(failure, others)
         else:
             with open(s.dir / "result.pkl", "rb") as f:
-                result = pickle.load(f)
-            result.config, result.wall_s, result.logs = config, wall, ordered_logs
-            _add_cluster_metrics(result, s.link_report(), config)
-            if s.link_report().get("note"):
-                warnings.warn(s.link_report()["note"], stacklevel=3)
-            return result
+                results = pickle.load(f)
+            report = s.link_report()
+            for config, result in zip(configs, results):
+                # wall_s: the whole job's (one start-up serves every config)
+                result.config, result.logs, result.wall_s = config, ordered_logs, wall
+                _add_cluster_metrics(result, report, config)
+            if report.get("note"):
+                warnings.warn(report["note"], stacklevel=3)
+            return results
         err.logs = ordered_logs  # type: ignore[attr-defined]
         raise err
 
