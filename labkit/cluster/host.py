@@ -140,7 +140,8 @@ def main(run_dir: Path) -> int:
         topo.create()  # 2.
         link = LinkSpec(**spec["link"]) if spec["link"] else None
         report: dict[str, Any] = {"latency_applied": topo.shape(link)}
-        report.update(measure_link(topo, env, spec["probe_seconds"]))  # 3.
+        if spec["nodes"] > 1:  # 3. (one node: its ranks talk over loopback, no link)
+            report.update(measure_link(topo, env, spec["probe_seconds"]))
         (run_dir / "link.json").write_text(json.dumps(report))
         if not spec["worker_args"]:
             return 0

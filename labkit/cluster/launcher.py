@@ -274,16 +274,20 @@ def run_many(configs: list[Any], backend: str = "gloo") -> list[Any]:
     """Several runs on the same emulated nodes and link, one after the other in one torchrun
     job (each with its own process group): one start-up and one link probe for all.
 
-    Every config must have the same ``nodes``, ``link`` and ``world_size``. Returns one
-    ``RunResult`` per config; the first failure raises ``RunFailed`` naming its rank.
+    Every config must have the same ``nodes``, ``link`` and ``world_size``. ``nodes=1``
+    means one emulated node (its ranks talk over loopback, as under ``labkit.run``, but
+    several runs share one start-up). Returns one ``RunResult`` per config; the first
+    failure raises ``RunFailed`` naming its rank.
     """
     from labkit.cluster.failures import pick_failure, timeout_failure
 
+    if not configs:
+        raise ConfigError("run_many needs at least one RunConfig")
     first = configs[0]
     shape = {(c.nodes, c.link, c.world_size) for c in configs}
-    if len(shape) > 1 or first.nodes < 2:
-        raise ConfigError(f"run_many needs configs with the same nodes (> 1), link and "
-                          f"world_size, got (nodes, link, world_size) = {sorted(shape, key=str)}")
+    if len(shape) > 1:
+        raise ConfigError(f"run_many needs configs with the same nodes, link and world_size, "
+                          f"got (nodes, link, world_size) = {sorted(shape, key=str)}")
     link = parse_link(first.link) if first.link else None
     t0 = time.monotonic()
     with _sigterm_as_exit(), Session(nodes=first.nodes, link=link,
@@ -330,6 +334,7 @@ def run_many(configs: list[Any], backend: str = "gloo") -> list[Any]:
 def _add_cluster_metrics(result: Any, link: dict[str, Any], config: Any) -> None:
     rows = result.timeline.meta.get("ranks", [])
     node_of_rank = [int(row["node"]) for row in sorted(rows, key=lambda r: r["rank"])]
+    link = link if config.nodes > 1 else {}
     result.metrics["link"] = link
     result.metrics["nodes"] = config.nodes
     result.metrics["node_of_rank"] = node_of_rank

@@ -32,7 +32,7 @@ from labkit.errors import LabError
 PREFIX = "labkit"
 SUBNET = "10.77.0"
 MTU = 9000
-TBF_QUEUE_S = 0.02  # how long a full tbf queue takes to drain: deep enough for TCP bursts
+TBF_QUEUE_S = 0.2  # how long a full tbf queue takes to drain: deep enough for TCP bursts
 
 
 class NetworkSetupError(LabError):
