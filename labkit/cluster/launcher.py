@@ -267,10 +267,10 @@ def _tail(path: Path, chars: int = 4000) -> str:
 def run_cluster(config: Any, backend: str) -> Any:
     """Run ``config`` on ``config.nodes`` emulated nodes; the same ``RunResult`` as
     ``labkit.run``, plus ``metrics["link"]``, ``metrics["node_of_rank"]``."""
-    return run_many([config], backend)[0]
+    return run_many([config], backend, _warn_depth=4)[0]  # warnings point at labkit.run's caller
 
 
-def run_many(configs: list[Any], backend: str = "gloo") -> list[Any]:
+def run_many(configs: list[Any], backend: str = "gloo", *, _warn_depth: int = 2) -> list[Any]:
     """Several runs on the same emulated nodes and link, one after the other in one torchrun
     job (each with its own process group): one start-up and one link probe for all.
 
@@ -325,7 +325,7 @@ def run_many(configs: list[Any], backend: str = "gloo") -> list[Any]:
                 result.config, result.logs, result.wall_s = config, ordered_logs, wall
                 _add_cluster_metrics(result, report, config)
             if report.get("note"):
-                warnings.warn(report["note"], stacklevel=3)
+                warnings.warn(report["note"], stacklevel=_warn_depth)
             return results
         err.logs = ordered_logs  # type: ignore[attr-defined]
         raise err
