@@ -10,9 +10,10 @@ the usual ``RunResult``: every rank of every node on one timeline, plus ``metric
 
 Modules: ``links`` (presets and specs, torch-free), ``support`` (root / user namespaces /
 why not), ``netns`` (build and delete the network), ``leftovers`` (run ids, locks, the
-sweep), ``probe`` (bandwidth and latency), ``host`` (inside the sandbox), ``launcher``
-(``run_cluster``, ``measure_link``), ``failures`` (which rank broke a run), ``experiments``
-(lesson 10's measurements).
+sweep), ``probe`` (bandwidth and latency), ``host`` (inside the sandbox), ``session`` (the
+launcher's side of one start), ``launcher`` (``run_cluster``, ``run_many``,
+``measure_link``), ``failures`` (which rank broke a run), ``predict``, ``experiments`` and
+``comm_experiments`` (lesson 10's measurements beside their predictions).
 """
 
 from __future__ import annotations
