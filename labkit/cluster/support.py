@@ -47,22 +47,35 @@ def _tools_missing() -> list[str]:
     return [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
 
 
-@cache
-def _userns_works() -> tuple[bool, str]:
-    """Try ``unshare --user --map-root-user --net --mount true`` (a few milliseconds)."""
+def _unshare(argv: tuple[str, ...]) -> tuple[bool, str]:
+    """Run ``argv + ("true",)``: can this process create those namespaces? (milliseconds)"""
     if shutil.which("unshare") is None:
         return False, "`unshare` (util-linux) is not installed"
     try:
-        p = subprocess.run([*USERNS_CMD, "true"], capture_output=True, text=True, timeout=10,
+        p = subprocess.run([*argv, "true"], capture_output=True, text=True, timeout=10,
                            check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
         return False, f"`unshare` failed: {err}"
-    if p.returncode != 0:
-        return False, (f"unprivileged user namespaces are disabled ({p.stderr.strip()}); "
-                       f"an administrator can enable them with `sysctl -w "
-                       f"kernel.unprivileged_userns_clone=1` (Debian/Ubuntu) or "
-                       f"`sysctl -w user.max_user_namespaces=15000`")
+    return p.returncode == 0, p.stderr.strip()
+
+
+@cache
+def _userns_works() -> tuple[bool, str]:
+    """Try ``unshare --user --map-root-user --net --mount true``."""
+    ok, err = _unshare(USERNS_CMD)
+    if not ok:
+        return False, (f"unprivileged user namespaces are disabled ({err}); an administrator "
+                       f"can enable them with `sysctl -w kernel.unprivileged_userns_clone=1` "
+                       f"(Debian/Ubuntu) or `sysctl -w user.max_user_namespaces=15000`")
     return True, ""
+
+
+@cache
+def _root_works() -> tuple[bool, str]:
+    """Root without CAP_SYS_ADMIN (a default container) cannot create namespaces."""
+    ok, err = _unshare(("unshare", "--net", "--mount"))
+    return ok, "" if ok else (f"root here cannot create network namespaces ({err}); a "
+                              f"container needs CAP_NET_ADMIN and CAP_SYS_ADMIN")
 
 
 def support() -> Support:
@@ -76,16 +89,23 @@ def support() -> Support:
                              f"(`apt-get install iproute2`) for `ip` and `tc`")
     if forced and forced not in MODES:
         return Support(None, f"{ENV_MODE}={forced!r} must be one of root, userns or off")
+    root_why = f"{ENV_MODE}=userns" if forced == "userns" else "not root"
     if forced == "root" or (not forced and os.geteuid() == 0):
         if os.geteuid() != 0:
             return Support(None, f"{ENV_MODE}=root but this process is not root")
-        return Support("root", "running as root: network namespaces labkit-<run>-n<k> are "
-                               "created on this host (`ip netns list` shows them during a run)")
+        ok, root_why = _root_works()
+        if ok:
+            return Support("root", "running as root: network namespaces labkit-<run>-n<k> "
+                                   "are created on this host (`ip netns list` shows them "
+                                   "during a run)")
+        if forced:
+            return Support(None, root_why)
     ok, why = _userns_works()
     if ok:
-        return Support("userns", "not root, but unprivileged user namespaces work: the nodes "
-                                 "live inside `unshare --user --map-root-user --net --mount`")
-    return Support(None, f"not root and {why}; run as root or enable user namespaces")
+        return Support("userns", f"{root_why}, but unprivileged user namespaces work: the "
+                                 f"nodes live inside `unshare --user --map-root-user --net "
+                                 f"--mount`")
+    return Support(None, f"{root_why} and {why}; run as root or enable user namespaces")
 
 
 @cache
