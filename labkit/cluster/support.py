@@ -102,9 +102,8 @@ def support() -> Support:
             return Support(None, root_why)
     ok, why = _userns_works()
     if ok:
-        return Support("userns", f"{root_why}, but unprivileged user namespaces work: the "
-                                 f"nodes live inside `unshare --user --map-root-user --net "
-                                 f"--mount`")
+        return Support("userns", f"unprivileged user namespaces ({root_why}): the nodes "
+                                 f"live inside `unshare --user --map-root-user --net --mount`")
     return Support(None, f"{root_why} and {why}; run as root or enable user namespaces")
 
 
