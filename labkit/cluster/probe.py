@@ -6,11 +6,12 @@ package: a server on node 1 and a client on node 0 (each started inside its name
 
 1. **latency**: ``PINGS`` one-byte ping-pongs; the median round trip / 2 is the one-way
    latency (the alpha of the alpha-beta model, plus this machine's own TCP stack time);
-2. **bandwidth**: the client streams for ``seconds``; the receiver timestamps every chunk
-   and reports the rate over all bytes after the first 20% (TCP slow start and the token
-   bucket's initial burst would otherwise inflate a short transfer).
+2. **bandwidth**: the client streams for ``seconds`` (at least 20 round trips); the
+   receiver timestamps every chunk and reports the rate over all bytes after the first 20%
+   (TCP slow start and the token bucket's initial burst would distort a short transfer).
 
-The receiver prints one JSON object: ``rtt_s``, ``goodput_Bps``, ``bytes``, ``seconds``.
+Each side prints one JSON object: the client ``rtt_s``; the server ``goodput_Bps``,
+``bytes`` and ``seconds`` (of the measured part).
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def send(host: str, port: int, seconds: float) -> dict[str, float]:
             _recv_exact(conn, 1)
             rtts.append(time.perf_counter() - t0)
         data = b"\0" * CHUNK
-        stop = time.monotonic() + seconds
+        # at least 20 round trips: on a long link slow start needs several of them
+        stop = time.monotonic() + max(seconds, 20 * statistics.median(rtts))
         while time.monotonic() < stop:
             conn.sendall(data)
     return {"rtt_s": statistics.median(rtts[2:])}  # the first pings pay for ARP and caches

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,38 @@ def test_tc_arguments_hold_the_rate_a_bucket_and_a_queue() -> None:
     assert burst >= 4 * ns.MTU and limit >= 2 * burst
     assert limit >= 200e6 / 8 * ns.TBF_QUEUE_S  # the queue holds TBF_QUEUE_S at the rate
     assert ns.netem_args(2.5e-3)[:3] == ["netem", "delay", "2500us"]
+
+
+@pytest.mark.parametrize("netem", [True, False])
+def test_shaping_puts_rate_on_both_ends_and_latency_on_the_uplink(
+        netem: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With netem: netem delay at the root of the node's cable, tbf under it (the netem
+    docs' recipe), tbf on the switch end. Without netem (no sch_netem): tbf alone, and
+    shape() says the latency was not applied."""
+    calls: list[list[str]] = []
+
+    def fake(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        unknown = not netem and "netem" in argv
+        return subprocess.CompletedProcess(list(argv), 2 if unknown else 0, "",
+                                           "Error: Specified qdisc kind is unknown." if unknown
+                                           else "")
+
+    monkeypatch.setattr(ns, "run_cmd", fake)
+    topo = ns.Topology("ab12c", 2)
+    assert topo.shape(parse_link("200mbit,2ms")) is netem
+    node0 = [c for c in calls if c[2] == "labkit-ab12c-n0"]
+    switch = [c for c in calls if c[2] == "labkit-ab12c-sw"]
+    if netem:
+        first = node0[0]
+        assert first[first.index("root"):first.index("root") + 4] == ["root", "handle", "1:",
+                                                                       "netem"]
+        assert first[first.index("delay") + 1] == "2000us"
+        assert node0[1][node0[1].index("parent") + 1] == "1:1" and "tbf" in node0[1]
+    else:
+        assert "netem" in node0[0] and node0[-1][node0[-1].index("root") + 1] == "tbf"
+    assert all(c[c.index("root") + 1] == "tbf" for c in switch)
+    assert len(switch) == 2  # one downlink per node
 
 
 def test_a_real_exception_is_blamed_before_deaths_and_echoes() -> None:
