@@ -13,11 +13,12 @@ scaling efficiency of n ranks is ``t(1 rank) / t(n ranks)``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from labkit.cluster import predict
-from labkit.cluster.links import parse_link
+from labkit.cluster.links import LinkWarning, parse_link
 from labkit.cluster.support import support
 from labkit.config import ModelConfig
 
@@ -30,7 +31,9 @@ def _run(**kw: Any) -> Any:
 
     kw.setdefault("timeout_s", 180)
     kw.setdefault("progress", False)
-    return labkit.run(**kw)
+    with warnings.catch_warnings():  # the rows say whether the latency was applied
+        warnings.simplefilter("ignore", LinkWarning)
+        return labkit.run(**kw)
 
 
 def _run_many(configs: list[dict[str, Any]]) -> list[Any]:
@@ -41,7 +44,10 @@ def _run_many(configs: list[dict[str, Any]]) -> list[Any]:
 
     if not support().available:
         return [_run(**c) for c in configs]
-    return run_many([RunConfig(**{"timeout_s": 180, "progress": False, **c}) for c in configs])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LinkWarning)
+        return run_many([RunConfig(**{"timeout_s": 180, "progress": False, **c})
+                         for c in configs])
 
 
 def _missing(link: str) -> str:

@@ -28,7 +28,7 @@ import warnings
 from typing import Any
 
 from labkit.cluster import netns
-from labkit.cluster.links import parse_link
+from labkit.cluster.links import LinkWarning, parse_link
 from labkit.cluster.session import PROBE_SECONDS, Session, log_tail, sigterm_as_exit
 from labkit.errors import ConfigError, RankFailure, RunFailed
 
@@ -113,7 +113,7 @@ def run_many(configs: list[Any], backend: str = "gloo", *, _warn_depth: int = 2)
                 result.config, result.logs, result.wall_s = config, ordered_logs, wall
                 _add_cluster_metrics(result, report, config)
             if report.get("note"):
-                warnings.warn(report["note"], stacklevel=_warn_depth)
+                warnings.warn(report["note"], LinkWarning, stacklevel=_warn_depth)
             return results
         err.logs = ordered_logs  # type: ignore[attr-defined]
         raise err

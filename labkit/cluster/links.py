@@ -53,6 +53,10 @@ _RATE_RE = re.compile(rf"^{_NUMBER}\s*([a-z]+)$")
 _TIME_RE = re.compile(rf"^{_NUMBER}\s*([a-z]+)$")
 
 
+class LinkWarning(UserWarning):
+    """The link could not be shaped exactly as asked (e.g. no netem for the latency)."""
+
+
 @dataclass(frozen=True)
 class LinkSpec:
     """What the emulated link between nodes is shaped to."""
