@@ -32,8 +32,9 @@ Three flags exist for launchers that start the worker for you (labkit's emulated
 a list of configs runs one after the other in the same processes, each with its own
 process group, saving the start-up of a torchrun job per run),
 ``--rank-logs DIR`` (each rank writes its output to ``DIR/rank-<rank>.log``, its stack to
-``DIR/stack-<rank>.txt`` on SIGUSR1, and its step and in-communication flag to the status
-board ``DIR/board`` when the launcher made one, as the supervisor's ranks do) and
+``DIR/stack-<rank>.txt`` on SIGUSR1, its events to ``DIR/spool-<job>/`` as it goes, and its
+step and in-communication flag to the status board ``DIR/board`` when the launcher made
+one, as the supervisor's ranks do) and
 ``--save-result FILE`` (rank 0 pickles the list of ``RunResult``).
 """
 
@@ -235,12 +236,16 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
         dist.gather_object((report, _rank_row(report, env)), out, dst=0)
         gathered.extend(out or [])
 
+    spool_dir = None
+    if args.rank_logs:  # each rank spools its events, so a failed run keeps its timeline
+        spool_dir = os.path.join(args.rank_logs, f"spool-{job_index}")
+        os.makedirs(spool_dir, exist_ok=True)
     timer = _arm_watchdog(config.timeout_s, env.rank)  # 2.
     try:
         run_rank(job, env.rank, env.world_size, local_rank=env.local_rank,
                  store=torchrun_store(env.rank, env.world_size, job_index),
                  before_destroy=gather_to_rank0, ranks_per_node=env.local_world_size,
-                 **_board_slots(args.rank_logs, env))
+                 spool_dir=spool_dir, **_board_slots(args.rank_logs, env))
     except Exception as exc:  # noqa: BLE001 - reported the way labkit run reports a rank failure
         return fail_run(args, RankFailure(env.rank, "exception", f"{type(exc).__name__}: "
                                           f"{exc}", traceback.format_exc())), None

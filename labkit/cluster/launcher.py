@@ -116,6 +116,7 @@ def run_many(configs: list[Any], backend: str = "gloo", *, _warn_depth: int = 2)
                 warnings.warn(report["note"], LinkWarning, stacklevel=_warn_depth)
             return results
         err.logs = ordered_logs  # type: ignore[attr-defined]
+        err.timeline = s.partial_timeline(first.world_size)
         raise err
 
 

@@ -183,6 +183,16 @@ class Session:
                                f"machine's own (measured)")
         return out
 
+    def partial_timeline(self, world_size: int) -> Any:
+        """What the ranks of the run that failed spooled before it (``labkit.spool``)."""
+        from labkit.spool import read_spools
+        from labkit.timeline import Timeline
+
+        jobs = sorted(self.dir.glob("spool-*"), key=lambda d: int(d.name.split("-")[1]))
+        if not jobs:
+            return None
+        return Timeline(read_spools(jobs[-1], world_size), world_size, {"failed": True})
+
     def rank_logs(self) -> dict[int, str]:
         logs = {}
         for path in self.dir.glob("rank-*.log"):

@@ -126,13 +126,16 @@ def test_ddp_on_two_nodes_trains_like_one_node_with_both_nodes_on_the_timeline()
 @needs_root
 @pytest.mark.parametrize("fault, kind", [("1:1:raise", "exception"), ("1:1:kill", "signal")])
 def test_a_failing_rank_is_named_and_nothing_is_left(fault: str, kind: str) -> None:
-    """--inject-fault across nodes: RunFailed names rank 1 and how it failed; teardown."""
+    """--inject-fault across nodes: RunFailed names rank 1 and how it failed, keeps what the
+    ranks recorded before it (err.timeline), and the network is torn down."""
     import labkit
 
     with pytest.raises(RunFailed) as err:
         labkit.run(strategy="ddp", world_size=2, nodes=2, link="200mbit", steps=3,
                    inject_fault=fault, timeout_s=120, progress=False)
     assert (err.value.rank, err.value.kind) == (1, kind)
+    # the ranks spooled their events: the failed run's timeline ends before the fault
+    assert err.value.timeline.finished_steps(1) == [0]
     assert_nothing_left()
 
 
