@@ -23,7 +23,8 @@ from labkit.cluster.support import support
 from labkit.config import ModelConfig
 
 DDP_MODEL = ModelConfig(width=256, depth=4)
-NOT_HERE = "not measured: no emulated cluster on this machine ({why}); predicted from the preset"
+NOT_HERE = ("not measured: no emulated cluster on this machine ({why}); the cross-node rows "
+            "hold the alpha-beta prediction from each preset's own rate and latency")
 
 
 def _run(**kw: Any) -> Any:
@@ -51,7 +52,9 @@ def _run_many(configs: list[dict[str, Any]]) -> list[Any]:
 
 
 def _missing(link: str) -> str:
-    return NOT_HERE.format(why=support().reason) + f" {link}"
+    """Why a row over ``link`` holds only its prediction (the same words for every link)."""
+    parse_link(link)  # a bad spec still fails loudly
+    return NOT_HERE.format(why=support().reason)
 
 
 def measure_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_100g", "ethernet_25g")
@@ -137,7 +140,7 @@ def overhead_inside_vs_across(ddp: dict[str, Any], link: str | None = None) -> d
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     """Rows as aligned text: seconds shown in ms (``*_s``), bits/s in Mbit/s (``*_bps``),
-    shares and errors in %, missing values as '-'."""
+    shares and errors in %, missing values as '-'; each row's ``note`` once, below."""
     def cell(key: str, v: Any) -> str:
         if v is None:
             return "-"
@@ -153,4 +156,6 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 
     grid = [list(columns)] + [[cell(c, r.get(c)) for c in columns] for r in rows]
     widths = [max(len(line[i]) for line in grid) for i in range(len(columns))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)) for line in grid)
+    lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in grid]
+    notes = dict.fromkeys(r["note"] for r in rows if r.get("note"))  # once each, in order
+    return "\n".join(lines + [f"note: {n}" for n in notes])

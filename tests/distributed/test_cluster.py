@@ -280,3 +280,22 @@ def test_hierarchical_allreduce_equals_the_sum() -> None:
         assert worst <= 1e-5, f"rank {rank}: max |hierarchical - all_reduce| = {worst}"
         assert intra == [rank - rank % 2, rank - rank % 2 + 1]
         assert inter == [rank % 2, rank % 2 + 2]
+
+
+def test_without_a_cluster_ddp_rows_hold_the_prediction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no namespaces can be made, lesson 10's DDP cell still runs: the one-node rows
+    are measured, the cross-node row is the alpha-beta prediction and says so."""
+    from labkit.cluster import experiments as ex
+    from labkit.visuals import cluster as vc
+
+    monkeypatch.setenv("LABKIT_CLUSTER_MODE", "off")
+    ddp = ex.ddp_across_links(("ethernet_25g",), steps=3, batch_size=32)
+    one, loop, across = ddp["rows"]
+    assert one["step_s"] > 0 and loop["step_s"] > 0 and across["step_s"] is None
+    # 833 KB of gradients over 50 Mbit/s: the prediction alone is over 100 ms
+    assert across["predicted_comm_s"] > 0.1 and "not measured" in across["note"]
+    assert "not measured" in ex.table(ddp["rows"], ["name", "step_s", "predicted_step_s"])
+    overhead = ex.overhead_inside_vs_across(ddp)
+    assert overhead["measured"] is False and 0 < overhead["across"] < 1
+    vc.plot_ddp_links(ddp)
+    vc.plot_overhead(overhead)
