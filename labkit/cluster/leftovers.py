@@ -17,6 +17,7 @@ import fcntl
 import os
 import re
 import secrets
+import shutil
 import signal
 import tempfile
 from dataclasses import dataclass, field
@@ -133,22 +134,24 @@ class SweepReport:
     namespaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
     locks: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.namespaces or self.processes or self.locks)
+        return bool(self.namespaces or self.processes or self.locks or self.dirs)
 
     def __str__(self) -> str:
         if not self:
             return "no labkit cluster leftovers"
         return (f"removed {len(self.namespaces)} namespace(s) {', '.join(self.namespaces)}; "
-                f"killed {len(self.processes)} process(es); {len(self.locks)} stale lock(s)")
+                f"killed {len(self.processes)} process(es); {len(self.locks)} stale lock(s), "
+                f"{len(self.dirs)} run dir(s)")
 
 
 def sweep(run_id: str | None = None) -> SweepReport:
     """Remove leftovers: of every dead run (``run_id`` None) or of one run, alive or not.
 
     1. processes of those runs (SIGKILL), 2. their namespaces (veths and bridges go with
-    them), 3. their lock files.
+    them), 3. their run directories (logs, results), 4. their lock files.
     """
     report = SweepReport()
 
@@ -170,6 +173,11 @@ def sweep(run_id: str | None = None) -> SweepReport:
             if m and doomed(m.group(1), ""):
                 netns.delete_namespace(ns)
                 report.namespaces.append(ns)
+    for run_dir in Path(tempfile.gettempdir()).glob("labkit-cluster-?????-*"):
+        rid = run_dir.name.split("-")[2]
+        if run_dir.is_dir() and doomed(rid, ""):  # the launcher's logs and results
+            shutil.rmtree(run_dir, ignore_errors=True)
+            report.dirs.append(run_dir.name)
     directory = lock_dir()
     if directory.is_dir():
         for path in directory.glob("*.lock"):

@@ -59,7 +59,7 @@ class Session:
         self.nproc_per_node, self.threads = nproc_per_node, threads
         self.worker_args = worker_args or []
         self.probe_seconds = probe_seconds
-        self.dir = Path(tempfile.mkdtemp(prefix="labkit-cluster-"))
+        self.dir = Path()  # the private run directory, made on entering
         self.run: leftovers.RunLock | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.timed_out = False
@@ -73,6 +73,11 @@ class Session:
         leftovers.sweep()
         existing = netns.labkit_namespaces() if self.mode == "root" else []
         self.run = leftovers.new_run(existing)
+        try:
+            self.dir = Path(tempfile.mkdtemp(prefix=f"labkit-cluster-{self.run.run_id}-"))
+        except OSError:
+            self.run.release()
+            raise
         return self
 
     def start(self) -> None:
@@ -160,7 +165,7 @@ class Session:
             if self.run is not None:
                 leftovers.sweep(self.run.run_id)
                 self.run.release()
-            shutil.rmtree(self.dir, ignore_errors=True)
+                shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---- what the run left in its directory -----------------------------------------------
     def host_error(self) -> str | None:

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def _leftovers() -> list[str]:
                            check=False).stdout
     found += [line.split(":")[1].strip() for line in links.splitlines() if "labkit" in line]
     found += [f"pid {pid} (run {rid})" for pid, rid, _ in lo.run_processes()]
+    found += [d.name for d in Path(tempfile.gettempdir()).glob("labkit-cluster-?????-*")]
     return found
 
 
@@ -197,10 +199,12 @@ def test_two_runs_at_once_do_not_collide() -> None:
 
 @needs_root
 def test_a_crashed_runs_leftovers_are_swept() -> None:
-    """What a killed launcher leaves (a namespace, a process of its run, no live lock) is
-    removed by the next sweep (every run starts with one; so does `labkit doctor --clean`)."""
+    """What a killed launcher leaves (a namespace, a process of its run, its run directory,
+    no live lock) is removed by the next sweep (every run starts with one; so does `labkit
+    doctor --clean`)."""
     run_id = "0dead"
     subprocess.run(["ip", "netns", "add", f"labkit-{run_id}-n0"], check=True)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"labkit-cluster-{run_id}-"))
     env = {**os.environ, lo.ENV_RUN: run_id, lo.ENV_LOCK: str(lo.lock_path(run_id))}
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
     try:
@@ -208,6 +212,7 @@ def test_a_crashed_runs_leftovers_are_swept() -> None:
                            capture_output=True, text=True, timeout=60, env=_env(), check=False)
         assert p.returncode == 0 and f"labkit-{run_id}-n0" in p.stdout, p.stdout
         assert orphan.wait(10) == -signal.SIGKILL
+        assert not run_dir.exists()
     finally:
         if orphan.poll() is None:
             orphan.kill()
