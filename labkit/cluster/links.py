@@ -13,20 +13,23 @@ NVLink 4 (450 GB/s) 0.9 GB/s, about what gloo moves between two processes over l
 on a 2-core laptop, so "inside a node" (loopback) plays NVLink and the shaped link plays the
 network between nodes:
 
-==================  ======================  =====================  ===================
-preset              real (per direction)    emulated rate          emulated latency
-==================  ======================  =====================  ===================
-nvlink4, nvswitch   450 GB/s, 2-3 us        7.2 Gbit/s             1-1.5 ms
-nvlink3             300 GB/s, 2 us          4.8 Gbit/s             1 ms
-pcie4               25 GB/s, 5 us           400 Mbit/s             2.5 ms
-infiniband_hdr      25 GB/s (200 Gb/s), 5us 400 Mbit/s             2.5 ms
-ethernet_100g       12.5 GB/s, 10 us        200 Mbit/s             5 ms
-ethernet_25g        3.125 GB/s, 20 us       50 Mbit/s              10 ms
-ethernet_10g        1.25 GB/s, 50 us        20 Mbit/s              25 ms
-==================  ======================  =====================  ===================
+=================  ===========================  ==============  ================
+preset             real link, per direction     emulated rate   emulated latency
+=================  ===========================  ==============  ================
+nvlink4, nvswitch  450 GB/s, 2-3 us             7.2 Gbit/s      1-1.5 ms
+nvlink3            300 GB/s, 2 us               4.8 Gbit/s      1 ms
+pcie4              25 GB/s, 5 us                400 Mbit/s      2.5 ms
+infiniband_hdr     25 GB/s (200 Gb/s), 5 us     400 Mbit/s      2.5 ms
+ethernet_100g      12.5 GB/s, 10 us             200 Mbit/s      5 ms
+ethernet_25g       3.125 GB/s, 20 us            50 Mbit/s       10 ms
+ethernet_10g       1.25 GB/s, 50 us             20 Mbit/s       25 ms
+=================  ===========================  ==============  ================
+
+The fast presets (NVLink) exceed what a 2-core machine can shape and carry; they are there
+for completeness and to compare against, the lessons use InfiniBand and Ethernet.
 
 A spec is a preset name or ``"RATE[,LATENCY]"`` in tc's units: ``"200mbit"``,
-``"1.5gbit,2ms"``, ``"500kbit,300us"`` (bits per second, decimal: 1 mbit = 1e6 bit/s;
+``"1.5gbit,2ms"``, ``"5mbit,300us"`` (bits per second, decimal: 1 mbit = 1e6 bit/s;
 latency one-way, added to every packet crossing the link).
 """
 
