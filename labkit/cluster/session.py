@@ -183,9 +183,9 @@ class Session:
         if self.link is not None:
             out["max_busbw_Bps"] = self.link.bytes_per_s
             if self.link.latency_s > 0 and out.get("latency_applied") is False:
-                out["note"] = (f"latency {self.link.latency_s * 1e3:g} ms not applied: this "
-                               f"kernel has no netem qdisc (sch_netem); the latency is the "
-                               f"machine's own (measured)")
+                out["note"] = ("latency not applied: this kernel has no netem qdisc "
+                               "(sch_netem), so the link keeps the machine's own latency "
+                               "(measured_latency_s); the rate is shaped")
         return out
 
     def partial_timeline(self, world_size: int) -> Any:
