@@ -139,7 +139,8 @@ def main(run_dir: Path) -> int:
             run_cmd("mount", "-t", "tmpfs", "labkit", "/run")
         topo.create()  # 2.
         link = LinkSpec(**spec["link"]) if spec["link"] else None
-        report: dict[str, Any] = {"latency_applied": topo.shape(link)}
+        report: dict[str, Any] = {"latency_applied": topo.shape(link),
+                                  "latency_error": topo.latency_error}
         if spec["nodes"] > 1:  # 3. (one node: its ranks talk over loopback, no link)
             report.update(measure_link(topo, env, spec["probe_seconds"]))
         (run_dir / "link.json").write_text(json.dumps(report))

@@ -101,6 +101,8 @@ class Topology:
         self.names = Names(run_id)
         self.nodes = nodes
         self.created: list[str] = []
+        self.latency_error: str | None = None
+        """Why netem could not add the latency (None: applied, or none asked for)."""
 
     def exec_prefix(self, node: int) -> list[str]:
         """argv prefix that runs a command inside node ``node``'s namespace."""
@@ -132,31 +134,40 @@ class Topology:
         """Shape every cable to ``link``; returns whether the latency could be applied.
 
         Uplink (node side): netem delay as the root qdisc with the tbf under it (the
-        recipe of the netem documentation), or tbf alone when there is no latency or the
-        kernel has no netem; downlink (switch side): tbf alone.
+        recipe of the netem documentation), or tbf alone when there is no latency or netem
+        cannot be set up (no sch_netem: ``latency_error`` says why); downlink (switch
+        side): tbf alone. Every cable is shaped the same way.
         """
         if link is None:
             return True
         n = self.names
-        latency_ok = True
+        delay = link.latency_s > 0
         for k in range(self.nodes):
-            up = ["tc", "-n", n.node_ns(k), "qdisc", "replace", "dev", n.node_dev(k)]
-            if link.latency_s > 0 and latency_ok:
-                p = run_cmd(*up, "root", "handle", "1:", *netem_args(link.latency_s),
-                            check=False)
-                if p.returncode != 0:
-                    if "unknown" not in (p.stderr + p.stdout).lower():
-                        raise NetworkSetupError(f"`{' '.join(up)} root netem` failed: "
-                                                f"{p.stderr.strip()}")
-                    latency_ok = False  # no sch_netem in this kernel: rate only
-            if link.latency_s > 0 and latency_ok:
-                run_cmd("tc", "-n", n.node_ns(k), "qdisc", "replace", "dev", n.node_dev(k),
-                        "parent", "1:1", "handle", "10:", *tbf_args(link.rate_bps))
-            else:
-                run_cmd(*up, "root", *tbf_args(link.rate_bps))
+            if delay and not self._uplink_with_delay(k, link):
+                delay = False
+                for j in range(k):  # the cables shaped before: rate only, like the rest
+                    self._uplink_rate_only(j, link)
+            if not delay:
+                self._uplink_rate_only(k, link)
             run_cmd("tc", "-n", n.switch_ns, "qdisc", "replace", "dev", n.switch_dev(k), "root",
                     *tbf_args(link.rate_bps))
-        return latency_ok
+        return delay or link.latency_s == 0
+
+    def _uplink_with_delay(self, k: int, link: LinkSpec) -> bool:
+        n = self.names
+        base = ["tc", "-n", n.node_ns(k), "qdisc", "replace", "dev", n.node_dev(k)]
+        for argv in ([*base, "root", "handle", "1:", *netem_args(link.latency_s)],
+                     [*base, "parent", "1:1", "handle", "10:", *tbf_args(link.rate_bps)]):
+            p = run_cmd(*argv, check=False)
+            if p.returncode != 0:
+                self.latency_error = f"`{' '.join(argv)}`: {(p.stderr or p.stdout).strip()}"
+                return False
+        return True
+
+    def _uplink_rate_only(self, k: int, link: LinkSpec) -> None:
+        n = self.names
+        run_cmd("tc", "-n", n.node_ns(k), "qdisc", "replace", "dev", n.node_dev(k), "root",
+                *tbf_args(link.rate_bps))
 
     def destroy(self) -> None:
         """Kill what still runs inside the namespaces, then delete them (their veths and

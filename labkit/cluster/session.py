@@ -183,8 +183,9 @@ class Session:
         if self.link is not None:
             out["max_busbw_Bps"] = self.link.bytes_per_s
             if self.link.latency_s > 0 and out.get("latency_applied") is False:
-                out["note"] = ("latency not applied: this kernel has no netem qdisc "
-                               "(sch_netem), so the link keeps the machine's own latency "
+                out["note"] = ("latency not applied: netem could not be set up here (is "
+                               "the sch_netem kernel module missing? see latency_error), so "
+                               "the link keeps the machine's own latency "
                                "(measured_latency_s); the rate is shaped")
         return out
 

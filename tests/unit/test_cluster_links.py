@@ -153,8 +153,31 @@ def test_shaping_puts_rate_on_both_ends_and_latency_on_the_uplink(
         assert node0[1][node0[1].index("parent") + 1] == "1:1" and "tbf" in node0[1]
     else:
         assert "netem" in node0[0] and node0[-1][node0[-1].index("root") + 1] == "tbf"
+        assert "Specified qdisc kind is unknown" in (topo.latency_error or "")
+        node1 = [c for c in calls if c[2] == "labkit-ab12c-n1"]
+        assert not any("netem" in c for c in node1)  # decided once, for every cable
     assert all(c[c.index("root") + 1] == "tbf" for c in switch)
     assert len(switch) == 2  # one downlink per node
+
+
+def test_a_failed_tbf_under_netem_falls_back_to_rate_only_everywhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """If netem loads but the tbf cannot sit under it (on node 1, say), every cable ends
+    with the same rate-only shaping, and the reason is kept."""
+    calls: list[list[str]] = []
+
+    def fake(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        bad = "parent" in argv and argv[2] == "labkit-ab12c-n1"
+        return subprocess.CompletedProcess(list(argv), 2 if bad else 0, "", "boom" if bad else "")
+
+    monkeypatch.setattr(ns, "run_cmd", fake)
+    topo = ns.Topology("ab12c", 2)
+    assert topo.shape(parse_link("200mbit,2ms")) is False
+    assert "boom" in (topo.latency_error or "")
+    for node in ("labkit-ab12c-n0", "labkit-ab12c-n1"):
+        last = [c for c in calls if c[2] == node][-1]
+        assert last[last.index("root") + 1] == "tbf", (node, last)
 
 
 def test_a_real_exception_is_blamed_before_deaths_and_echoes() -> None:
