@@ -9,6 +9,7 @@ GPU server. ``labkit doctor --clean`` also removes what crashed cluster runs lef
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -75,7 +76,10 @@ def _cluster_lines(c: dict[str, Any]) -> list[str]:
         return [f"  emulated nodes  no: {c['reason']}",
                 "                  (lesson 10 then shows the alpha-beta predictions only)"]
     shaping = c["shaping"]
+    ways = ", ".join(f"{name}: {'yes' if c.get(key) else 'no'}" for name, key in
+                     (("as root", "root_namespaces"), ("user namespaces", "user_namespaces")))
     lines = [f"  emulated nodes  yes ({c['mode']}): {c['reason']}",
+             f"                  ({ways})",
              f"  link shaping    rate (tbf): {'yes' if shaping['tbf'] else 'NO'}, latency "
              f"(netem): {'yes' if shaping['netem'] else 'no, links keep the machine latency'}"]
     left = c.get("leftovers", {})
@@ -96,6 +100,12 @@ def cluster_status(clean: bool = False) -> dict[str, Any]:
     where = support()
     out: dict[str, Any] = {"available": where.available, "mode": where.mode,
                            "reason": where.reason}
+    if where.available or os.environ.get("LABKIT_CLUSTER_MODE", "") != "off":
+        from labkit.cluster.support import root_works, userns_works
+
+        # both ways, so an instructor sees what a non-root student would get
+        out["root_namespaces"] = os.geteuid() == 0 and root_works()[0]
+        out["user_namespaces"] = userns_works()[0]
     if clean:
         out["cleaned"] = str(leftovers.sweep())
     if where.available:

@@ -60,7 +60,7 @@ def _unshare(argv: tuple[str, ...]) -> tuple[bool, str]:
 
 
 @cache
-def _userns_works() -> tuple[bool, str]:
+def userns_works() -> tuple[bool, str]:
     """Try ``unshare --user --map-root-user --net --mount true``."""
     ok, err = _unshare(USERNS_CMD)
     if not ok:
@@ -71,7 +71,7 @@ def _userns_works() -> tuple[bool, str]:
 
 
 @cache
-def _root_works() -> tuple[bool, str]:
+def root_works() -> tuple[bool, str]:
     """Root without CAP_SYS_ADMIN (a default container) cannot create namespaces."""
     ok, err = _unshare(("unshare", "--net", "--mount"))
     return ok, "" if ok else (f"root here cannot create network namespaces ({err}); a "
@@ -93,14 +93,14 @@ def support() -> Support:
     if forced == "root" or (not forced and os.geteuid() == 0):
         if os.geteuid() != 0:
             return Support(None, f"{ENV_MODE}=root but this process is not root")
-        ok, root_why = _root_works()
+        ok, root_why = root_works()
         if ok:
             return Support("root", "running as root: network namespaces labkit-<run>-n<k> "
                                    "are created on this host (`ip netns list` shows them "
                                    "during a run)")
         if forced:
             return Support(None, root_why)
-    ok, why = _userns_works()
+    ok, why = userns_works()
     if ok:
         return Support("userns", f"unprivileged user namespaces ({root_why}): the nodes "
                                  f"live inside `unshare --user --map-root-user --net --mount`")

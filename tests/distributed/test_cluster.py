@@ -248,10 +248,10 @@ def test_the_unprivileged_path_measures_the_link(monkeypatch: pytest.MonkeyPatch
     """Inside `unshare --user --map-root-user --net --mount` (what a non-root student gets)
     the same code shapes and measures the link; its namespaces never show on the host."""
     from labkit.cluster.launcher import measure_link
-    from labkit.cluster.support import _userns_works
+    from labkit.cluster.support import userns_works
 
-    if not _userns_works()[0]:
-        pytest.skip(f"unprivileged user namespaces: {_userns_works()[1]}")
+    if not userns_works()[0]:
+        pytest.skip(f"unprivileged user namespaces: {userns_works()[1]}")
     monkeypatch.setenv("LABKIT_CLUSTER_MODE", "userns")
     link = measure_link("50mbit")
     assert abs(link["measured_bps"] / 50e6 - 1) <= 0.10, link
