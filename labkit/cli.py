@@ -45,7 +45,7 @@ def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
 def _doctor_command(args: argparse.Namespace, _extra: list[str]) -> int:
     from labkit.doctor import doctor
 
-    report = doctor()
+    report = doctor(clean=args.clean)
     print(json.dumps(report.to_json(), indent=1) if args.json else report)
     return 0
 
@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     d = sub.add_parser("doctor", help="what this machine can run")
     d.add_argument("--json", action="store_true")
+    d.add_argument("--clean", action="store_true",
+                   help="remove what crashed emulated-cluster runs left (namespaces, processes)")
     d.set_defaults(handler=_doctor_command)
     r = sub.add_parser("run", help="train a strategy on real ranks",
                        epilog="Strategy options: `labkit run STRATEGY --help` lists them.")

@@ -203,6 +203,12 @@ class RunConfig:
     """Torch threads per rank; default: CPU cores // world_size (at least 1)."""
     progress: bool | None = None
     """Show a progress bar (steps across ranks); None shows one when a run takes > 2 s."""
+    nodes: int = 1
+    """Emulated nodes: Linux network namespaces on this machine, one torchrun agent each,
+    world_size / nodes ranks per node (see ``labkit.cluster``)."""
+    link: str | None = None
+    """The wire between emulated nodes: a preset such as "infiniband_hdr" (see
+    ``labkit.cluster.PRESETS``) or "RATE[,LATENCY]" such as "200mbit,1ms"; None: unshaped."""
 
     def __post_init__(self) -> None:
         from labkit import strategies
@@ -216,6 +222,10 @@ class RunConfig:
         problems += self._model_problems()
         problems += self._backend_problems()
         sizes_ok = is_int(self.world_size) and is_int(self.steps)
+        if self.nodes != 1 or self.link is not None:
+            from labkit.cluster.rules import config_problems
+
+            problems += config_problems(self)
         fault = self.inject_fault
         if isinstance(fault, str):
             try:
@@ -368,6 +378,8 @@ class RunConfig:
         """The backend the ranks will use: ``auto`` becomes nccl or gloo."""
         if self.backend != "auto":
             return self.backend
+        if self.nodes > 1:
+            return "gloo"  # emulated nodes talk over a shaped TCP link (labkit.cluster)
         return "nccl" if devices.gpu_count() >= self.world_size else "gloo"
 
     def threads(self) -> int:

@@ -65,6 +65,12 @@ def describe(result: Any) -> str:
         if isinstance(v, (int, float, str)) or (
                 isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)):
             lines.append(f"  {key:<13} {number(v)}")
+    link = m.get("link")
+    if isinstance(link, dict) and link.get("measured_bps"):  # runs across emulated nodes
+        shaped = f"{link['rate_bps'] / 1e6:g} Mbit/s" if link.get("rate_bps") else "unshaped"
+        lines.append(f"  link          {link.get('spec') or 'unshaped'}: {shaped}, measured "
+                     f"{link['measured_bps'] / 1e6:.1f} Mbit/s, "
+                     f"{link['measured_latency_s'] * 1e6:.0f} us one-way")
     if result.trace_path:
         lines.append(f"  trace         {result.trace_path}  (open in ui.perfetto.dev)")
     if result.params_sha256:

@@ -61,6 +61,8 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: when the terminal is interactive)")
+    p.add_argument("--nodes", type=int, default=1, help=docs["nodes"])
+    p.add_argument("--link", default=None, metavar="PRESET|RATE[,LATENCY]", help=docs["link"])
 
 
 def numeric_flag(text: str) -> int | float:
@@ -137,7 +139,8 @@ def config_from_args(args: argparse.Namespace, extra: list[str], *, command: str
         model={"kind": getattr(args, "model", "mlp"), **model_kw},  # type: ignore[arg-type]
         options=options or None, trace=not args.no_trace,
         check_reference=args.check_reference, inject_fault=args.inject_fault,
-        threads_per_rank=args.threads_per_rank, progress=args.progress)
+        threads_per_rank=args.threads_per_rank, progress=args.progress, nodes=args.nodes,
+        link=args.link)
 
 
 def output_problem(flag: str, path: str) -> str | None:

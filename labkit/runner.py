@@ -117,6 +117,10 @@ def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
         raise ConfigError(too_many)
     backend = config.resolved_backend()
     _warn_oversubscribed(config.world_size, backend)
+    if config.nodes > 1:  # emulated nodes: one torchrun agent per network namespace
+        from labkit.cluster.launcher import run_cluster
+
+        return run_cluster(config, backend)  # type: ignore[no-any-return]
     job = job_for(config, backend)
     total = config.steps * config.world_size
     bar = _progress_bar(total, config.progress, f"{config.strategy} x{config.world_size}")

@@ -66,7 +66,7 @@ _TERM_GRACE_S = 2.0  # at shutdown, SIGTERM first; SIGKILL whatever is left afte
 RESULT, ERROR = b"R", b"E"
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """The parent's environment, with its sys.path so ranks import what the caller imports."""
     env = dict(os.environ)
     paths = [p for p in sys.path if p and os.path.isdir(p)]
@@ -124,7 +124,7 @@ class Supervisor:
         self.status = [self.board.status(r) for r in range(self.world_size)]
         self.progress = [self.board.progress(r) for r in range(self.world_size)]
         (self.tmpdir / "job.pkl").write_bytes(self.job_bytes)
-        env = _child_env()
+        env = child_env()
         env[RUN_ID_ENV] = self.run_id  # inherited by every descendant (labkit.reaper)
         env[PARENT_ENV] = str(os.getpid())
         for rank in range(self.world_size):
