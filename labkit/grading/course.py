@@ -44,7 +44,8 @@ def repo_root() -> Path:
 def assignments(root: Path | None = None) -> list[str]:
     """Assignment names: the folders of ``solutions/``."""
     src = (root or repo_root()) / "solutions"
-    return sorted(p.name for p in src.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return sorted(p.name for p in src.iterdir()
+                  if p.is_dir() and not p.name.startswith((".", "_")))
 
 
 def check_assignment(name: str, root: Path | None = None) -> str:
