@@ -27,6 +27,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "for several")
     p.add_argument("--student", default="student", help="student id (default: student)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--cell-timeout", type=float, default=None, metavar="S",
+                   help="seconds a cell may run before it is stopped (default: "
+                        "nbgrader_config.py, 60)")
+    p.add_argument("--sandbox", choices=("auto", "bwrap", "unshare", "none"), default=None,
+                   help="where your code runs while graded (default: auto, the safest "
+                        "this machine has)")
     p.set_defaults(func=_submit)
 
     c = subparsers.add_parser("course", help="instructor: regenerate or check exercises/")
@@ -42,7 +48,9 @@ def _submit(args: argparse.Namespace) -> int:
     from labkit.grading.submit import submit
 
     try:
-        result = submit(args.assignment, args.notebook, student=args.student)
+        result = submit(args.assignment, args.notebook, student=args.student,
+                        cell_timeout=getattr(args, "cell_timeout", None),
+                        sandbox=getattr(args, "sandbox", None))
     except ConfigError as error:
         print(f"labkit submit: error: {error}", file=sys.stderr)
         return 2
