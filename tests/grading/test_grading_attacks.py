@@ -20,6 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.conftest import processes_holding
 from tests.grading.test_nbgrader_flow import feedback_text, grade, notebook, root, scores, set_cell
 
 pytestmark = [pytest.mark.grading, pytest.mark.lesson08]
@@ -149,8 +150,7 @@ def test_attacks_score_only_the_honest_parts_and_touch_no_instructor_file(
     assert (root / "nbgrader_config.py").read_bytes() == before["config"]
     # the late writer would have set every grade in the gradebook to full marks
     assert submit_scores(root, "mallory") == got, "the gradebook was rewritten after grading"
-    leftovers = [p.parent.name for p in Path("/proc").glob("[0-9]*/environ")
-                 if _holds(p, token)]
+    leftovers = processes_holding(token)
     assert leftovers == [], f"processes outlived grading: {leftovers}"
 
 
@@ -166,10 +166,3 @@ def submit_scores(root: Path, student: str) -> dict[str, float]:
     from labkit.grading.submit import _scores
 
     return {q.grade_id: q.score for q in _scores(root, "ps1_numbers", student)}
-
-
-def _holds(environ: Path, token: str) -> bool:
-    try:
-        return token.encode() in environ.read_bytes()
-    except OSError:
-        return False

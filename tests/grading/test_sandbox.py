@@ -18,6 +18,7 @@ import pytest
 from labkit.grading.sandbox import box as boxes
 from labkit.grading.sandbox.box import Box
 from labkit.grading.sandbox.remote import RemoteFunction, Session
+from tests.conftest import processes_holding
 
 pytestmark = [pytest.mark.grading, pytest.mark.lesson08]
 REPO = Path(__file__).resolve().parents[2]
@@ -44,17 +45,6 @@ def daemon_cell(token: str) -> str:
             f"start_new_session=True, env={{'LABKIT_TEST_TOKEN': {token!r}}})")
 
 
-def holders(token: str) -> list[str]:
-    out = []
-    for env in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if token.encode() in env.read_bytes():
-                out.append(env.parent.name)
-        except OSError:
-            continue
-    return out
-
-
 @pytest.mark.parametrize("mode", ISOLATING)
 def test_isolating_box_hides_the_course_runs_ranks_and_takes_its_processes_along(mode: str
                                                                                 ) -> None:
@@ -69,13 +59,13 @@ def test_isolating_box_hides_the_course_runs_ranks_and_takes_its_processes_along
         assert "[0, 1]" in ranks.get("stdout", ""), ranks  # loopback is up: gloo works
         session.run_cell(daemon_cell(token))
         time.sleep(0.5)
-        assert holders(token), "the daemon did not start"
+        assert processes_holding(token), "the daemon did not start"
     finally:
         session.close()
     deadline = time.monotonic() + 5
-    while holders(token) and time.monotonic() < deadline:
+    while processes_holding(token) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert holders(token) == [], "a process outlived the box"
+    assert processes_holding(token) == [], "a process outlived the box"
     assert not (REPO / "labkit" / "x.txt").exists()
 
 
