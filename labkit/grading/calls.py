@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labkit.grading.sandbox.wire import decode, encode
+
+if TYPE_CHECKING:
+    from labkit.grading.parts import Question
 
 LAUNCH_TIMEOUT_S = 45.0
 
@@ -46,6 +49,37 @@ def call(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, 
     with CallWatch(tuple(forbid)) as watch:
         value = fn(*args, **kwargs)
     return Outcome(decode(encode(value)), watch.used, watch.tampered)
+
+
+def answer(q: Question, label: str, fn: Callable[..., Any], args: Sequence[Any] = (),
+           kwargs: Mapping[str, Any] | None = None, *, forbid: Sequence[str] = (),
+           reader: Callable[[Any], Any] = lambda v: v, where: str = "", hint: str = "",
+           gate: bool = False) -> Any | None:
+    """Call the student's function and read its answer, or record why not on part ``label``.
+
+    Records the failure (not implemented, raised, called a forbidden labkit function, an
+    answer of the wrong shape: ``reader`` returns a message string) and returns None;
+    otherwise returns what ``reader`` made of the value, and records nothing.
+    """
+    where = where or getattr(fn, "__name__", "your function")
+    try_ = f" Try: {hint}" if hint else ""
+    try:
+        out = call(fn, args, kwargs, forbid)
+    except NotImplementedError:
+        q.record(label, False, f"{where}: not implemented yet: replace `raise "
+                 "NotImplementedError` with your code.", gate=gate)
+        return None
+    except Exception as exc:  # noqa: BLE001 (the student's code raised: that is feedback)
+        q.record(label, False, f"{where} raised {exc}.{try_}", gate=gate)
+        return None
+    if out.used or out.tampered:
+        q.forbidden(label, out.used, out.tampered, gate=gate)
+        return None
+    got = reader(out.value)
+    if isinstance(got, str):
+        q.record(label, False, f"{where}: {got}{try_}", gate=gate)
+        return None
+    return got
 
 
 def launch(fn: Callable[..., Any], check: str, world_size: int, args: Sequence[Any],

@@ -109,26 +109,20 @@ class NumericQuestion(Question):
         for kwargs, expected in cases:
             label = self._label(kwargs)
             where = f"{self.name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
-            try:
-                outcome = calls.call(self.fn, (), kwargs, FORBID)
-            except NotImplementedError:
-                self.record(label, False, f"{self.name} is not implemented yet: replace "
-                            "`raise NotImplementedError` with your code.")
-                continue
-            except Exception as exc:  # noqa: BLE001 (the student's code raised: feedback)
-                self.record(label, False, f"{where} raised {exc}. Try: {hint}")
-                continue
-            if outcome.used or outcome.tampered:
-                self.forbidden(label, outcome.used, outcome.tampered)
-                continue
-            try:
-                got = as_number(outcome.value, where)
-            except NotANumber as exc:
-                self.record(label, False, f"{exc}. Return a plain int or float.")
+            got = calls.answer(self, label, self.fn, (), kwargs, forbid=FORBID, where=where,
+                               reader=_plain_number, hint=hint)
+            if got is None:
                 continue
             ok = close(got, float(expected), 1e-6)
             shown = f", expected {float(expected):g}" if reveal else ""
             self.record(label, ok, f"{where}: got {got:g}{shown}. Try: {hint}")
+
+
+def _plain_number(value: Any) -> float | str:
+    try:
+        return as_number(value)
+    except NotANumber as exc:
+        return f"{exc}. Return a plain int or float"
 
 
 def question(name: str, fn: Callable[..., Any], points: float | None = None) -> NumericQuestion:

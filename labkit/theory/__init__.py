@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from labkit.theory.batch import (
     global_batch,
+    lars_local_lr,
     lr_at_step,
     lr_schedule,
     scaled_lr,
@@ -31,6 +32,7 @@ from labkit.theory.comm import (
     busbw,
     dp_speedup,
     fit_alpha_beta,
+    hierarchical_allreduce_bytes,
     naive_allreduce_bytes,
     ring_allreduce_bytes,
     ring_allreduce_time,
@@ -54,6 +56,7 @@ from labkit.theory.memory import (
     transformer_activation_bytes,
     zero_comm_volume,
     zero_memory,
+    zero_offload_traffic,
 )
 from labkit.theory.pipeline import (
     bubble_fraction,
@@ -79,7 +82,9 @@ __all__ = [
     "fits",
     "get_link",
     "global_batch",
+    "hierarchical_allreduce_bytes",
     "ideal_pipeline_speedup",
+    "lars_local_lr",
     "lr_at_step",
     "lr_schedule",
     "mlp_activation_bytes",
@@ -99,4 +104,5 @@ __all__ = [
     "warmup_lr",
     "zero_comm_volume",
     "zero_memory",
+    "zero_offload_traffic",
 ]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit.errors import ConfigError
 from labkit.grading.sandbox import box as boxes
 from labkit.grading.sandbox.box import Box
 from labkit.grading.sandbox.remote import RemoteFunction, Session
@@ -102,5 +103,5 @@ def test_a_cell_that_ignores_ctrl_c_is_killed_and_the_box_rebuilt() -> None:
 
 
 def test_bad_mode_is_refused_before_anything_starts() -> None:
-    with pytest.raises(boxes.ConfigError, match="one of auto, bwrap, unshare, none"):
+    with pytest.raises(ConfigError, match="one of auto, bwrap, unshare, none"):
         Box(mode="docker")

@@ -162,7 +162,7 @@ class SandboxedExecute(NbGraderPreprocessor):  # type: ignore[misc]
         coursedir = CourseDirectory(parent=self)
         root = Path(coursedir.root)
         locked, tests = _trusted_cells(info)
-        folder = Path(resources.get("metadata", {}).get("path") or ".")
+        folder = Path(resources.get("metadata", {}).get("path") or ".").resolve()
         session = Session(mode=self.sandbox, course_root=root, files=self._files(folder),
                           cell_timeout=self.cell_timeout)
         ns: dict[str, Any] = {"__name__": "__grader__",
@@ -180,11 +180,13 @@ class SandboxedExecute(NbGraderPreprocessor):  # type: ignore[misc]
                 trusted = _is_trusted(cell, locked)
                 gid = cell.metadata.get("nbgrader", {}).get("grade_id")
                 if trusted and gid in tests:
-                    cell.outputs = self._test(cell.source, ns, session)
+                    with contextlib.chdir(folder):  # the notebook's relative paths (data)
+                        cell.outputs = self._test(cell.source, ns, session)
                     continue
                 cell.outputs = box_outputs(session.run_cell(cell.source))
                 if trusted:  # a locked setup cell: the grader needs its imports too
-                    run_in_grader(cell.source, ns)
+                    with contextlib.chdir(folder):
+                        run_in_grader(cell.source, ns)
             resources.setdefault("labkit", {})["sandbox"] = session.mode_used
             resources["labkit"]["box_restarts"] = session.restarts
         finally:
