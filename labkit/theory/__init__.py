@@ -12,6 +12,7 @@ call from a quiz, a grader or the CLI. Modules:
   Amdahl and scaling efficiency
 * ``interconnect``: link presets and per-strategy step-time predictions
 * ``compute``: model FLOPs of a training step (the numerator of MFU)
+* ``deepspeed``: a DeepSpeed ZeRO config read field by field, with labkit's predictions
 * ``cli``: the ``labkit calc`` command
 """
 
@@ -39,6 +40,7 @@ from labkit.theory.comm import (
     scaling_efficiency,
 )
 from labkit.theory.compute import training_flops
+from labkit.theory.deepspeed import FieldMapping, deepspeed_plan, plan_text
 from labkit.theory.interconnect import (
     INTERCONNECTS,
     Interconnect,
@@ -69,6 +71,7 @@ from labkit.theory.pipeline import (
 __all__ = [
     "INTERCONNECTS",
     "AlphaBeta",
+    "FieldMapping",
     "FitReport",
     "Interconnect",
     "StepPrediction",
@@ -77,6 +80,7 @@ __all__ = [
     "bubble_fraction",
     "busbw",
     "bytes_per_param",
+    "deepspeed_plan",
     "dp_speedup",
     "fit_alpha_beta",
     "fits",
@@ -92,6 +96,7 @@ __all__ = [
     "naive_allreduce_bytes",
     "pipeline_peak_activations",
     "pipeline_speedup",
+    "plan_text",
     "predict_step_time",
     "ring_allreduce_bytes",
     "ring_allreduce_time",
