@@ -64,3 +64,19 @@ def test_report_and_widget_render_scores_and_feedback_path() -> None:
     assert "4 / 5" in html and "/tmp/fb.html" in html and "Tampering" in html
     panel = SubmitPanel("ps1_numbers")
     assert panel.button.description == "Submit for grading" and panel.result is None
+
+
+def test_an_nbgrader_run_past_its_budget_is_a_lab_error_not_a_raw_timeout(monkeypatch,
+                                                                           tmp_path: Path) -> None:
+    """Issue 18: `labkit submit` used to die with subprocess.TimeoutExpired after 900 s."""
+    import subprocess
+
+    from labkit.errors import LabError
+    from labkit.grading import course
+
+    def too_slow(*args: object, **kwargs: object) -> None:
+        raise subprocess.TimeoutExpired(cmd="nbgrader", timeout=5)
+
+    monkeypatch.setattr(course.subprocess, "run", too_slow)
+    with pytest.raises(LabError, match="nbgrader autograde did not finish within 5 s"):
+        course.nbgrader(["autograde", "ps1_numbers"], tmp_path, timeout=5)
