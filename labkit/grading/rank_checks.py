@@ -21,11 +21,15 @@ STUB = "{name} is not implemented yet: replace `raise NotImplementedError` with 
 
 
 def stub(q: Question, label: str, name: str) -> bool:
-    """A stub found by an earlier run of this question: record it without starting ranks."""
+    """Skip starting ranks when an earlier run of this question settled it already.
+
+    A stub (``NotImplementedError``) is recorded again on ``label``; after a failed gate
+    the question scores 0 whatever happens next, so nothing more is run or recorded.
+    """
     if getattr(q, "stub", False):
         q.record(label, False, STUB.format(name=name))
         return True
-    return False
+    return any(p.gate and p.ran and not p.passed for p in q.parts.values())
 
 
 def failure(q: Question, label: str, name: str, exc: Exception) -> None:

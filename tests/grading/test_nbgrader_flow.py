@@ -171,3 +171,24 @@ def test_code_exercises_catch_cheats_and_leave_no_processes(root: Path, tmp_path
     leftovers = processes_holding(token)
     assert leftovers == [], f"processes left behind by grading: {leftovers}"
     assert os.environ["LABKIT_TEST_TOKEN"] == token
+
+
+def test_a_students_copy_without_solutions_still_grades_as_practice(tmp_path: Path) -> None:
+    """`labkit submit` in a copy with no solutions/: the visible tests run in the box, the
+    hidden ones cannot, and the report says it is a practice score."""
+    copy = tmp_path / "student-copy"
+    copy.mkdir()
+    shutil.copy(REPO / "nbgrader_config.py", copy / "nbgrader_config.py")
+    shutil.copytree(REPO / "exercises", copy / "exercises")
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source
+               for c in notebook(REPO, "solutions", "ps1_numbers").cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    nb = notebook(copy, "exercises", "ps1_numbers")
+    for gid, source in answers.items():
+        set_cell(nb, gid, "\n".join(line for line in source.splitlines()
+                                    if "### BEGIN SOLUTION" not in line
+                                    and "### END SOLUTION" not in line))
+    result = grade(copy, "ps1_numbers", nb, "me", tmp_path / "nb")
+    assert result.practice and "practice score" in result.report()
+    assert 0 < result.score < result.max_score, result.report()  # hidden-only parts: not yet
+    assert "[checked at grading]" in feedback_text(result)

@@ -23,6 +23,10 @@ def test_cli_registers_submit_and_course() -> None:
     args = parser.parse_args(["submit", "ps1_numbers", "--student", "alice", "--json"])
     assert args.func is grading_cli._submit and args.student == "alice" and args.json
     assert parser.parse_args(["course", "check"]).func is grading_cli._check
+    traces = parser.parse_args(["course", "traces", "--only", "public"])
+    assert traces.func is grading_cli._traces and traces.only == "public"
+    assert parser.parse_args(["submit", "ps1_numbers", "--cell-timeout", "5",
+                              "--sandbox", "none"]).cell_timeout == 5
 
 
 def test_submit_rejects_unknown_assignment_before_grading(capsys: pytest.CaptureFixture[str]
