@@ -48,8 +48,9 @@ c.CourseDirectory.assignment_id = ""
 # cell_timeout seconds: it only defines functions, so 60 s is generous; one that never
 # returns is stopped and the rest of the notebook is still graded. A test cell gets
 # test_timeout seconds for everything it runs in the box: the slowest (ps3's ring
-# all-reduce, three real-rank launches on 2, 3 and 4 ranks) takes about 8 s on a quiet
-# 2-core machine and took 42 s with a load average of 8, so 120 s leaves room. sandbox: auto =
+# all-reduce, three real-rank launches on 2, 3 and 4 ranks) took 6 s in the sandbox on this
+# 2-core machine at load average 2 (bench/bench_grading.py) and 42 s at load average 8, so
+# 120 s leaves room. sandbox: auto =
 # bubblewrap, else unshare, else none.
 c.Autograde.autograde_preprocessors = [
     SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
