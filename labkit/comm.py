@@ -147,6 +147,7 @@ class Comm:
         self._depth = 0  # nesting of blocking calls
         self._pending = 0  # async ops launched and not yet complete
         self._live: set[Handle] = set()  # handles whose span is not recorded yet
+        self.slow_link_Bps: float | None = None  # see emulate_slow_link
         self._root: Comm = parent._root if parent is not None else self
 
     def on(self, axis: str, group: Any, ranks: list[int]) -> Comm:
@@ -272,10 +273,26 @@ class Comm:
             meta.setdefault("axis", self.axis)
         return {**meta, "peer": self.ranks[peer]}
 
+    def emulate_slow_link(self, bandwidth_Bps: float | None) -> None:
+        """Make every send of THIS rank also wait ``bytes / bandwidth_Bps`` inside its span.
+
+        A rank that sleeps in communication: what a slow outgoing link looks like on the
+        timeline (problem set 4's recorded traces use it). ``None`` switches it off.
+        """
+        self.slow_link_Bps = bandwidth_Bps
+
+    def _link_delay(self, tensor: torch.Tensor) -> None:
+        if self.slow_link_Bps:
+            time.sleep(_nbytes(tensor) / self.slow_link_Bps)
+
     def send(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> None:
         g = self.ranks[dst]
-        self._run(Op.SEND, lambda t, **kw: dist.send(t, g, tag=tag, **kw), (tensor,), False,
-                  self._p2p_meta(tensor, dst, meta))
+
+        def slow_send(t: torch.Tensor, **kw: Any) -> None:
+            self._link_delay(t)
+            dist.send(t, g, tag=tag, **kw)
+
+        self._run(Op.SEND, slow_send, (tensor,), False, self._p2p_meta(tensor, dst, meta))
 
     def recv(self, tensor: torch.Tensor, src: int, *, tag: int = 0, **meta: Any) -> None:
         g = self.ranks[src]
@@ -285,6 +302,7 @@ class Comm:
     def isend(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> Handle:
         meta = self._p2p_meta(tensor, dst, meta)
         start = _now()
+        self._link_delay(tensor)
         work = dist.isend(tensor, self.ranks[dst], group=self.group, tag=tag)
         return Handle(self, work, Op.SEND, start, meta)
 

@@ -28,6 +28,18 @@ def rank_children() -> list[int]:
     return out
 
 
+def processes_holding(token: str) -> list[str]:
+    """PIDs of live processes whose environment contains ``token`` (a test's marker)."""
+    out = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if token.encode() in env.read_bytes():
+                out.append(env.parent.name)
+        except OSError:
+            continue
+    return out
+
+
 @pytest.fixture
 def no_leftover_ranks():
     """Fails the test if any rank process it started is still alive afterwards."""

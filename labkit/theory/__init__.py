@@ -13,6 +13,7 @@ call from a quiz, a grader or the CLI. Modules:
 * ``interconnect``: link presets and per-strategy step-time predictions
 * ``compute``: model FLOPs of a training step (the numerator of MFU)
 * ``parallel3d``: per-rank parameters, memory and per-axis traffic of a dp x pp x tp grid
+* ``deepspeed``: a DeepSpeed ZeRO config read field by field, with labkit's predictions
 * ``cli``: the ``labkit calc`` command
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from labkit.theory.batch import (
     global_batch,
+    lars_local_lr,
     lr_at_step,
     lr_schedule,
     scaled_lr,
@@ -34,12 +36,14 @@ from labkit.theory.comm import (
     dp_speedup,
     fit_alpha_beta,
     fit_amdahl,
+    hierarchical_allreduce_bytes,
     naive_allreduce_bytes,
     ring_allreduce_bytes,
     ring_allreduce_time,
     scaling_efficiency,
 )
 from labkit.theory.compute import training_flops
+from labkit.theory.deepspeed import FieldMapping, deepspeed_plan, plan_text
 from labkit.theory.interconnect import (
     INTERCONNECTS,
     Interconnect,
@@ -57,6 +61,7 @@ from labkit.theory.memory import (
     transformer_activation_bytes,
     zero_comm_volume,
     zero_memory,
+    zero_offload_traffic,
 )
 from labkit.theory.parallel3d import Layout3D, gpt_params, parallel_layout
 from labkit.theory.pipeline import (
@@ -70,6 +75,7 @@ from labkit.theory.pipeline import (
 __all__ = [
     "INTERCONNECTS",
     "AlphaBeta",
+    "FieldMapping",
     "FitReport",
     "Layout3D",
     "Interconnect",
@@ -80,6 +86,7 @@ __all__ = [
     "bubble_fraction",
     "busbw",
     "bytes_per_param",
+    "deepspeed_plan",
     "dp_speedup",
     "fit_alpha_beta",
     "fit_amdahl",
@@ -87,7 +94,9 @@ __all__ = [
     "get_link",
     "global_batch",
     "gpt_params",
+    "hierarchical_allreduce_bytes",
     "ideal_pipeline_speedup",
+    "lars_local_lr",
     "lr_at_step",
     "lr_schedule",
     "mlp_activation_bytes",
@@ -96,6 +105,7 @@ __all__ = [
     "parallel_layout",
     "pipeline_peak_activations",
     "pipeline_speedup",
+    "plan_text",
     "predict_step_time",
     "ring_allreduce_bytes",
     "ring_allreduce_time",
@@ -108,4 +118,5 @@ __all__ = [
     "warmup_lr",
     "zero_comm_volume",
     "zero_memory",
+    "zero_offload_traffic",
 ]
