@@ -12,10 +12,18 @@ course_id and folders.
 
 import os
 
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-from nbgrader.preprocessors import GetGrades
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
 
 from labkit.grading.feedback import HideHiddenTests
+from labkit.grading.sandbox.execute import SandboxedExecute
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
@@ -34,10 +42,24 @@ c.CourseDirectory.feedback_directory = os.path.join("course", "feedback")
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(_root, "course", "gradebook.db")
 c.CourseDirectory.assignment_id = ""
 
-# Code exercises start real ranks (process start-up, a 60 s supervisor timeout per launch):
-# give every cell room, and a whole notebook a bounded time.
-c.Execute.timeout = 600
-c.ExecutePreprocessor.timeout = 600
+# Autograde runs every student cell in a sandbox and the locked test cells in the grader's
+# own process (labkit.grading.sandbox): the student's code can neither read solutions/,
+# the gradebook or other students' work, nor patch the checks. A student cell gets
+# cell_timeout seconds: it only defines functions, so 60 s is generous; one that never
+# returns is stopped and the rest of the notebook is still graded. A test cell gets
+# test_timeout seconds for everything it runs in the box: the slowest (ps3's ring
+# all-reduce, three real-rank launches on 2, 3 and 4 ranks) took 6 s in the sandbox on this
+# 2-core machine at load average 2 (bench/bench_grading.py) and 42 s at load average 8, so
+# 120 s leaves room. sandbox: auto =
+# bubblewrap, else unshare, else none.
+c.Autograde.autograde_preprocessors = [
+    SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
+    AssignLatePenalties, CheckCellMetadata]
+c.SandboxedExecute.cell_timeout = 60.0
+c.SandboxedExecute.test_timeout = 120.0
+c.SandboxedExecute.sandbox = "auto"
+# `nbgrader validate` (a student checking a notebook by hand) still uses nbgrader's kernel.
+c.Execute.timeout = 120
 c.Execute.kernel_name = "python3"
 
 # A deleted test cell is put back (and run); an edited locked cell gets its original source

@@ -22,12 +22,12 @@ TIDS = {Lane.COMPUTE: 0, Lane.COMM: 1, Lane.STEP: 2}
 
 def _label(e: Event) -> str:
     if e.name:
-        return e.name
+        return f"{e.name} [{e.axis}]" if e.axis and e.lane == Lane.COMM else e.name
     if e.op in (Op.SEND, Op.RECV) and e.peer is not None:
         return f"{e.op.value} {'->' if e.op == Op.SEND else '<-'} {e.peer}"
     if e.op == Op.STEP:
         return f"step {e.step}"
-    return e.op.value
+    return f"{e.op.value} [{e.axis}]" if e.axis else e.op.value
 
 
 def match_sends(events: list[Event]) -> list[tuple[Event, Event]]:
@@ -42,11 +42,18 @@ def match_sends(events: list[Event]) -> list[tuple[Event, Event]]:
     return [pair for key, ss in sends.items() for pair in zip(ss, recvs.get(key, []))]
 
 
+AXIS_CNAMES = {"dp": "terrible", "pp": "rail_animation", "tp": "good"}
+"""chrome://tracing's reserved colour names for each axis's traffic (Perfetto colours by
+name; the axis is in every comm span's name and category)."""
+
+
 def to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
+    from labkit.plots import rank_labels
+
     out: list[dict[str, Any]] = []
-    for r in timeline.ranks:
+    for r, label in zip(timeline.ranks, rank_labels(timeline)):
         out.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
-                    "args": {"name": f"rank {r}"}})
+                    "args": {"name": label}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0,
                     "args": {"sort_index": r}})
         for lane, tid in TIDS.items():
@@ -55,9 +62,13 @@ def to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
     for e in timeline.events:
         args = {k: v for k, v in e.to_json().items()
                 if k not in ("rank", "lane", "op", "start_ns", "dur_ns", "name")}
-        out.append({"ph": "X", "name": _label(e), "cat": e.op.value, "pid": e.rank,
-                    "tid": TIDS[e.lane], "ts": e.start_ns / 1e3, "dur": e.dur_ns / 1e3,
-                    "args": args})
+        span = {"ph": "X", "name": _label(e), "cat": e.op.value, "pid": e.rank,
+                "tid": TIDS[e.lane], "ts": e.start_ns / 1e3, "dur": e.dur_ns / 1e3,
+                "args": args}
+        if e.axis and e.lane == Lane.COMM:
+            span["cat"] = f"{e.op.value},{e.axis}"
+            span["cname"] = AXIS_CNAMES.get(e.axis, "generic_work")
+        out.append(span)
     for flow, (snd, rcv) in enumerate(match_sends(timeline.events)):
         out.append({"ph": "s", "id": flow, "name": "p2p", "cat": "p2p", "pid": snd.rank,
                     "tid": TIDS[Lane.COMM], "ts": snd.start_ns / 1e3})

@@ -20,10 +20,13 @@ _PLUGINS = ("labkit.theory.cli", "labkit.quiz.cli", "labkit.grading.cli")
 
 
 def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
-    from labkit.runflags import config_from_args, fail_input, fail_run, report, save_partial
+    from labkit.runflags import config_from_args, fail_input, fail_run, output_problems, report, save_partial
 
     try:
         config = config_from_args(args, extra)
+        problems = output_problems(args)  # before any process starts: never lose a result
+        if problems:
+            raise ConfigError(problems)
     except ConfigError as err:
         return fail_input(args, str(err))
     from labkit.runner import run
@@ -42,8 +45,24 @@ def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
 def _doctor_command(args: argparse.Namespace, _extra: list[str]) -> int:
     from labkit.doctor import doctor
 
-    report = doctor()
+    report = doctor(clean=args.clean)
     print(json.dumps(report.to_json(), indent=1) if args.json else report)
+    return 0
+
+
+def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
+    from labkit.calibrate import cache_dir, calibrate
+
+    result = calibrate(args.device, refresh=True)
+    if result is None:
+        print("labkit: error: the calibration run failed (is torch installed?)", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['name']}: peak {result['peak_flops_per_s'] / 1e9:.1f} GFLOP/s fp32 "
+              f"matmul ({result['matrix']}^2, {result.get('threads') or 1} threads); cached in "
+              f"{cache_dir() / 'peak_flops.json'} as the denominator of MFU")
     return 0
 
 
@@ -61,12 +80,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     d = sub.add_parser("doctor", help="what this machine can run")
     d.add_argument("--json", action="store_true")
+    d.add_argument("--clean", action="store_true",
+                   help="remove what crashed emulated-cluster runs left (namespaces, processes)")
     d.set_defaults(handler=_doctor_command)
     r = sub.add_parser("run", help="train a strategy on real ranks",
                        epilog="Strategy options: `labkit run STRATEGY --help` lists them.")
     add_run_flags(r)
     r.set_defaults(handler=_run_command)
     sub.add_parser("list", help="the registered strategies").set_defaults(handler=_list_command)
+    c = sub.add_parser("calibrate", help="measure this machine's peak matmul FLOP/s again "
+                                         "(the denominator of MFU; run it on a quiet machine)")
+    c.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(handler=_calibrate_command)
     for module in _PLUGINS:
         try:
             importlib.import_module(module).register(sub)

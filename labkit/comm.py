@@ -113,7 +113,7 @@ class Handle:
         self._record(self.done_ns if self.done_ns is not None else t1)
         if t1 - t0 > 20_000:  # blocked for more than 20 us: show it as exposed comm
             comm.tracer.record(Op.WAIT, t0, t1, step=self._meta.get("step"),
-                               bucket=self._meta.get("bucket"))
+                               bucket=self._meta.get("bucket"), axis=comm.axis)
         if self._then is not None:
             then, self._then = self._then, None
             then()
@@ -147,6 +147,7 @@ class Comm:
         self._depth = 0  # nesting of blocking calls
         self._pending = 0  # async ops launched and not yet complete
         self._live: set[Handle] = set()  # handles whose span is not recorded yet
+        self.slow_link_Bps: float | None = None  # see emulate_slow_link
         self._root: Comm = parent._root if parent is not None else self
 
     def on(self, axis: str, group: Any, ranks: list[int]) -> Comm:
@@ -237,6 +238,16 @@ class Comm:
         return self._run(Op.BROADCAST, lambda t, **kw: dist.broadcast(t, g, **kw), (tensor,),
                          async_op, meta)
 
+    def broadcast_object(self, obj: Any, src: int = 0, **meta: Any) -> Any:
+        """Group rank ``src``'s picklable ``obj`` on every rank of the group (returned); for
+        small decisions one rank makes for all (e.g. which checkpoint to resume from)."""
+        box = [obj]
+        g = self.ranks[src]
+        meta.setdefault("peer", g)
+        self._run(Op.BROADCAST, lambda b, **kw: dist.broadcast_object_list(b, src=g, **kw),
+                  (box,), False, meta)
+        return box[0]
+
     def reduce(self, tensor: torch.Tensor, dst: int, op: str = "sum", *, async_op: bool = False,
                **meta: Any) -> Handle | None:
         """Reduce ``tensor`` across the group onto group rank ``dst``."""
@@ -262,10 +273,26 @@ class Comm:
             meta.setdefault("axis", self.axis)
         return {**meta, "peer": self.ranks[peer]}
 
+    def emulate_slow_link(self, bandwidth_Bps: float | None) -> None:
+        """Make every send of THIS rank also wait ``bytes / bandwidth_Bps`` inside its span.
+
+        A rank that sleeps in communication: what a slow outgoing link looks like on the
+        timeline (problem set 4's recorded traces use it). ``None`` switches it off.
+        """
+        self.slow_link_Bps = bandwidth_Bps
+
+    def _link_delay(self, tensor: torch.Tensor) -> None:
+        if self.slow_link_Bps:
+            time.sleep(_nbytes(tensor) / self.slow_link_Bps)
+
     def send(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> None:
         g = self.ranks[dst]
-        self._run(Op.SEND, lambda t, **kw: dist.send(t, g, tag=tag, **kw), (tensor,), False,
-                  self._p2p_meta(tensor, dst, meta))
+
+        def slow_send(t: torch.Tensor, **kw: Any) -> None:
+            self._link_delay(t)
+            dist.send(t, g, tag=tag, **kw)
+
+        self._run(Op.SEND, slow_send, (tensor,), False, self._p2p_meta(tensor, dst, meta))
 
     def recv(self, tensor: torch.Tensor, src: int, *, tag: int = 0, **meta: Any) -> None:
         g = self.ranks[src]
@@ -292,6 +319,7 @@ class Comm:
     def isend(self, tensor: torch.Tensor, dst: int, *, tag: int = 0, **meta: Any) -> Handle:
         meta = self._p2p_meta(tensor, dst, meta)
         start = _now()
+        self._link_delay(tensor)
         work = dist.isend(tensor, self.ranks[dst], group=self.group, tag=tag)
         return Handle(self, work, Op.SEND, start, meta)
 
@@ -354,11 +382,13 @@ class _Blocking:
         c = self._comm
         c._root._depth += 1
         c._update_status()
+        c.tracer.pause_compute()  # blocked here: not computing
 
     def __exit__(self, *exc: object) -> None:
         c = self._comm
         c._root._depth -= 1
         c._update_status()
+        c.tracer.resume_compute()
 
 
 def _nbytes(t: torch.Tensor) -> int:

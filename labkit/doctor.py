@@ -1,16 +1,20 @@
 """``labkit doctor``: what this machine can run, in one look.
 
 Reports Python and torch versions, which distributed backends torch was built with, CPU
-cores and GPUs, the world sizes that make sense here, and whether JupyterLab and nbgrader
-are installed — the first thing to run on a new laptop or GPU server.
+cores and GPUs, the world sizes that make sense here, whether JupyterLab and nbgrader
+are installed, and whether emulated nodes (``labkit.cluster``: network namespaces joined
+by a shaped link) can run here and why not — the first thing to run on a new laptop or
+GPU server. ``labkit doctor --clean`` also removes what crashed cluster runs left behind.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from labkit import devices
@@ -35,6 +39,8 @@ class DoctorReport:
     packages: dict[str, str | None]
     strategies: list[str]
     notes: list[str] = field(default_factory=list)
+    cluster: dict[str, Any] = field(default_factory=dict)
+    """Emulated nodes: available, mode, reason, tbf / netem, leftovers of dead runs."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -55,6 +61,7 @@ class DoctorReport:
         for name, ver in self.packages.items():
             lines.append(f"  {name:<15} {ver or 'not installed'}")
         lines.append("  strategies      " + ", ".join(self.strategies))
+        lines += _cluster_lines(self.cluster)
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -62,7 +69,56 @@ class DoctorReport:
         p.text(str(self))
 
 
-def doctor() -> DoctorReport:
+def _cluster_lines(c: dict[str, Any]) -> list[str]:
+    if not c:
+        return []
+    if not c["available"]:
+        return [f"  emulated nodes  no: {c['reason']}",
+                "                  (lesson 10 then shows the alpha-beta predictions only)"]
+    shaping = c["shaping"]
+    ways = ", ".join(f"{name}: {'yes' if c.get(key) else 'no'}" for name, key in
+                     (("as root", "root_namespaces"), ("user namespaces", "user_namespaces")))
+    lines = [f"  emulated nodes  yes ({c['mode']}): {c['reason']}",
+             f"                  ({ways})",
+             f"  link shaping    rate (tbf): {'yes' if shaping['tbf'] else 'NO'}, latency "
+             f"(netem): {'yes' if shaping['netem'] else 'no, links keep the machine latency'}"]
+    left = c.get("leftovers", {})
+    if left.get("namespaces") or left.get("processes"):
+        lines.append(f"  leftovers       {len(left['namespaces'])} namespace(s), "
+                     f"{len(left['processes'])} process(es) of dead cluster runs: "
+                     f"`labkit doctor --clean` removes them")
+    if c.get("cleaned"):
+        lines.append(f"  cleaned         {c['cleaned']}")
+    return lines
+
+
+def cluster_status(clean: bool = False) -> dict[str, Any]:
+    """Emulated nodes on this machine: can they run, how, and what dead runs left behind."""
+    from labkit.cluster import leftovers, netns
+    from labkit.cluster.support import link_shaping, support
+
+    where = support()
+    out: dict[str, Any] = {"available": where.available, "mode": where.mode,
+                           "reason": where.reason}
+    if where.available or os.environ.get("LABKIT_CLUSTER_MODE", "") != "off":
+        from labkit.cluster.support import root_works, userns_works
+
+        # both ways, so an instructor sees what a non-root student would get
+        out["root_namespaces"] = os.geteuid() == 0 and root_works()[0]
+        out["user_namespaces"] = userns_works()[0]
+    if clean:
+        out["cleaned"] = str(leftovers.sweep())
+    if where.available:
+        out["shaping"] = link_shaping()
+        dead = [(pid, rid) for pid, rid, lock in leftovers.run_processes()
+                if not leftovers.is_alive(Path(lock) if lock else leftovers.lock_path(rid))]
+        spaces = [ns for ns in (netns.labkit_namespaces() if where.mode == "root" else [])
+                  if not leftovers.is_alive(leftovers.lock_path(ns.split("-")[1]))]
+        out["leftovers"] = {"namespaces": spaces, "processes": [pid for pid, _ in dead]}
+    return out
+
+
+def doctor(clean: bool = False) -> DoctorReport:
     from labkit import strategies
 
     notes: list[str] = []
@@ -94,4 +150,4 @@ def doctor() -> DoctorReport:
         backends=backends, cpu_cores=cores, gpus=gpus, suggested_world_sizes=sizes,
         packages={p: _version(p) for p in ("jupyterlab", "ipywidgets", "nbgrader",
                                             "matplotlib")},
-        strategies=strategies.names(), notes=notes)
+        strategies=strategies.names(), notes=notes, cluster=cluster_status(clean))

@@ -25,6 +25,7 @@ one replica see the same samples (``labkit.grid``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar, cast
 
@@ -32,12 +33,14 @@ import torch
 from torch import nn
 
 from labkit.config import RunConfig
+from labkit.data import DigitsTask
 from labkit.events import Op
 from labkit.metrics import RankMetrics
 from labkit.optim import make_optimizer
 from labkit.rank import RankContext, RankOutput
 from labkit.training import (
     BackwardClock,
+    held_out_accuracy,
     max_abs_diff,
     model_stats,
     params_sha256,
@@ -111,7 +114,7 @@ class TrainLoop(Generic[R]):
         """Called after zero_grad, before forward (tag hooks with the step, reset buffers)."""
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return nn.functional.cross_entropy(out, y)
+        return self.task.loss(out, y)
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> Any:
         """2. Forward and backward on this rank's data; returns the loss (tensor or float)."""
@@ -147,9 +150,12 @@ class TrainLoop(Generic[R]):
     # ---- the loop ------------------------------------------------------------------------
     def run(self) -> RankOutput:
         start, self.losses = self.checkpointer.start() if self.checkpointer else (0, [])
+        walls = self.record.step_seconds = []
         for step in range(start, self.cfg.steps):
+            t0 = time.perf_counter()
             with self.ctx.step(step):
                 self.train_step(step)
+            walls.append(time.perf_counter() - t0)
             if self.checkpointer is not None:  # 5. outside the step span: saving is not training
                 self.checkpointer.after_step(step, self.losses)
         return self.finish()
@@ -174,23 +180,32 @@ class TrainLoop(Generic[R]):
         num_params, matmul_params = self.stats
         rec.num_params = num_params
         rec.samples_per_step = self.global_batch()
+        if self.task.tokens_per_sample > 1:
+            rec.tokens_per_step = self.global_batch() * self.task.tokens_per_sample
         rec.flops_per_step = self.flops_per_step(matmul_params)
         self.fill_record()
         if self.checkpointer is not None and self.checkpointer.root:
-            rec.checkpoints_saved = list(self.checkpointer.saved)
-            rec.resumed_from_step = self.checkpointer.resumed_from
+            for key, value in self.checkpointer.metrics().items():
+                setattr(rec, key, value)
         out = RankOutput(losses=self.losses, record=rec)
         state = self.final_state()
         if self.reports_state():
             out.params_sha256 = params_sha256(state.items())
             if self.cfg.check_reference:
                 rec.max_abs_diff_vs_reference = max_abs_diff(state, self.reference_state())
+            if isinstance(self.task, DigitsTask):
+                rec.accuracy = held_out_accuracy(self.cfg, self.task, state)
         return out
 
     def flops_per_step(self, matmul_params: int) -> float:
-        """Model FLOPs of one step: 6 per weight per sample (2 forward, 4 backward)."""
+        """Model FLOPs of one step: 6 per weight per sample or token (2 forward, 4 backward),
+        plus attention's score and value matmuls for the GPT."""
         from labkit.theory import training_flops
 
+        m = self.cfg.model
+        if m.kind == "gpt":
+            return training_flops(matmul_params, self.global_batch(), seq=m.seq_len,
+                                  attention_layers=m.depth, hidden=m.width)
         return training_flops(matmul_params, self.global_batch())
 
     def _checkpointer(self, module: nn.Module) -> Any:

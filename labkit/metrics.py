@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass
@@ -45,8 +45,24 @@ class RankMetrics:
     """Model FLOPs of one optimizer step, all ranks together (forward + backward)."""
     max_abs_diff_vs_reference: float | None = None
     """Largest |w - w_reference| this rank could check against one process."""
+    accuracy: float | None = None
+    """Share of held-out samples the final model classifies correctly (digits)."""
     checkpoints_saved: list[int] | None = None
     resumed_from_step: int | None = None
+    checkpoint_fallback: list[dict[str, Any]] | None = None
+    """Newer checkpoints a resume skipped because a file failed its check (which, why)."""
+    checkpoints_moved_aside: list[str] | None = None
+    """Step directories that were not committed checkpoints, renamed ``*.corrupt`` by a save."""
+    step_seconds: list[float] | None = None
+    """Wall seconds of each step on this rank (measured with or without the tracer)."""
+
+    REPORTED: ClassVar[tuple[str, ...]] = ()
+    """Run metrics ``report_lines`` already shows (``labkit run`` prints the rest plainly)."""
+
+    @classmethod
+    def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
+        """The strategy's own table for ``labkit run`` (``labkit.report``); none by default."""
+        return []
 
     def as_dict(self) -> dict[str, Any]:
         """This rank's fields that were measured (None left out)."""
@@ -60,6 +76,12 @@ class RankMetrics:
         for rec in records[1:]:
             out.update(rec.as_dict())
         out.update(records[0].as_dict())
+        out.pop("step_seconds", None)
+        walls = [r.step_seconds for r in records if r.step_seconds]
+        if walls:  # a step ends when its slowest rank does; the first warms up
+            per_step = [max(v) for v in zip(*walls)]
+            steady = sorted(per_step[1:] or per_step)
+            out["step_wall_s"] = steady[len(steady) // 2]
         diffs = {k for rec in records for k in rec.as_dict() if k.startswith("max_abs_diff")}
         for key in diffs:
             out[key] = max(float(getattr(rec, key)) for rec in records

@@ -29,6 +29,31 @@ COLORS: dict[Op, str] = {
     Op.WAIT: "#D7D7D7", Op.STEP: "#F0F0F0",
 }
 LANE_ORDER = (Lane.COMPUTE, Lane.COMM)
+AXIS_COLORS = {"dp": "#E15759", "pp": "#9467BD", "tp": "#2CA02C"}
+"""Communication coloured by the grid axis it ran on, when a run uses several axes."""
+
+
+def _axes_in(events: Iterable[Event]) -> list[str]:
+    return sorted({e.axis for e in events if e.lane == Lane.COMM and e.axis is not None})
+
+
+def _color(e: Event, by_axis: bool) -> str:
+    if by_axis and e.lane == Lane.COMM and e.axis in AXIS_COLORS and e.op != Op.WAIT:
+        return AXIS_COLORS[e.axis]
+    return COLORS[e.op]
+
+
+def rank_labels(timeline: Timeline) -> list[str]:
+    """"rank 3" or, on a grid with several axes, "rank 3 dp0 pp1 tp1"."""
+    grid = timeline.meta.get("grid") or {}
+    active = [a for a in ("dp", "pp", "tp") if grid.get(a, 1) > 1]
+    if len(active) < 2:
+        return [f"rank {r}" for r in timeline.ranks]
+    from labkit.grid import Grid
+
+    g = Grid(**{a: int(grid.get(a, 1)) for a in ("dp", "pp", "tp")})
+    return [f"rank {r} " + " ".join(f"{a}{g.coords(r)[a]}" for a in active)
+            for r in timeline.ranks]
 
 
 def new_figure(figsize: tuple[float, float] = (8, 4.5)) -> Figure:
@@ -56,19 +81,25 @@ def _units(span_ns: float) -> tuple[float, str]:
 
 def draw_timeline(ax: Axes, events: Sequence[Event], ranks: Iterable[int], *,
                   scale: float, origin: float = 0.0, labels: bool = True,
-                  links: bool = True) -> None:
-    """Draw events on ``ax``: rank r occupies y in [r, r+1), compute above comm."""
+                  links: bool = True, row_labels: Sequence[str] | None = None) -> None:
+    """Draw events on ``ax``: rank r occupies y in [r, r+1), compute above comm. Traffic
+    on several grid axes is coloured by axis (``AXIS_COLORS``)."""
     ranks = list(ranks)
     lane_h = 0.42
+    by_axis = len(_axes_in(events)) > 1
+    shown = [e for e in events if e.lane in LANE_ORDER and e.rank in ranks]
+    extent = (max((e.end_ns for e in shown), default=1) - min((e.start_ns for e in shown),
+                                                              default=0)) / scale
+    min_label = 0.02 * extent  # a label needs room: spans under 2% of the plot stay bare
     for e in events:
         if e.lane not in LANE_ORDER or e.rank not in ranks:
             continue
         row = ranks.index(e.rank)
         y = row + (0.05 if e.lane == Lane.COMPUTE else 0.5)
         x, w = (e.start_ns - origin) / scale, max(e.dur_ns / scale, 1e-9)
-        ax.broken_barh([(x, w)], (y, lane_h), facecolors=COLORS[e.op], edgecolor="white",
+        ax.broken_barh([(x, w)], (y, lane_h), facecolors=_color(e, by_axis), edgecolor="white",
                        linewidth=0.3)
-        if labels and e.name:
+        if labels and e.name and w >= min_label:
             ax.text(x + w / 2, y + lane_h / 2, e.name, ha="center", va="center", fontsize=6,
                     clip_on=True)
     if links:
@@ -81,16 +112,24 @@ def draw_timeline(ax: Axes, events: Sequence[Event], ranks: Iterable[int], *,
                             arrowprops={"arrowstyle": "->", "color": "#555", "lw": 0.6,
                                         "alpha": 0.6})
     ax.set_yticks([i + 0.5 for i in range(len(ranks))])
-    ax.set_yticklabels([f"rank {r}" for r in ranks])
+    ax.set_yticklabels(list(row_labels) if row_labels is not None else [f"rank {r}" for r in ranks])
     ax.set_ylim(len(ranks), 0)
 
 
 def _legend(ax: Axes, events: Iterable[Event]) -> None:
     from matplotlib.patches import Patch
 
-    ops = sorted({e.op for e in events if e.lane in LANE_ORDER}, key=lambda o: list(Op).index(o))
-    ax.legend(handles=[Patch(color=COLORS[o], label=o.value) for o in ops], loc="upper left",
-              bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    events = list(events)
+    axes = _axes_in(events)
+    by_axis = len(axes) > 1
+    ops = sorted({e.op for e in events if e.lane in LANE_ORDER
+                  and not (by_axis and e.lane == Lane.COMM and e.op != Op.WAIT)},
+                 key=lambda o: list(Op).index(o))
+    handles = [Patch(color=COLORS[o], label=o.value) for o in ops]
+    if by_axis:
+        handles += [Patch(color=AXIS_COLORS[a], label=f"{a} traffic") for a in axes]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+              frameon=False)
 
 
 def plot_timeline(timeline: Timeline, steps: Iterable[int] | None = None, *,
@@ -113,7 +152,7 @@ def plot_timeline(timeline: Timeline, steps: Iterable[int] | None = None, *,
     origin = min(e.start_ns for e in events)
     scale, unit = _units(max(e.end_ns for e in events) - origin)
     draw_timeline(ax, events, timeline.ranks, scale=scale, origin=origin, labels=labels,
-                  links=links)
+                  links=links, row_labels=rank_labels(timeline))
     ax.set_xlabel(f"time ({unit}) — compute lane above, communication lane below")
     ax.set_title(title or _title(timeline))
     _legend(ax, events)

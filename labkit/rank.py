@@ -140,6 +140,9 @@ class RankContext:
     group, which every axis means (``pp_rank == rank``, ``pp_comm is comm``)."""
     axis_comms: dict[str, Comm] = field(default_factory=dict)
     """One traced ``Comm`` per grid axis (see ``comm_on``)."""
+    ranks_per_node: int | None = None
+    """Ranks on each node (torchrun's LOCAL_WORLD_SIZE); None: every rank on one node."""
+    _node_comms: tuple[Comm, Comm] | None = field(default=None, repr=False)
 
     @property
     def options(self) -> Any:
@@ -184,6 +187,20 @@ class RankContext:
     def tp_comm(self) -> Comm:
         return self.comm_on("tp")
 
+    # ---- nodes ---------------------------------------------------------------------------
+    @property
+    def node_size(self) -> int:
+        """Ranks per node; ranks ``k*node_size .. (k+1)*node_size - 1`` share node k."""
+        return self.ranks_per_node or self.world_size
+
+    def node_comms(self) -> tuple[Comm, Comm]:
+        """(intra, inter): a ``Comm`` over this rank's node (axis "intra") and one over the
+        ranks with this rank's local index on every node (axis "inter"). Collective: every
+        rank must call it, at the same point, the first time."""
+        if self._node_comms is None:
+            self._node_comms = build_node_comms(self.comm, self.node_size)
+        return self._node_comms
+
     def step(self, step: int) -> _StepSpan:
         """``with ctx.step(s):`` marks a training step (progress, fault injection, STEP span)."""
         return _StepSpan(self, step)
@@ -201,16 +218,24 @@ class RankContext:
         return self.tracer.events()
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this rank if the supervisor dies (no orphans, even on kill -9)."""
+def _die_with_parent(parent_pid: int | None = None, signum: int | None = None) -> None:
+    """Ask Linux to SIGKILL this rank (or send ``signum``) if the supervisor dies (no
+    orphans, even on kill -9).
+
+    The signal is armed only from this call on: a parent that died between our ``fork``
+    and here left us re-parented already, which ``parent_pid`` (the supervisor's pid, when
+    known) detects. A new session (``start_new_session``) does not disarm it.
+    """
     try:
         import ctypes
         import signal
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGKILL if signum is None else signum)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the supervisor is gone already: nobody will read our result
 
 
 def limit_threads(threads: int) -> None:
@@ -221,16 +246,16 @@ def limit_threads(threads: int) -> None:
 def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = None,
              store: Any = None, status: Any = None, progress: Any = None,
              before_destroy: Any = None, spool_dir: str | None = None,
-             existing_group: bool = False) -> RankReport:
+             ranks_per_node: int | None = None, existing_group: bool = False) -> RankReport:
     """Set up this rank, run the job, and return its report (the process group is destroyed).
 
     ``store`` None means env:// rendezvous (torchrun sets MASTER_ADDR / MASTER_PORT).
     ``spool_dir`` (the supervisor's run directory) turns on the event spool.
     ``before_destroy(report)`` runs while the group is still up (torchrun's worker gathers
-    every rank's report to rank 0 there).
-    ``existing_group``: the launcher already made the default process group through its own
-    env:// rendezvous (Ray Train's ``TorchConfig``); the rank uses it and leaves its teardown
-    to the launcher.
+    every rank's report to rank 0 there). ``ranks_per_node`` (torchrun's LOCAL_WORLD_SIZE)
+    tells hierarchical collectives where the node boundaries are. ``existing_group``: the
+    launcher already made the default process group through its own env:// rendezvous (Ray
+    Train's ``TorchConfig``); the rank uses it and leaves its teardown to the launcher.
     """
     limit_threads(job.threads)
     import torch
@@ -276,7 +301,7 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
                           backend=job.backend, device=device, tracer=tracer, comm=comm,
                           config=cfg, seed=job.seed, progress=progress,
                           fault=cfg.inject_fault if cfg is not None else None, spool=spool,
-                          grid=grid, axis_comms=axis_comms)
+                          grid=grid, axis_comms=axis_comms, ranks_per_node=ranks_per_node)
         try:
             if job.fn is not None:
                 output = job.fn(ctx, *job.args)
@@ -324,18 +349,45 @@ def build_axis_comms(world: Comm, grid: Grid) -> dict[str, Comm]:
     return out
 
 
-def torchrun_store(rank: int, world_size: int) -> Any:
-    """The env:// store torchrun set up, namespaced by restart attempt.
+def build_node_comms(world: Comm, node_size: int) -> tuple[Comm, Comm]:
+    """The two groups of a hierarchical collective, ranks contiguous per node (torchrun's
+    numbering): intra = this rank's node, inter = the same local index on every node.
+    A group of one rank gets a ``Comm`` that records nothing (as for a grid axis of size 1)."""
+    import torch.distributed as dist
+
+    n = world.world_size
+    if node_size < 1 or n % node_size:
+        raise ValueError(f"ranks_per_node ({node_size}) must divide world_size ({n})")
+    nodes = n // node_size
+    intra_groups = [list(range(k * node_size, (k + 1) * node_size)) for k in range(nodes)]
+    inter_groups = [list(range(i, n, node_size)) for i in range(node_size)]
+    comms = []
+    for axis, groups in (("intra", intra_groups), ("inter", inter_groups)):
+        mine = next(g for g in groups if world.rank in g)
+        if len(mine) == 1:
+            comms.append(world.on(axis, "solo", mine))
+        elif len(mine) == n:
+            comms.append(world.on(axis, None, mine))
+        else:
+            group, _ = dist.new_subgroups_by_enumeration(groups)
+            comms.append(world.on(axis, group, mine))
+    return comms[0], comms[1]
+
+
+def torchrun_store(rank: int, world_size: int, job: int = 0) -> Any:
+    """The env:// store torchrun set up, namespaced by restart attempt (and job).
 
     After ``torchrun --max-restarts`` restarts a group, the store may still hold the keys the
     killed attempt wrote (its gloo addresses); new ranks that read them hang connecting to
-    dead processes. A per-attempt prefix (TORCHELASTIC_RESTART_COUNT) keeps attempts apart.
+    dead processes. A per-attempt prefix (TORCHELASTIC_RESTART_COUNT) keeps attempts apart;
+    ``job`` does the same for several runs one after the other in the same processes.
     """
     import torch.distributed as dist
 
     store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size))
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"labkit/attempt_{attempt}", store)
+    prefix = f"labkit/attempt_{attempt}" + (f"/job_{job}" if job else "")
+    return dist.PrefixStore(prefix, store)
 
 
 def _align_clocks(tracer: Tracer, rank: int, world_size: int) -> int:

@@ -40,6 +40,32 @@ class _Span:
         tr._raw.append((self._op, self._start, tr.clock(), self._meta))
 
 
+class _ComputeSpan:
+    """A compute span that this rank's blocking communication cuts (``Tracer.compute``)."""
+
+    __slots__ = ("_meta", "_op", "_start", "_tracer")
+
+    def __init__(self, tracer: Tracer, op: Op, meta: tuple[Any, ...]):
+        self._tracer, self._op, self._meta = tracer, op, meta
+        self._start: Any = None
+
+    def __enter__(self) -> _ComputeSpan:
+        tr = self._tracer
+        self._start = None if tr._paused else tr.clock()
+        tr._open.append(self)
+        return self
+
+    def _cut(self, now: Any) -> None:
+        if self._start is not None:
+            self._tracer._raw.append((self._op, self._start, now, self._meta))
+            self._start = None
+
+    def __exit__(self, *exc: object) -> None:
+        tr = self._tracer
+        tr._open.remove(self)
+        self._cut(tr.clock())
+
+
 class _NullSpan:
     __slots__ = ()
 
@@ -77,6 +103,8 @@ class Tracer:
         self.origin_ns = self.clock()
         self._raw: list[Raw] = []
         self._cleared = 0  # records dropped by clear(), so indexes stay global
+        self._open: list[_ComputeSpan] = []  # compute spans that blocking comm cuts
+        self._paused = 0
 
     @staticmethod
     def _meta(step: int | None = None, microbatch: int | None = None, stage: int | None = None,
@@ -90,6 +118,38 @@ class Tracer:
         if not self.enabled:
             return _NULL
         return _Span(self, op, self._meta(**meta))
+
+    def compute(self, op: Op, **meta: Any) -> _ComputeSpan | _NullSpan:
+        """``with tracer.compute(Op.FORWARD, step=3): ...``: a compute span that is cut while
+        this rank blocks in communication (``labkit.comm`` pauses it), so a forward pass with
+        tensor-parallel all-reduces inside shows as compute, comm, compute -- not as compute
+        overlapping the comm it actually waited for. Several segments, one label."""
+        if not self.enabled:
+            return _NULL
+        return _ComputeSpan(self, op, self._meta(**meta))
+
+    def detail(self, op: Op, **meta: Any) -> _Span | _NullSpan:
+        """A fine-grained span (one layer's matmul) recorded only when no coarser compute span
+        is open: inside a pipeline action the action's span already says it computed."""
+        if not self.enabled or self._open:
+            return _NULL
+        return _Span(self, op, self._meta(**meta))
+
+    def pause_compute(self) -> None:
+        """This rank starts waiting (blocking comm): cut every open compute span (nests)."""
+        self._paused += 1
+        if self._paused == 1 and self._open:
+            now = self.clock()
+            for span in self._open:
+                span._cut(now)
+
+    def resume_compute(self) -> None:
+        """The wait is over: open compute spans run again from now."""
+        self._paused -= 1
+        if self._paused == 0 and self._open:
+            now = self.clock()
+            for span in self._open:
+                span._start = now
 
     def record(self, op: Op, start: Any, end: Any, **meta: Any) -> None:
         """Record a span whose edges were measured elsewhere (e.g. an async op's completion)."""

@@ -1,9 +1,9 @@
-"""Shared pieces every training strategy uses: the seeded model and data, the optimizer,
-a traced backward pass, the single-process reference run and the parameter hash.
+"""Shared pieces every training strategy uses: the seeded model and data, a traced
+backward pass, the single-process reference run and the parameter hash.
 
-The synthetic task is a classification problem labelled by a fixed random "teacher"
-MLP, generated from the seed, so nothing is downloaded and every run is reproducible. The
-global batch of step ``s`` is a fixed slice of a seeded permutation of the dataset; data
+``build_model`` / ``task_for`` turn ``RunConfig.model`` into the model and its data
+(``labkit.data``): the synthetic MLP task, the GPT on Python's own source, or the digits.
+The global batch of step ``s`` is a fixed slice of a seeded permutation of the dataset; data
 rank ``r`` of ``n`` takes the ``r``-th contiguous shard of it. Because every rank averages
 its own loss over an equal shard, averaging gradients across ranks gives exactly the
 gradient of the global batch — the identity the DDP lessons check numerically.
@@ -11,15 +11,17 @@ gradient of the global batch — the identity the DDP lessons check numerically.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from labkit.config import ModelConfig, RunConfig
+from labkit.data import DigitsTask, SyntheticTask, Task, TextTask
 from labkit.events import Op
 from labkit.optim import make_optimizer
 
@@ -50,45 +52,31 @@ def build_mlp(model: ModelConfig, seed: int) -> nn.Sequential:
 
 
 def build_model(config: RunConfig) -> nn.Module:
-    """The model a run trains, identical on every rank for the same seed."""
-    return build_mlp(config.model, config.seed)
+    """The model a run trains (``config.model.kind``), identical on every rank for the same
+    seed and always initialised on the CPU."""
+    m = config.model
+    if m.kind == "gpt":
+        from labkit.data.text import vocab_size_of
+        from labkit.models.gpt import build_gpt
+
+        return build_gpt(vocab_size_of(m.vocab_size), m.width, m.depth, m.heads, m.seq_len,
+                         config.seed)
+    if m.kind == "digits":
+        from labkit.data.digits import DigitsTask
+
+        return build_mlp(dataclasses.replace(m, in_dim=DigitsTask.in_dim,
+                                             out_dim=DigitsTask.classes), config.seed)
+    return build_mlp(m, config.seed)
 
 
-class SyntheticTask:
-    """Seeded classification data: inputs ~ N(0, 1), labels from a random teacher MLP."""
-
-    def __init__(self, seed: int, in_dim: int, out_dim: int, samples: int = 8192):
-        g = torch.Generator().manual_seed(seed + 12345)
-        cpu = torch.device("cpu")  # data lives on the CPU; ranks move their shard to a GPU
-        self.x = torch.randn(samples, in_dim, generator=g, device=cpu)
-        teacher_w1 = torch.randn(in_dim, 64, generator=g, device=cpu) / in_dim ** 0.5
-        teacher_w2 = torch.randn(64, out_dim, generator=g, device=cpu) / 8.0
-        self.y = (torch.tanh(self.x @ teacher_w1) @ teacher_w2).argmax(dim=1)
-        self.samples = samples
-        self.seed = seed
-
-    def indices(self, step: int, global_batch: int) -> torch.Tensor:
-        """Sample indices of step ``step``'s global batch (a new permutation every epoch)."""
-        per_epoch = self.samples // global_batch
-        if per_epoch < 1:
-            raise ValueError(f"global batch ({global_batch}) exceeds the dataset "
-                             f"({self.samples} samples)")
-        epoch, pos = divmod(step, per_epoch)
-        perm = torch.randperm(self.samples, device="cpu", generator=torch.Generator().manual_seed(
-            self.seed * 7919 + epoch))
-        return perm[pos * global_batch:(pos + 1) * global_batch]
-
-    def batch(self, step: int, global_batch: int, shard: int = 0, shards: int = 1
-              ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Shard ``shard`` of ``shards`` equal contiguous pieces of step ``step``'s batch."""
-        idx = self.indices(step, global_batch)
-        per = global_batch // shards
-        idx = idx[shard * per:(shard + 1) * per]
-        return self.x[idx], self.y[idx]
-
-
-def task_for(config: RunConfig) -> SyntheticTask:
-    return SyntheticTask(config.seed, config.model.in_dim, config.model.out_dim)
+def task_for(config: RunConfig) -> Task:
+    """The data of ``config.model.kind`` (``labkit.data``), the same on every rank."""
+    m = config.model
+    if m.kind == "gpt":
+        return TextTask(config.seed, m.seq_len, m.vocab_size)
+    if m.kind == "digits":
+        return DigitsTask(config.seed)
+    return SyntheticTask(config.seed, m.in_dim, m.out_dim)
 
 
 class BackwardClock:
@@ -138,15 +126,18 @@ def params_sha256(named: Iterable[tuple[str, torch.Tensor]]) -> str:
     return h.hexdigest()
 
 
-def reference_train(config: RunConfig, dp: int) -> dict[str, torch.Tensor]:
-    """One process trains the same model on the global batch (``dp`` x ``batch_size``)."""
-    model = build_mlp(config.model, config.seed)
+def reference_train(config: RunConfig, dp: int,
+                    build: Callable[[RunConfig], nn.Module] | None = None
+                    ) -> dict[str, torch.Tensor]:
+    """One process trains the same model on the global batch (``dp`` x ``batch_size``);
+    ``build`` makes the model (default ``build_model``)."""
+    model = (build or build_model)(config)
     opt = make_optimizer(config.optimizer, model.parameters(), config.lr)
     task = task_for(config)
     for step in range(config.steps):
         x, y = task.batch(step, config.batch_size * dp)
         opt.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(x), y).backward()
+        task.loss(model(x), y).backward()
         opt.step()
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -168,4 +159,12 @@ def model_stats(model: nn.Module) -> tuple[int, int]:
     total = sum(p.numel() for p in model.parameters())
     matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     return total, matmul
+
+
+def held_out_accuracy(config: RunConfig, task: DigitsTask, state: dict[str, torch.Tensor]
+                      ) -> float:
+    """Accuracy of the final weights ``state`` on the images the run never trained on."""
+    model = build_model(config)
+    model.load_state_dict(state)
+    return task.accuracy(model)
 

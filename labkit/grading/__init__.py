@@ -1,9 +1,17 @@
-"""Graded exercises: check helpers, the plan checker, code run on real ranks, local submit.
+"""Graded exercises: check helpers, per-part scoring, the sandboxed autograder, local submit.
 
 * ``checks``: convert answers to plain numbers / tensors, then compare; ``Verdict`` feedback
-* ``numeric``: answer keys (from ``labkit.theory``) and checks for problem set 1
+* ``parts``: ``Question``: partial credit part by part, gates, "checked at grading"
+* ``calls``: call a student's function here or in the grading box, watched for calls into
+  labkit's own answer (``labkit.theory``, ``labkit.schedules``, labkit's implementations)
+* ``numeric``: problem set 1's visible cases and parts (keys: instructor side)
 * ``plan_checker``: is a parallelism plan feasible? (memory, bubble, TP inside a node)
-* ``code_checks`` / ``plan_code``: student code graded on N real ranks / a 1F1B plan
+* ``code_checks``, ``sync_checks``, ``rank_checks``, ``rank_side``: student code on real
+  ranks (ring all-reduce, bucketed sync, ZeRO-1); ``plan_code``: a hand-written 1F1B plan
+* ``reasoning``, ``traces``: problem set 4 (strategy choice, the mini challenge, reading
+  recorded timelines) and the recorder of its traces
+* ``sandbox``: where autograding runs the student's code (a box) and how the checks reach it
+* ``instructor``: loads the instructor-only data in ``solutions/_grading/``
 * ``course``, ``submit``, ``cli``: the nbgrader course in the repo and ``labkit submit``
 * ``feedback``: the preprocessor that keeps hidden tests out of the feedback HTML
 

@@ -27,6 +27,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "for several")
     p.add_argument("--student", default="student", help="student id (default: student)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--cell-timeout", type=float, default=None, metavar="S",
+                   help="seconds a cell may run before it is stopped (default: "
+                        "nbgrader_config.py, 60)")
+    p.add_argument("--sandbox", choices=("auto", "bwrap", "unshare", "none"), default=None,
+                   help="where your code runs while graded (default: auto, the safest "
+                        "this machine has)")
     p.set_defaults(func=_submit)
 
     c = subparsers.add_parser("course", help="instructor: regenerate or check exercises/")
@@ -36,13 +42,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     r.set_defaults(func=_release)
     k = sub.add_parser("check", help="exit 1 if exercises/ is stale")
     k.set_defaults(func=_check)
+    t = sub.add_parser("traces", help="record problem set 4's timelines (real runs, minutes)",
+                       description="Record the public example traces into "
+                                   "solutions/ps4_reasoning/traces/ and the hidden ones into "
+                                   "solutions/_grading/ps4_traces/ (specs and the analysis "
+                                   "that must recover each cause: solutions/_grading/"
+                                   "ps4_reasoning.py), then run `labkit course release`.")
+    t.add_argument("--only", choices=("public", "hidden"), default=None,
+                   help="record only one set (default: both)")
+    t.set_defaults(func=_traces)
 
 
 def _submit(args: argparse.Namespace) -> int:
     from labkit.grading.submit import submit
 
     try:
-        result = submit(args.assignment, args.notebook, student=args.student)
+        result = submit(args.assignment, args.notebook, student=args.student,
+                        cell_timeout=getattr(args, "cell_timeout", None),
+                        sandbox=getattr(args, "sandbox", None))
     except ConfigError as error:
         print(f"labkit submit: error: {error}", file=sys.stderr)
         return 2
@@ -74,3 +91,29 @@ def _check(args: argparse.Namespace) -> int:
     if not stale:
         print("exercises/ matches solutions/")
     return 1 if stale else 0
+
+
+def _traces(args: argparse.Namespace) -> int:
+    from labkit.grading import course, instructor
+    from labkit.grading.traces import TraceSpec, generate
+
+    try:
+        root = course.repo_root()
+        module = instructor.load("ps4_reasoning", root)
+        if module is None:
+            raise ConfigError("solutions/_grading/ps4_reasoning.py is missing: traces are "
+                              "recorded on the instructor's side only")
+        sets = {"public": (module.PUBLIC_TRACES, root / "solutions/ps4_reasoning/traces"),
+                "hidden": (module.HIDDEN_TRACES, instructor.folder(root) / "ps4_traces")}
+        for name, (specs, folder) in sets.items():
+            if args.only not in (None, name):
+                continue
+            report = generate({k: TraceSpec(kind, rank, world, seed)
+                               for k, (kind, rank, world, seed) in specs.items()},
+                              folder, module.analyze)
+            for trace, row in report.items():
+                print(f"{name} {trace}: {row}")
+    except (ConfigError, LabError) as error:
+        print(f"labkit course traces: {error}", file=sys.stderr)
+        return 2
+    return 0

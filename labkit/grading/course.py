@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import ConfigError
+from labkit.errors import ConfigError, LabError
 
 CONFIG = "nbgrader_config.py"
 
@@ -42,12 +42,18 @@ def repo_root() -> Path:
 
 
 def assignments(root: Path | None = None) -> list[str]:
-    """Assignment names: the folders of ``solutions/``."""
-    src = (root or repo_root()) / "solutions"
-    return sorted(p.name for p in src.iterdir() if p.is_dir() and not p.name.startswith("."))
+    """Assignment names: the folders of ``solutions/`` (of ``exercises/`` in a student's copy)."""
+    root = root or repo_root()
+    src = root / "solutions" if (root / "solutions").is_dir() else root / "exercises"
+    return sorted(p.name for p in src.iterdir()
+                  if p.is_dir() and not p.name.startswith((".", "_")))
 
 
 def check_assignment(name: str, root: Path | None = None) -> str:
+    root = root or repo_root()
+    released = (root / "exercises" / name).is_dir() and not name.startswith((".", "_"))
+    if released and not (root / "solutions" / name).is_dir():
+        return name  # a student's copy: graded against the release (visible tests only)
     known = assignments(root)
     if name not in known:
         raise ConfigError(f"assignment ({name!r}) is not in solutions/; one of {known}; "
@@ -63,13 +69,18 @@ def nbgrader(args: list[str], root: Path, env: dict[str, str] | None = None,
     # nbgrader runs the `alembic` script by name: put this interpreter's bin/ first on PATH
     bindir = str(Path(sys.executable).parent)
     full_env["PATH"] = bindir + os.pathsep + full_env.get("PATH", "")
-    return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root,
-                          capture_output=True, text=True, env=full_env, timeout=timeout,
-                          check=False)
+    try:
+        return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root,
+                              capture_output=True, text=True, env=full_env, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise LabError(f"nbgrader {args[0]} did not finish within {timeout:.0f} s and was "
+                       "stopped; every cell has its own limit, so this means the machine is "
+                       "far too busy or nbgrader itself hung") from None
 
 
 def release(root: Path | None = None, names: list[str] | None = None,
-            release_dir: str | None = None) -> list[Path]:
+            release_dir: str | None = None, source_dir: str | None = None) -> list[Path]:
     """Regenerate ``exercises/<name>/`` from ``solutions/<name>/`` (all assignments by default).
 
     ``release_dir`` writes elsewhere (relative to root), e.g. to fill a gradebook without
@@ -82,6 +93,8 @@ def release(root: Path | None = None, names: list[str] | None = None,
         args = ["generate_assignment", name, "--force"]
         if release_dir:
             args.append(f"--CourseDirectory.release_directory={release_dir}")
+        if source_dir:
+            args.append(f"--CourseDirectory.source_directory={source_dir}")
         proc = nbgrader(args, root)
         if proc.returncode != 0:
             raise RuntimeError(f"nbgrader generate_assignment {name} failed:\n{proc.stderr}")

@@ -1,10 +1,16 @@
-"""Answer keys and checks for problem set 1 (the numbers of distributed training).
+"""Problem set 1 (the numbers of distributed training): visible checks and per-part scoring.
 
-Every key is computed by ``labkit.theory``, never typed in, so the exercises, the lessons and
-the quiz agree. Visible tests use the seed lesson's worked numbers (8 GPUs x 32 per GPU x 4
-accumulation = 1024; 0.001 at 256 -> 0.004; 0.002 at step 250 of a 500-step warmup; a 3B
-Adam model on 4 x 24 GB needs 48 GB per GPU without ZeRO); hidden tests draw randomised
-variants from a seeded generator, so a function that only returns the worked numbers fails.
+What ships here is only what a student may see: the seed lessons' worked examples with
+the answers the seeds print (8 GPUs x 32 per GPU x 4 accumulation = 1024; 0.001 at 256 ->
+0.004; 0.002 at step 250 of a 500-step warmup; a 3B Adam model on 4 GPUs needs 48 GB per
+GPU without ZeRO, 16.5 with ZeRO-2, 12 with ZeRO-3; ...), the parts each question is
+scored by, and the hints. The answer keys and the randomised hidden inputs live on the
+instructor's side only (``solutions/_grading/ps1_numbers.py``), which autograding loads
+outside the student's box; ``tests/unit/test_grading_numeric.py`` pins them to these
+printed answers.
+
+A student's function must do the arithmetic itself: a call into ``labkit.theory`` (the
+calculators the key is built from) while it runs fails that case, with a message.
 
 Conventions stated to the student in the notebook: GB = 1e9 bytes; mixed-precision Adam
 is 16 bytes per parameter (2 weights + 2 grads + 12 optimizer incl. fp32 master);
@@ -14,75 +20,57 @@ sends, ``2(n-1)/n x size``; ring time is the alpha-beta model ``2(n-1)alpha + by
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from labkit import theory
-from labkit.grading.checks import Verdict, check_function
+from labkit.grading import calls
+from labkit.grading.checks import NotANumber, as_number, close
+from labkit.grading.parts import Question
 
 Case = tuple[dict[str, Any], float]
+FORBID = ("labkit.theory", "labkit.grading", "labkit.quiz")
 
-
-# --- answer keys ------------------------------------------------------------------------------
-
-def key_global_batch(gpus: int, per_gpu_batch: int, accumulation: int) -> float:
-    return float(theory.global_batch(per_gpu_batch, gpus, accumulation))
-
-
-def key_target_lr(base_lr: float, base_batch: int, gpus: int, per_gpu_batch: int,
-                  accumulation: int) -> float:
-    new = theory.global_batch(per_gpu_batch, gpus, accumulation)
-    return theory.scaled_lr(base_lr, base_batch, new, "linear")
-
-
-def key_warmup_lr(target_lr: float, step: int, warmup_steps: int) -> float:
-    return theory.warmup_lr(target_lr, step, warmup_steps)
-
-
-def key_adam_gb_per_gpu(params: float, gpus: int, zero_stage: int) -> float:
-    return theory.zero_memory(params, gpus, zero_stage, "mixed", "adam")["total"] / 1e9
-
-
-def key_bubble_share(stages: int, microbatches: int) -> float:
-    return theory.bubble_fraction(stages, microbatches, "1f1b", relative_to="total")
-
-
-def key_ring_bytes(size_bytes: float, world_size: int) -> float:
-    return theory.ring_allreduce_bytes(size_bytes, world_size)
-
-
-def key_ring_time(size_bytes: float, world_size: int, alpha_s: float,
-                  bandwidth_Bps: float) -> float:
-    return theory.ring_allreduce_time(size_bytes, world_size, alpha_s, bandwidth_Bps)
-
-
-# The seed's worked examples (visible tests) and seed 003's Level II numbers: inputs only,
-# the expected values come from ``KEYS`` (tests/unit/test_grading_numeric.py pins them to the
-# seeds' printed answers: 1024, 0.004, 0.002, 48 / 16.5 / 12 GB, 3/11, ...).
-SEED_INPUTS: dict[str, list[dict[str, Any]]] = {
-    "global_batch": [{"gpus": 8, "per_gpu_batch": 32, "accumulation": 4},
-                     {"gpus": 8, "per_gpu_batch": 64, "accumulation": 1}],
-    "target_lr": [{"base_lr": 0.001, "base_batch": 256, "gpus": 8, "per_gpu_batch": 32,
-                   "accumulation": 4},
-                  {"base_lr": 1e-3, "base_batch": 64, "gpus": 8, "per_gpu_batch": 64,
-                   "accumulation": 1}],
-    "warmup_lr": [{"target_lr": 0.004, "step": 250, "warmup_steps": 500},
-                  {"target_lr": 0.004, "step": 900, "warmup_steps": 500}],
-    "adam_gb_per_gpu": [{"params": 3e9, "gpus": 4, "zero_stage": 0},
-                        {"params": 3e9, "gpus": 4, "zero_stage": 2},
-                        {"params": 3e9, "gpus": 4, "zero_stage": 3}],
-    "bubble_share": [{"stages": 4, "microbatches": 8}],
-    "ring_bytes": [{"size_bytes": 4e9, "world_size": 8}],
-    "ring_time": [{"size_bytes": 4e9, "world_size": 8, "alpha_s": 5e-6,
-                   "bandwidth_Bps": 25e9}],
+# The seeds' worked examples, with the answers the seeds print (visible tests).
+SEED_CASES: dict[str, list[Case]] = {
+    "global_batch": [({"gpus": 8, "per_gpu_batch": 32, "accumulation": 4}, 1024),
+                     ({"gpus": 8, "per_gpu_batch": 64, "accumulation": 1}, 512)],
+    "target_lr": [({"base_lr": 0.001, "base_batch": 256, "gpus": 8, "per_gpu_batch": 32,
+                    "accumulation": 4}, 0.004),
+                  ({"base_lr": 1e-3, "base_batch": 64, "gpus": 8, "per_gpu_batch": 64,
+                    "accumulation": 1}, 8e-3)],
+    "warmup_lr": [({"target_lr": 0.004, "step": 250, "warmup_steps": 500}, 0.002),
+                  ({"target_lr": 0.004, "step": 900, "warmup_steps": 500}, 0.004)],
+    "adam_gb_per_gpu": [({"params": 3e9, "gpus": 4, "zero_stage": 0}, 48.0),
+                        ({"params": 3e9, "gpus": 4, "zero_stage": 2}, 16.5),
+                        ({"params": 3e9, "gpus": 4, "zero_stage": 3}, 12.0)],
+    "bubble_share": [({"stages": 4, "microbatches": 8}, 3 / 11)],
+    "ring_bytes": [({"size_bytes": 4e9, "world_size": 8}, 7e9)],
+    "ring_time": [({"size_bytes": 4e9, "world_size": 8, "alpha_s": 5e-6,
+                    "bandwidth_Bps": 25e9}, 14 * 5e-6 + 7e9 / 25e9)],
 }
 
-KEYS: dict[str, Callable[..., float]] = {
-    "global_batch": key_global_batch, "target_lr": key_target_lr,
-    "warmup_lr": key_warmup_lr, "adam_gb_per_gpu": key_adam_gb_per_gpu,
-    "bubble_share": key_bubble_share, "ring_bytes": key_ring_bytes, "ring_time": key_ring_time,
+# Each question's parts: (label, which cases belong to it).
+PARTS: dict[str, list[tuple[str, Callable[..., bool]]]] = {
+    "global_batch": [("one micro-batch per step", lambda accumulation, **_: accumulation == 1),
+                     ("with gradient accumulation", lambda accumulation, **_: accumulation > 1)],
+    "target_lr": [("one micro-batch per step", lambda accumulation, **_: accumulation == 1),
+                  ("with gradient accumulation", lambda accumulation, **_: accumulation > 1)],
+    "warmup_lr": [("during warmup", lambda step, warmup_steps, **_: step < warmup_steps),
+                  ("after warmup", lambda step, warmup_steps, **_: step >= warmup_steps)],
+    "adam_gb_per_gpu": [("ZeRO-0 (nothing sharded)", lambda zero_stage, **_: zero_stage == 0),
+                        ("ZeRO-1 and ZeRO-2", lambda zero_stage, **_: zero_stage in (1, 2)),
+                        ("ZeRO-3", lambda zero_stage, **_: zero_stage == 3)],
+    "bubble_share": [("at least as many microbatches as stages",
+                      lambda stages, microbatches, **_: microbatches >= stages),
+                     ("fewer microbatches than stages",
+                      lambda stages, microbatches, **_: microbatches < stages)],
+    "ring_bytes": [("bytes per rank", lambda **_: True)],
+    "ring_time": [("latency-bound (small messages)", lambda size_bytes, **_: size_bytes < 1e7),
+                  ("bandwidth-bound (large messages)", lambda size_bytes, **_: size_bytes >= 1e7)],
 }
+
+POINTS = {"global_batch": 2, "target_lr": 2, "warmup_lr": 2, "adam_gb_per_gpu": 3,
+          "bubble_share": 2, "ring_bytes": 1, "ring_time": 2}
 
 HINTS = {
     "global_batch": "multiply GPUs x per-GPU batch x accumulation steps: every micro-batch "
@@ -101,45 +89,68 @@ HINTS = {
 }
 
 
-def _variants(name: str, seed: int, count: int) -> Iterator[Case]:
-    """Randomised inputs for hidden tests; the key is computed, never stored."""
-    rng = random.Random(f"{name}:{seed}")
-    for _ in range(count):
-        if name == "global_batch":
-            kw: dict[str, Any] = {"gpus": rng.choice([1, 2, 4, 6, 8, 16, 64]),
-                                  "per_gpu_batch": rng.choice([8, 16, 24, 32, 48, 128]),
-                                  "accumulation": rng.randint(1, 8)}
-        elif name == "target_lr":
-            kw = {"base_lr": rng.choice([1e-4, 3e-4, 1e-3, 0.1]),
-                  "base_batch": rng.choice([32, 64, 256]), "gpus": rng.choice([2, 4, 8, 32]),
-                  "per_gpu_batch": rng.choice([16, 32, 64]), "accumulation": rng.randint(1, 4)}
-        elif name == "warmup_lr":
-            warm = rng.choice([100, 500, 2000])
-            kw = {"target_lr": rng.choice([0.004, 0.01, 3e-4]),
-                  "step": rng.randint(0, 2 * warm), "warmup_steps": warm}
-        elif name == "adam_gb_per_gpu":
-            kw = {"params": rng.choice([1.3e9, 7e9, 7.5e9, 13e9, 70e9]),
-                  "gpus": rng.choice([2, 8, 16, 64]), "zero_stage": rng.randint(0, 3)}
-        elif name == "bubble_share":
-            kw = {"stages": rng.randint(2, 16), "microbatches": rng.randint(1, 64)}
-        elif name == "ring_bytes":
-            kw = {"size_bytes": rng.choice([1e6, 2.5e8, 1.4e10]), "world_size": rng.randint(2, 64)}
-        else:
-            kw = {"size_bytes": rng.choice([1e6, 2.5e8, 1.4e10]), "world_size": rng.randint(2, 64),
-                  "alpha_s": rng.choice([2e-6, 1e-5, 5e-5]),
-                  "bandwidth_Bps": rng.choice([1.25e9, 25e9, 450e9])}
-        yield kw, KEYS[name](**kw)
+class NumericQuestion(Question):
+    """A ps1 question: the student's function checked case by case, each case in a part."""
+
+    def __init__(self, name: str, fn: Callable[..., Any], points: float | None = None):
+        if name not in PARTS:
+            raise KeyError(f"unknown exercise {name!r}; one of {sorted(PARTS)}")
+        super().__init__(name, POINTS[name] if points is None else points,
+                         [label for label, _ in PARTS[name]])
+        self.fn = fn
+        self.check(SEED_CASES[name], reveal=True)
+
+    def _label(self, kwargs: dict[str, Any]) -> str:
+        return next(label for label, rule in PARTS[self.name] if rule(**kwargs))
+
+    def check(self, cases: Iterable[Case], *, reveal: bool = False) -> None:
+        """Run the function on every case; ``reveal`` shows expected values in feedback."""
+        hint = HINTS[self.name]
+        for kwargs, expected in cases:
+            label = self._label(kwargs)
+            where = f"{self.name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+            got = calls.answer(self, label, self.fn, (), kwargs, forbid=FORBID, where=where,
+                               reader=_plain_number, hint=hint)
+            if got is None:
+                continue
+            ok = close(got, float(expected), 1e-6)
+            shown = f", expected {float(expected):g}" if reveal else ""
+            self.record(label, ok, f"{where}: got {got:g}{shown}. Try: {hint}")
 
 
-def check(name: str, fn: Callable[..., Any], *, hidden: bool = False, seed: int = 0,
-          count: int = 25) -> Verdict:
-    """Check the student's function for exercise ``name`` (a key of ``KEYS``).
+def _plain_number(value: Any) -> float | str:
+    try:
+        return as_number(value)
+    except NotANumber as exc:
+        return f"{exc}. Return a plain int or float"
 
-    Visible: the seed's worked examples (expected values shown, as the lesson gave them).
-    Hidden: ``count`` randomised variants; a failure names the inputs but not the key.
-    """
-    if name not in KEYS:
-        raise KeyError(f"unknown exercise {name!r}; one of {sorted(KEYS)}")
-    cases = (list(_variants(name, seed, count)) if hidden
-             else [(kw, KEYS[name](**kw)) for kw in SEED_INPUTS[name]])
-    return check_function(name, fn, cases, hint=HINTS[name], reveal=not hidden)
+
+def question(name: str, fn: Callable[..., Any], points: float | None = None) -> NumericQuestion:
+    """The question for exercise ``name``, already checked on the seed's worked examples."""
+    return NumericQuestion(name, fn, points)
+
+
+class ValueQuestion(Question):
+    """A question answered by one number (a variable, not a function)."""
+
+    def __init__(self, name: str, value: Any, points: float, unit: str = ""):
+        super().__init__(name, points, ["the right value"])
+        self.unit = unit
+        try:
+            self.got: float | None = as_number(value, name)
+            self.record("a plain number", True, gate=True)
+        except NotANumber as exc:
+            self.got = None
+            self.record("a plain number", False, f"{exc}. Set {name} to a plain number.",
+                        gate=True)
+
+    def expect(self, expected: float, hint: str = "", rel: float = 1e-6) -> None:
+        """Compare with the key (hidden tests: the key is never shown)."""
+        if self.got is not None:
+            self.record("the right value", close(self.got, float(expected), rel),
+                        f"{self.name} = {self.got:g}{self.unit} is not right. Try: {hint}")
+
+
+def value_question(name: str, value: Any, points: float, unit: str = "") -> ValueQuestion:
+    """A one-number question: checked as a number here, against the key at grading."""
+    return ValueQuestion(name, value, points, unit)

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from labkit import theory
 from labkit.grading.checks import NotANumber, Verdict, as_number
+from labkit.grading.parts import Question
 
 PLAN_KEYS = ("tp", "pp", "dp", "zero_stage", "checkpointing", "microbatches")
+RULES = ("tp x pp x dp uses every GPU", "fits in memory", "bubble within the limit",
+         "tensor parallelism inside a node")
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,8 @@ class PlanReport:
     notes: list[str]  # what was checked, with numbers
     per_gpu_gb: float | None = None
     bubble: float | None = None
+    rules: dict[str, str | None] = field(default_factory=dict)
+    """Each of ``RULES`` -> why it fails, or None when it holds."""
 
     def verdict(self) -> Verdict:
         if self.feasible:
@@ -113,7 +118,7 @@ def check_plan(plan: Mapping[str, Any], scenario: Scenario | str) -> PlanReport:
     sc = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
     p, problems = _read_plan(plan)
     if problems:
-        return PlanReport(False, problems, [])
+        return PlanReport(False, problems, [], rules=dict.fromkeys(RULES, problems[0]))
     tp, pp, dp, stage, m = p["tp"], p["pp"], p["dp"], p["zero_stage"], p["microbatches"]
     reasons: list[str] = []
     notes: list[str] = []
@@ -121,7 +126,10 @@ def check_plan(plan: Mapping[str, Any], scenario: Scenario | str) -> PlanReport:
     if tp * pp * dp != sc.gpus:
         reasons.append(f"tp x pp x dp = {tp} x {pp} x {dp} = {tp * pp * dp}, but there are "
                        f"{sc.gpus} GPUs: choose degrees whose product is {sc.gpus}.")
-        return PlanReport(False, reasons, notes)
+        later = "not checked: first make tp x pp x dp equal the GPU count"
+        return PlanReport(False, reasons, notes,
+                          rules={RULES[0]: reasons[0], **dict.fromkeys(RULES[1:], later)})
+    rules: dict[str, str | None] = dict.fromkeys(RULES)
     # 2. memory: model states via theory.fits, activations from the scenario
     act = sc.activation_gb * (sc.checkpoint_factor if p["checkpointing"] else 1.0) / tp
     fit = theory.fits(sc.params, gpus=sc.gpus, gpu_gb=sc.gpu_gb, stage=stage, tp=tp, pp=pp,
@@ -134,6 +142,7 @@ def check_plan(plan: Mapping[str, Any], scenario: Scenario | str) -> PlanReport:
                and fit.binding == "activations" else "")
         reasons.append(f"Memory: {fit.explanation} Try {tip}a higher ZeRO stage, or more "
                        f"tensor/pipeline parallelism to split the model.")
+        rules[RULES[1]] = reasons[-1]
     # 3. bubble, as a share of the total step (1F1B has GPipe's bubble)
     bubble = None
     if pp > 1:
@@ -145,6 +154,7 @@ def check_plan(plan: Mapping[str, Any], scenario: Scenario | str) -> PlanReport:
                            f"(p-1)/(m+p-1) = {bubble:.0%} of the step, above the "
                            f"{sc.max_bubble:.0%} allowed. Use at least {need} microbatches "
                            f"or fewer stages.")
+            rules[RULES[2]] = reasons[-1]
         else:
             notes.append(f"Bubble: {bubble:.0%} of the step.")
     # 4. tensor parallelism inside one node
@@ -157,12 +167,30 @@ def check_plan(plan: Mapping[str, Any], scenario: Scenario | str) -> PlanReport:
                        f"{intra.name} ({intra.bandwidth_Bps / 1e9:g} GB/s), {ratio:.0f}x "
                        f"slower, on the critical path. Keep tp a divisor of "
                        f"{sc.gpus_per_node}; span nodes with pipeline or data parallelism.")
-    return PlanReport(not reasons, reasons, notes, per_gpu_gb=per_gpu, bubble=bubble)
+        rules[RULES[3]] = reasons[-1]
+    return PlanReport(not reasons, reasons, notes, per_gpu_gb=per_gpu, bubble=bubble,
+                      rules=rules)
 
 
 def grade_plan(plan: Mapping[str, Any], scenario: Scenario | str) -> Verdict:
     """The checker's report as a Verdict for an nbgrader test cell."""
     return check_plan(plan, scenario).verdict()
+
+
+def plan_question(name: str, plan: Mapping[str, Any], scenario: Scenario | str,
+                  points: float) -> Question:
+    """A partial-credit question: one part per rule, each with the checker's reason.
+
+    Using every GPU and fitting in memory are gates (a plan that does not fit does not
+    run at all); the bubble and where tensor parallelism sits share the points (a plan
+    that breaks them runs, slowly).
+    """
+    q = Question(name, points)
+    report = check_plan(plan, scenario)
+    for i, rule in enumerate(RULES):
+        why = report.rules.get(rule)
+        q.record(rule, why is None, why or "", gate=i < 2)
+    return q
 
 
 def all_plans(scenario: Scenario | str, microbatches: tuple[int, ...] = (1, 2, 4, 8, 16, 32)

@@ -9,7 +9,12 @@ each (stage, microbatch) exactly once). Then it checks what makes it 1F1B rather
 GPipe (Narayanan et al. 2021, PipeDream-Flush): rank r never holds more than ``stages - r``
 microbatches' activations at once, and the simulated bubble equals the theory's
 ``(p-1)/(m+p-1)``. Finally, where the pipeline executor is available, the plan is run on
-real ranks and must match the single-process reference.
+real ranks and must match the single-process reference. Each is a part of its own.
+
+The student's function must build the plan itself: a call into ``labkit.schedules``
+(``build_plan("1f1b")`` returns exactly this plan) or ``labkit.theory`` while it runs
+fails the gate, with a message. The hidden cases live on the instructor's side
+(``solutions/_grading/ps3_build_it.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from labkit import theory
+from labkit.grading import calls
 from labkit.grading.checks import NotANumber, Verdict, as_number
+from labkit.grading.parts import Question
 from labkit.schedules import (
     Action,
     Plan,
@@ -32,7 +39,10 @@ from labkit.schedules import (
 from labkit.schedules.actions import Op
 
 VISIBLE_CASES = ((2, 4), (4, 8))
-HIDDEN_CASES = ((3, 5), (4, 4), (2, 1), (5, 7), (4, 12))
+FORBID = ("labkit.schedules", "labkit.theory", "labkit.grading", "labkit.strategies")
+VALID, MEMORY, BUBBLE, RUNS = ("a valid schedule", "1F1B memory: rank r holds at most p - r",
+                               "bubble (p-1)/(m+p-1)", "runs on real ranks")
+OWN = "your own plan (not labkit's)"
 
 
 def _orders(answer: object, stages: int) -> dict[int, list[Action]]:
@@ -51,12 +61,9 @@ def _orders(answer: object, stages: int) -> dict[int, list[Action]]:
             raise TypeError(f"rank {key}: the actions must be a list of strings like '0F0'")
         parsed = []
         for a in actions:
-            if type(a) is str:
-                parsed.append(Action.parse(a))
-            elif type(a) is Action:
-                parsed.append(Action(int(a.stage), Op(a.op), int(a.microbatch)))
-            else:
+            if type(a) is not str:
                 raise TypeError(f"rank {key}: {a!r} is not an action string like '0F0'")
+            parsed.append(Action.parse(a))
         orders[int(rank)] = parsed
     return orders
 
@@ -69,54 +76,66 @@ def executor_available() -> bool:
         return False
 
 
-def check_plan_case(fn: Callable[..., Any], stages: int, microbatches: int) -> Verdict:
+def question(points: float = 3) -> Question:
+    return Question("one_f_one_b", points, [VALID, MEMORY, BUBBLE])
+
+
+def add_case(q: Question, fn: Callable[..., Any], stages: int, microbatches: int) -> Plan | None:
     """Validate and simulate the student's plan for one (stages, microbatches)."""
     where = f"one_f_one_b(stages={stages}, microbatches={microbatches})"
     try:
-        answer = fn(stages, microbatches)
+        outcome = calls.call(fn, (stages, microbatches), {}, FORBID)
     except NotImplementedError:
-        return Verdict(False, "one_f_one_b is not implemented yet: replace `raise "
-                       "NotImplementedError` with your code.")
+        q.record(VALID, False, "one_f_one_b is not implemented yet: replace `raise "
+                 "NotImplementedError` with your code.")
+        return None
     except Exception as exc:  # noqa: BLE001 (any failure of student code is feedback)
-        return Verdict(False, f"{where} raised {type(exc).__name__}: {exc}")
+        q.record(VALID, False, f"{where} raised {exc}")
+        return None
+    if outcome.used or outcome.tampered:
+        q.forbidden(OWN, outcome.used, outcome.tampered, gate=True)
+        return None
+    q.record(OWN, True, gate=True)
     try:
-        orders = _orders(answer, stages)
-        plan: Plan = plan_from_orders(orders, stages=stages, microbatches=microbatches,
-                                      schedule="student-1f1b")
+        plan: Plan = plan_from_orders(_orders(outcome.value, stages), stages=stages,
+                                      microbatches=microbatches, schedule="student-1f1b")
         validate_plan(plan)
     except (ScheduleError, TypeError, ValueError) as exc:
-        return Verdict(False, f"{where} is not a valid schedule:\n{exc}\nTry: on rank r run "
-                       f"min(stages - r, microbatches) forwards (warm-up), then alternate one "
-                       "backward and one forward (steady state), then the remaining backwards.")
-    for rank in range(stages):
-        peak = peak_in_flight(plan, rank)
-        if peak > stages - rank:
-            return Verdict(False, f"{where}: rank {rank} holds {peak} microbatches' activations "
-                           f"at once; 1F1B holds at most stages - rank = {stages - rank}. That "
-                           "is GPipe's memory cost: start backwards as soon as the warm-up "
-                           "forwards are done.")
+        q.record(VALID, False, f"{where} is not a valid schedule:\n{exc}\nTry: on rank r run "
+                 "min(stages - r, microbatches) forwards (warm-up), then alternate one "
+                 "backward and one forward (steady state), then the remaining backwards.")
+        return None
+    q.record(VALID, True)
+    worst = max(range(stages), key=lambda r: peak_in_flight(plan, r) - (stages - r))
+    peak = peak_in_flight(plan, worst)
+    q.record(MEMORY, peak <= stages - worst,
+             f"{where}: rank {worst} holds {peak} microbatches' activations at once; 1F1B "
+             f"holds at most stages - rank = {stages - worst}. That is GPipe's memory cost: "
+             "start backwards as soon as the warm-up forwards are done.")
     bubble = planned_bubble_fraction(plan, {Op.F: 1.0, Op.B: 1.0})
     want = theory.bubble_fraction(stages, microbatches, "1f1b", relative_to="total")
-    if abs(bubble - want) > 1e-9:
-        return Verdict(False, f"{where}: simulated bubble {bubble:.3f} of the step, but 1F1B "
-                       f"idles (p-1)/(m+p-1) = {want:.3f}. Some rank waits longer than it must: "
-                       "check the order of its warm-up and cool-down.")
-    return Verdict(True, f"{where}: valid, 1F1B memory, bubble {bubble:.3f} = (p-1)/(m+p-1).")
+    q.record(BUBBLE, abs(bubble - want) <= 1e-9,
+             f"{where}: simulated bubble {bubble:.3f} of the step, but 1F1B idles "
+             f"(p-1)/(m+p-1) = {want:.3f}. Some rank waits longer than it must: check the "
+             "order of its warm-up and cool-down.")
+    return plan
 
 
-def run_on_executor(fn: Callable[..., Any], stages: int = 2, microbatches: int = 4,
-                    tolerance: float = 1e-5) -> Verdict:
-    """Run the student's plan with the pipeline executor on ``stages`` real ranks."""
+def run_on_executor(plan: Plan, tolerance: float = 1e-5) -> Verdict:
+    """Run a (validated) plan with the pipeline executor on real ranks, in this process.
+
+    The plan is plain data (action strings from the student's function), so the grader
+    runs it itself: no student code is involved.
+    """
     from labkit.config import ModelConfig
     from labkit.strategies.pipeline.executor import run_plan
 
+    stages, microbatches = plan.stages, plan.microbatches
     where = f"one_f_one_b(stages={stages}, microbatches={microbatches})"
-    plan = plan_from_orders(_orders(fn(stages, microbatches), stages), stages=stages,
-                            microbatches=microbatches, schedule="student-1f1b")
     try:
         result = run_plan(plan, steps=1, model=ModelConfig(width=64, depth=2 * stages),
                           check_reference=True, timeout_s=60.0)
-    except Exception as exc:  # noqa: BLE001 (any failure of student code is feedback)
+    except Exception as exc:  # noqa: BLE001 (a failing plan is feedback)
         return Verdict(False, f"{where} failed on the pipeline executor: {exc}")
     diff = max(float(result.metrics.get("max_abs_diff_grads", float("inf"))),
                float(result.metrics.get("max_abs_diff_loss", 0.0)))
@@ -127,20 +146,17 @@ def run_on_executor(fn: Callable[..., Any], stages: int = 2, microbatches: int =
                    f"(max abs diff {diff:.2g}).")
 
 
+def add_cases(q: Question, fn: Callable[..., Any],
+              cases: Sequence[tuple[int, int]] = VISIBLE_CASES, execute: bool = False) -> None:
+    """Every case validated and simulated; with ``execute`` the first also runs on ranks."""
+    plans = [add_case(q, fn, stages, microbatches) for stages, microbatches in cases]
+    if execute and executor_available() and plans and plans[0] is not None:
+        q.record(RUNS, run_on_executor(plans[0]))
+
+
 def check_one_f_one_b(fn: Callable[..., Any], cases: Sequence[tuple[int, int]] = VISIBLE_CASES,
                       execute: bool = False) -> Verdict:
-    """Every case valid; with ``execute`` the first case also runs on the executor."""
-    for stages, microbatches in cases:
-        verdict = check_plan_case(fn, stages, microbatches)
-        if not verdict.passed:
-            return verdict
-    note = ""
-    if execute and executor_available():
-        ran = run_on_executor(fn, *cases[0])
-        if not ran.passed:
-            return ran
-        note = " " + ran.feedback
-    elif execute:
-        note = (" (validated and simulated only: the pipeline executor is not installed in "
-                "this labkit, so it was not run on ranks)")
-    return Verdict(True, f"one_f_one_b: valid 1F1B plans for {list(cases)}.{note}")
+    """Every part as one Verdict (tests and scripts)."""
+    q = question()
+    add_cases(q, fn, cases, execute)
+    return q.verdict()

@@ -1,5 +1,11 @@
 """``labkit submit ASSIGNMENT``: grade your own notebook locally, the way the instructor will.
 
+The notebook runs in the same sandbox as the instructor's autograding
+(``labkit.grading.sandbox``): student cells in a box, checks outside it, a per-cell time
+limit. Where the checkout has no ``solutions/<assignment>`` (a student's copy), the
+release itself is the source: the visible tests run, the hidden ones cannot (the report
+says so), and the score is a practice score.
+
 Phases (nbgrader's instructor workflow, run for one student on one machine):
   1. make sure the gradebook knows the assignment (``generate_assignment`` into
      ``course/release``, so the committed ``exercises/`` is never touched);
@@ -26,6 +32,20 @@ from labkit.errors import ConfigError, LabError
 from labkit.grading import course
 
 _MISSING = re.compile(r"Missing grade cell (\S+)")
+_SANDBOX = re.compile(r"in a '(\w+)' sandbox")
+
+
+def _stopped_cells(folder: Path) -> list[str]:
+    """Cells of the autograded notebooks whose output is a CellTimeout."""
+    import nbformat
+
+    out = []
+    for path in sorted(folder.glob("*.ipynb")):
+        for i, cell in enumerate(nbformat.read(path, as_version=4).cells):
+            if any(o.get("ename") == "CellTimeout" for o in cell.get("outputs", [])):
+                gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+                out.append(f"{path.stem} cell {i}" + (f" ({gid})" if gid else ""))
+    return out
 
 
 @dataclass
@@ -46,6 +66,12 @@ class SubmitResult:
     feedback_html: list[Path]
     tampered: list[str] = field(default_factory=list)
     log: str = ""
+    sandbox: str = ""
+    """The sandbox the notebook ran in (bwrap, unshare or none)."""
+    stopped: list[str] = field(default_factory=list)
+    """Cells stopped at the time limit (the rest of the notebook was still graded)."""
+    practice: bool = False
+    """Graded without solutions/: visible tests only."""
 
     @property
     def score(self) -> float:
@@ -64,6 +90,13 @@ class SubmitResult:
         lines.append(f"  {'total':<{width}}  {self.score:g} / {self.max_score:g}")
         for t in self.tampered:
             lines.append(f"  tampering: {t}")
+        for cell in self.stopped:
+            lines.append(f"  stopped at the time limit: {cell}")
+        if self.sandbox:
+            lines.append(f"  graded in a '{self.sandbox}' sandbox")
+        if self.practice:
+            lines.append("  practice score: this copy has no solutions/, so the hidden tests "
+                         "did not run; the instructor's grading adds them")
         for path in self.feedback_html:
             lines.append(f"feedback: {path}")
         return "\n".join(lines)
@@ -71,6 +104,7 @@ class SubmitResult:
     def to_json(self) -> dict[str, Any]:
         return {"assignment": self.assignment, "student": self.student, "score": self.score,
                 "max_score": self.max_score, "tampered": self.tampered,
+                "sandbox": self.sandbox, "stopped": self.stopped, "practice": self.practice,
                 "questions": [q.__dict__ for q in self.questions],
                 "feedback": [str(p) for p in self.feedback_html]}
 
@@ -138,8 +172,14 @@ def _scores(root: Path, assignment: str, student: str) -> list[QuestionScore]:
 
 
 def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
-           student: str = "student", root: Path | None = None) -> SubmitResult:
-    """Grade ``notebooks`` (default: ``exercises/<assignment>/*.ipynb``) as ``student``."""
+           student: str = "student", root: Path | None = None,
+           cell_timeout: float | None = None, test_timeout: float | None = None,
+           sandbox: str | None = None) -> SubmitResult:
+    """Grade ``notebooks`` (default: ``exercises/<assignment>/*.ipynb``) as ``student``.
+
+    ``cell_timeout`` / ``test_timeout`` / ``sandbox`` override ``nbgrader_config.py``'s
+    ``SandboxedExecute`` settings for this run.
+    """
     root = root or course.repo_root()
     course.check_assignment(assignment, root)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", student):
@@ -152,25 +192,35 @@ def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
         raise ConfigError(f"notebook(s) {missing or paths} not found; pass the path of your "
                           f"notebook, e.g. labkit submit {assignment} --notebook "
                           f"exercises/{assignment}/{assignment}.ipynb")
+    practice = not (root / "solutions" / assignment).is_dir()
+    opts = ["--CourseDirectory.source_directory=exercises"] if practice else []
+    for name, value in (("cell_timeout", cell_timeout), ("test_timeout", test_timeout),
+                        ("sandbox", sandbox)):
+        if value is not None:
+            opts.append(f"--SandboxedExecute.{name}={value}")
     # 1. the gradebook must know the assignment's cells and checksums
     if not _in_gradebook(root, assignment):
-        course.release(root, [assignment], release_dir=str(Path("course") / "release"))
+        course.release(root, [assignment], release_dir=str(Path("course") / "release"),
+                       source_dir="exercises" if practice else None)
     # 2. copy into the submitted folder, with a timestamp
     dest = root / "course" / "submitted" / student / assignment
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     tampered: list[str] = []
+    cells = 0
     for p in paths:
         shutil.copy(p, dest / p.name)
         tampered += tampering(p, root / "exercises" / assignment / p.name)
+        cells += p.read_text(errors="replace").count('"cell_type": "code"')
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f %Z")
     (dest / "timestamp.txt").write_text(stamp)
-    # 3. autograde, 4. feedback
+    # 3. autograde, 4. feedback; every cell has its own limit, this only guards nbgrader
+    budget = 600 + min(cells, 300) * max(cell_timeout or 60, test_timeout or 120)
     log = ""
-    for args in (["autograde", assignment, "--student", student, "--create", "--force"],
-                 ["generate_feedback", assignment, "--student", student, "--force"]):
-        proc = course.nbgrader(args, root)
+    for args in (["autograde", assignment, "--student", student, "--create", "--force", *opts],
+                 ["generate_feedback", assignment, "--student", student, "--force", *opts]):
+        proc = course.nbgrader(args, root, timeout=budget)
         log += proc.stdout + proc.stderr
         if proc.returncode != 0:
             raise LabError(f"nbgrader {args[0]} failed (exit {proc.returncode}):\n"
@@ -180,5 +230,9 @@ def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
     # 5. scores
     tampered += [f"test cell {gid} was missing; nbgrader put it back"
                  for gid in _MISSING.findall(log) if not any(gid in t for t in tampered)]
+    mode = _SANDBOX.search(log)
     return SubmitResult(assignment, student, _scores(root, assignment, student), html,
-                        tampered, log)
+                        tampered, log, sandbox=mode.group(1) if mode else "",
+                        stopped=_stopped_cells(root / "course" / "autograded" / student /
+                                               assignment),
+                        practice=practice)

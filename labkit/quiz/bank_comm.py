@@ -128,8 +128,9 @@ QUESTIONS: list[Question] = [
         compute=lambda compute_s, comm_s, n, overlap: dp_speedup(compute_s, comm_s, n, overlap),
         explanation="Only the unhidden part of the all-reduce adds to a step: (1 - {overlap:g}) x "
         "{comm_s:g} = {exposed} s. Each of {n} GPUs does one GPU's work per step, so the "
-        "speedup is {n} x {compute_s:g} / ({compute_s:g} + {exposed}) = {answer}x. With no "
-        "overlap, 0.3 s compute and 0.1 s all-reduce, 8 GPUs give the classic 6x.",
+        "speedup is {n} x {compute_s:g} / ({compute_s:g} + {exposed}) = {answer}x. labkit's own "
+        "example, 0.3 s compute and 0.1 s all-reduce with no overlap, gives seed 003's 6x "
+        "on 8 GPUs.",
         unit="x", derive=_dp_parts,
         worked={"compute_s": 0.3, "comm_s": 0.1, "n": 8, "overlap": 0.0}),
     ChoiceQuestion(
@@ -213,8 +214,9 @@ QUESTIONS: list[Question] = [
         ("The learning rate is too low for the bigger batch; scale it linearly",
          "Python's GIL serialises the ranks; run them as threads instead",
          "Too many micro-batches per step; use fewer, larger ones instead"),
-        "8 GPUs doing 8 GPUs' worth of compute lose the rest to waiting: if each step computes "
-        "for 0.3 s and then waits 0.1 s for the all-reduce, throughput is 8 x 0.3 / 0.4 = 6x. "
+        "8 GPUs doing 8 GPUs' worth of compute lose the rest to waiting. In labkit's own "
+        "example (no seed gives these numbers) each step computes for 0.3 s and then waits "
+        "0.1 s for the all-reduce: throughput is 8 x 0.3 / 0.4 = 6x, seed 003's figure. "
         "Start the all-reduce during backward and send half the bytes; the learning rate "
         "affects accuracy, not throughput."),
     ChoiceQuestion(

@@ -1,7 +1,9 @@
 """``labkit quiz``: take the quick test in a terminal, or print / score it for scripts.
 
 Modes:
-  labkit quiz [--seed N]                              ask in the terminal, one at a time
+  labkit quiz [--seed N] [--new]                      ask in the terminal, one at a time;
+                                                      resumes the attempt in progress (the
+                                                      notebook widget's too) unless --new
   labkit quiz --seed N --print-questions [--json]     the drawn questions, no answers
   labkit quiz --seed N --answers FILE [--json]        score an answer sheet
   labkit quiz --progress                              saved attempts and weak concepts
@@ -45,6 +47,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--strict", action="store_true", help="exit 1 when the attempt fails")
     p.add_argument("--no-save", action="store_true", help="do not record this attempt")
     p.add_argument("--progress", action="store_true", help="show saved progress and exit")
+    p.add_argument("--new", action="store_true",
+                   help="start a fresh attempt instead of resuming the one in progress")
     p.set_defaults(func=handler)
 
 
@@ -71,11 +75,12 @@ def handler(args: argparse.Namespace) -> int:
         else:
             if args.json:
                 return _error("--json needs --print-questions or --answers FILE")
-            attempt = _interactive(Quiz.new_attempt(args.seed))
+            attempt = _interactive(_start(args, store), None if args.no_save else store)
     except QuizError as exc:
         return _error(str(exc))
     except (KeyboardInterrupt, EOFError):
-        print("\nquiz stopped; this attempt was not saved", file=sys.stderr)
+        saved = "" if args.no_save else "; your answers so far are saved: run `labkit quiz` to resume"
+        print(f"\nquiz stopped{saved}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
     if not args.no_save:
@@ -197,16 +202,38 @@ def _print_report(attempt: Attempt) -> None:
     print(_verdict(attempt))
 
 
-def _interactive(attempt: Attempt) -> Attempt:
+def _start(args: argparse.Namespace, store: ProgressStore) -> Attempt:
+    """The attempt in progress (widget's or terminal's) unless --new or another --seed."""
+    if not args.new and not args.no_save:
+        try:
+            attempt = store.resume()
+        except OSError:
+            attempt = None
+        if attempt is not None and args.seed in (None, attempt.seed):
+            print(f"Resuming your attempt in progress (seed {attempt.seed}, "
+                  f"{len(attempt.results)} of {attempt.total} answered); --new starts over.")
+            return attempt
+    return Quiz.new_attempt(args.seed)
+
+
+def _interactive(attempt: Attempt, store: ProgressStore | None = None) -> Attempt:
     print(f"labkit quick test: {attempt.total} questions, pass at {attempt.pass_percent}%. "
           f"Seed {attempt.seed} (rerun with --seed {attempt.seed} for the same questions).")
-    print("Answer with a letter for multiple choice, or a number. Ctrl-C stops.\n")
+    print("Answer with a letter for multiple choice, or a number. Ctrl-C stops; your "
+          "answers are kept and `labkit quiz` resumes.\n")
     for n, item in enumerate(attempt.items, 1):
+        if item.id in attempt.results:
+            continue  # answered before a restart
         print("\n".join(_question_lines(n, attempt.total, item)))
         given = ""
         while not given.strip():
             given = input("  your answer: ")
         r = attempt.answer(item.id, given)
+        if store is not None:
+            try:
+                store.save_current(attempt, source="cli")
+            except OSError as exc:
+                print(f"  (could not save progress: {exc})", file=sys.stderr)
         if r.correct:
             print("  Correct.")
         else:

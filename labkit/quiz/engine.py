@@ -5,7 +5,7 @@ spread over as many concepts as possible, pass at 70% (7/10 passes, 6/10 fails).
 
 Drawing (``Quiz.new_attempt(seed)``), in three phases:
   1. shuffle the concepts and take one per question, so ten questions touch ten
-     different concepts (the bank has eleven);
+     different concepts (the bank has fifteen);
   2. choose which of those concepts get a numeric question (about 40% when possible);
   3. pick a question per concept, then draw its numbers and choice order from an RNG
      seeded by ``(seed, question id)``.

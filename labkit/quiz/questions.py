@@ -54,6 +54,10 @@ class Concept(str, Enum):
     COMMUNICATION = "communication"
     FAULT_TOLERANCE = "fault-tolerance"
     SCALING = "scaling"
+    THREE_D = "3d-parallelism"
+    MULTI_NODE = "multi-node"
+    PARAMETER_SERVER = "parameter-server"
+    RAY = "ray"
 
     @property
     def label(self) -> str:
@@ -73,7 +77,37 @@ _LABELS = {
     Concept.COMMUNICATION: "Interconnects and overlap",
     Concept.FAULT_TOLERANCE: "Checkpointing and fault tolerance",
     Concept.SCALING: "Amdahl's law and scaling",
+    Concept.THREE_D: "3D parallelism",
+    Concept.MULTI_NODE: "Across nodes: links and hierarchy",
+    Concept.PARAMETER_SERVER: "Parameter servers and consistency",
+    Concept.RAY: "Ray: tasks, actors, object store",
 }
+
+LESSONS = ("00_welcome", "01_data_parallelism", "02_batch_size_and_lr",
+           "03_pipeline_parallelism", "04_tensor_parallelism", "05_memory_and_zero",
+           "06_communication", "07_fault_tolerance", "09_3d_parallelism", "10_multi_node",
+           "11_async_and_ray")
+"""Lesson ids the bank is tagged with (08 is the quiz itself); 09-11 are the lessons on 3D
+parallelism, the multi-node link, and parameter servers / Ray."""
+
+CONCEPT_LESSON = {
+    Concept.DATA_PARALLEL: "01_data_parallelism", Concept.COLLECTIVES: "01_data_parallelism",
+    Concept.SCALING: "01_data_parallelism", Concept.SYNC_ASYNC: "11_async_and_ray",
+    Concept.BATCH_LR: "02_batch_size_and_lr", Concept.PIPELINE: "03_pipeline_parallelism",
+    Concept.TENSOR_PARALLEL: "04_tensor_parallelism", Concept.MEMORY_ZERO: "05_memory_and_zero",
+    Concept.MIXED_PRECISION: "05_memory_and_zero", Concept.COMMUNICATION: "06_communication",
+    Concept.FAULT_TOLERANCE: "07_fault_tolerance", Concept.THREE_D: "09_3d_parallelism",
+    Concept.MULTI_NODE: "10_multi_node", Concept.PARAMETER_SERVER: "11_async_and_ray",
+    Concept.RAY: "11_async_and_ray",
+}
+"""The lesson a question belongs to unless it names its own (``lesson=``)."""
+
+
+def _lesson_of(question: Any) -> str:
+    lesson = question.lesson or CONCEPT_LESSON[question.concept]
+    if lesson not in LESSONS:
+        raise QuizError(f"question {question.id}: lesson {lesson!r} is not one of {LESSONS}")
+    return lesson
 
 
 def format_number(x: float) -> str:
@@ -121,6 +155,7 @@ class Item:
     unit: str = ""
     integer: bool = False
     params: Mapping[str, Any] = field(default_factory=dict)
+    lesson: str = ""
 
     @property
     def expected(self) -> str:
@@ -155,7 +190,7 @@ class Item:
     def public(self) -> dict[str, Any]:
         """What a student may see before answering (never the key)."""
         return {"id": self.id, "concept": self.concept.value, "kind": self.kind.value,
-                "prompt": self.prompt, "choices": list(self.choices),
+                "lesson": self.lesson, "prompt": self.prompt, "choices": list(self.choices),
                 "unit": self.unit or None}
 
     def check(self, given: object) -> Result:
@@ -192,13 +227,19 @@ class ChoiceQuestion:
     correct: str
     wrong: tuple[str, ...]
     explanation: str
+    lesson: str = ""
+    """The lesson id (``LESSONS``); empty: the concept's lesson (``CONCEPT_LESSON``)."""
     kind: Kind = field(default=Kind.CHOICE, init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lesson", _lesson_of(self))
 
     def draw(self, rng: random.Random) -> Item:
         choices = [self.correct, *self.wrong]
         rng.shuffle(choices)
         return Item(self.id, self.concept, Kind.CHOICE, self.prompt, self.explanation,
-                    choices=tuple(choices), answer_index=choices.index(self.correct))
+                    choices=tuple(choices), answer_index=choices.index(self.correct),
+                    lesson=self.lesson)
 
 
 @dataclass(frozen=True)
@@ -221,7 +262,12 @@ class NumericQuestion:
     derive: Callable[..., Mapping[str, Any]] | None = None
     worked: Mapping[str, Any] | None = None
     """The seed page's worked example, when this question has one; always in the grid."""
+    lesson: str = ""
+    """The lesson id (``LESSONS``); empty: the concept's lesson (``CONCEPT_LESSON``)."""
     kind: Kind = field(default=Kind.NUMERIC, init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lesson", _lesson_of(self))
 
     def sample(self, rng: random.Random) -> dict[str, Any]:
         """Pick one value per grid axis, retrying until ``valid`` accepts the combination."""
@@ -241,7 +287,7 @@ class NumericQuestion:
         ctx = {**params, **extra, "answer": format_number(value)}
         return Item(self.id, self.concept, Kind.NUMERIC, self.prompt.format(**ctx),
                     self.explanation.format(**ctx), answer_value=value, unit=self.unit,
-                    integer=self.integer, params=dict(params))
+                    integer=self.integer, params=dict(params), lesson=self.lesson)
 
 
 Question = ChoiceQuestion | NumericQuestion

@@ -2,8 +2,11 @@
 
 Location: ``$LABKIT_HOME/quiz.json``, or ``~/.labkit/quiz.json`` when ``LABKIT_HOME`` is
 unset. The file holds every finished attempt (seed, score, per-question correctness), the
-best score, and per-concept accuracy. Writes are atomic (a temporary file in the same
-folder, fsync, then ``os.replace``), so a crash mid-write never leaves half a file.
+best score, per-concept accuracy, and the attempt in progress (``current``: its seed and
+the answers given so far), saved after every answer so a kernel restart or a closed
+terminal loses nothing: the widget and ``labkit quiz`` both resume it. Writes are atomic
+(a temporary file in the same folder, fsync, then ``os.replace``), so a crash mid-write
+never leaves half a file.
 
 A file that is not valid progress JSON (hand-edited, truncated by a full disk) is moved
 aside to ``quiz.json.corrupt`` and a fresh record starts; ``ProgressStore.warning`` says
@@ -20,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from labkit.quiz.engine import Attempt
+from labkit.quiz.engine import Attempt, Quiz
 
 SCHEMA_VERSION = 1
 
@@ -72,9 +75,48 @@ class ProgressStore:
         base.update(data)
         return base
 
-    def record(self, attempt: Attempt, *, source: str = "api") -> dict[str, Any]:
-        """Add a scored attempt, update best score and per-concept accuracy, save."""
+    # ---- the attempt in progress -------------------------------------------------------
+    def save_current(self, attempt: Attempt, *, source: str = "api") -> None:
+        """Save the unfinished attempt: its seed and every answer given so far."""
         data = self.load()
+        data["current"] = {
+            "seed": attempt.seed, "source": source,
+            "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "answers": {qid: r.given for qid, r in attempt.results.items()}}
+        self.save(data)
+
+    def current(self) -> dict[str, Any] | None:
+        """The saved attempt in progress, or None (also when the entry is malformed)."""
+        cur = self.load().get("current")
+        ok = (isinstance(cur, dict) and type(cur.get("seed")) is int
+              and isinstance(cur.get("answers"), dict))
+        return cur if ok else None
+
+    def clear_current(self) -> None:
+        data = self.load()
+        if data.pop("current", None) is not None:
+            self.save(data)
+
+    def resume(self, quiz: Quiz | None = None) -> Attempt | None:
+        """Rebuild the attempt in progress (same seed, same answers), or None."""
+        cur = self.current()
+        if cur is None:
+            return None
+        attempt = (quiz or Quiz()).new_attempt(cur["seed"])
+        for qid, given in cur["answers"].items():
+            if qid in attempt.ids and isinstance(given, (str, int, float)):
+                attempt.answer(qid, given)
+        return attempt
+
+    # ---- finished attempts -----------------------------------------------------------------
+    def record(self, attempt: Attempt, *, source: str = "api") -> dict[str, Any]:
+        """Add a scored attempt, update best score and per-concept accuracy, save.
+
+        The attempt in progress is cleared when it is this one (same seed).
+        """
+        data = self.load()
+        if (data.get("current") or {}).get("seed") == attempt.seed:
+            data.pop("current", None)
         entry: dict[str, Any] = {
             "seed": attempt.seed,
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.errors import ConfigError
@@ -37,9 +37,13 @@ class Strategy:
     """The grid axis a run of this strategy spreads its ranks over: dp, pp or tp."""
     grid: Callable[[Any], Any] | None = None
     """For strategies on several axes at once: RunConfig -> ``labkit.grid.Grid``."""
-    world_size_of: Callable[[dict[str, Any]], int | None] | None = None
-    """The world size the strategy's flags imply (e.g. ps: servers + workers), used by the
-    command line when --world-size is not given; None: no opinion (2 ranks)."""
+    default_world_size: Callable[[Any], int] | None = None
+    """options -> the world size a run takes when none is given (default 2)."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """RunConfig settings this strategy uses unless the run sets them (steps, lr, optimizer,
+    timeout_s), over the model's defaults (``labkit.config.MODEL_DEFAULTS``); ``"model"``
+    maps a model kind to the shape this strategy shows its lesson on, e.g.
+    ``{"model": {"mlp": {"width": 512, "depth": 8}}}``."""
     backends: tuple[str, ...] = ("gloo", "nccl")
     """The backends the strategy runs on; ``backend="auto"`` picks NCCL only if listed."""
 

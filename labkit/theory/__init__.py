@@ -12,6 +12,8 @@ call from a quiz, a grader or the CLI. Modules:
   Amdahl and scaling efficiency
 * ``interconnect``: link presets and per-strategy step-time predictions
 * ``compute``: model FLOPs of a training step (the numerator of MFU)
+* ``parallel3d``: per-rank parameters, memory and per-axis traffic of a dp x pp x tp grid
+* ``deepspeed``: a DeepSpeed ZeRO config read field by field, with labkit's predictions
 * ``cli``: the ``labkit calc`` command
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from labkit.theory.batch import (
     global_batch,
+    lars_local_lr,
     lr_at_step,
     lr_schedule,
     scaled_lr,
@@ -27,16 +30,20 @@ from labkit.theory.batch import (
 from labkit.theory.comm import (
     AlphaBeta,
     algbw,
+    amdahl_fraction_for,
     amdahl_speedup,
     busbw,
     dp_speedup,
     fit_alpha_beta,
+    fit_amdahl,
+    hierarchical_allreduce_bytes,
     naive_allreduce_bytes,
     ring_allreduce_bytes,
     ring_allreduce_time,
     scaling_efficiency,
 )
 from labkit.theory.compute import training_flops
+from labkit.theory.deepspeed import FieldMapping, deepspeed_plan, plan_text
 from labkit.theory.interconnect import (
     INTERCONNECTS,
     Interconnect,
@@ -54,7 +61,9 @@ from labkit.theory.memory import (
     transformer_activation_bytes,
     zero_comm_volume,
     zero_memory,
+    zero_offload_traffic,
 )
+from labkit.theory.parallel3d import Layout3D, gpt_params, parallel_layout
 from labkit.theory.pipeline import (
     bubble_fraction,
     ideal_pipeline_speedup,
@@ -66,27 +75,37 @@ from labkit.theory.pipeline import (
 __all__ = [
     "INTERCONNECTS",
     "AlphaBeta",
+    "FieldMapping",
     "FitReport",
+    "Layout3D",
     "Interconnect",
     "StepPrediction",
     "algbw",
+    "amdahl_fraction_for",
     "amdahl_speedup",
     "bubble_fraction",
     "busbw",
     "bytes_per_param",
+    "deepspeed_plan",
     "dp_speedup",
     "fit_alpha_beta",
+    "fit_amdahl",
     "fits",
     "get_link",
     "global_batch",
+    "gpt_params",
+    "hierarchical_allreduce_bytes",
     "ideal_pipeline_speedup",
+    "lars_local_lr",
     "lr_at_step",
     "lr_schedule",
     "mlp_activation_bytes",
     "mlp_saved_tensors",
     "naive_allreduce_bytes",
+    "parallel_layout",
     "pipeline_peak_activations",
     "pipeline_speedup",
+    "plan_text",
     "predict_step_time",
     "ring_allreduce_bytes",
     "ring_allreduce_time",
@@ -99,4 +118,5 @@ __all__ = [
     "warmup_lr",
     "zero_comm_volume",
     "zero_memory",
+    "zero_offload_traffic",
 ]

@@ -166,3 +166,23 @@ def lr_schedule(steps: int | Iterable[int], *, target_lr: float, warmup_steps: i
     return [lr_at_step(s, target_lr=target_lr, warmup_steps=warmup_steps,
                        total_steps=total_steps, decay=decay, min_lr=min_lr)
             for s in step_list]
+
+
+def lars_local_lr(lr: float, weight_norm: float, grad_norm: float, *, eta: float = 0.001,
+                  weight_decay: float = 0.0) -> float:
+    """The step size LARS gives one layer: ``lr x eta x ||w|| / (||g|| + wd x ||w||)``.
+
+    You, Gitman and Ginsburg 2017 ("Large Batch Training of Convolutional Networks"): each
+    layer's update is scaled to a fixed share (``eta``) of its own weight norm, so no layer
+    moves too far when the global LR is large. ``labkit.optim.LARS`` computes the same
+    ratio on tensors; LAMB (You et al. 2019) applies it to Adam's update instead of ``g``.
+    """
+    rate = check_number("lr", lr, "lr=0.1", allow_equal=False)
+    w = check_number("weight_norm", weight_norm, "weight_norm=3.0")
+    g = check_number("grad_norm", grad_norm, "grad_norm=0.5")
+    e = check_number("eta", eta, "eta=0.001", allow_equal=False)
+    wd = check_number("weight_decay", weight_decay, "weight_decay=0.0")
+    if g + wd * w == 0:
+        raise ConfigError("grad_norm + weight_decay x weight_norm is 0: LARS's ratio is "
+                          "undefined; e.g. grad_norm=0.5")
+    return rate * e * w / (g + wd * w)

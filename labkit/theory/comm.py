@@ -43,6 +43,25 @@ def ring_allreduce_bytes(size_bytes: float, world_size: int) -> float:
     return 2 * (n - 1) / n * size
 
 
+def hierarchical_allreduce_bytes(size_bytes: float, gpus_per_node: int, nodes: int
+                                 ) -> dict[str, float]:
+    """Bytes each GPU sends in a two-level all-reduce, inside its node and between nodes.
+
+    1. reduce-scatter inside each node (g GPUs): every GPU ends with the node's sum of
+       1/g of the tensor; 2. a ring all-reduce between nodes, each GPU on its own 1/g
+       shard with its peers of the same local rank; 3. all-gather inside the node. So only
+       ``2(N-1)/N x size/g`` crosses the slow inter-node link per GPU, where a flat ring
+       over all N x g GPUs makes its node-crossing links carry ``2(Ng-1)/(Ng) x size``.
+    Keys: ``intra`` and ``inter`` (per GPU), ``flat_ring`` (per GPU, for comparison).
+    """
+    size = check_number("size_bytes", size_bytes, "size_bytes=4e9")
+    g = check_int("gpus_per_node", gpus_per_node, 1, "gpus_per_node=8")
+    n = check_int("nodes", nodes, 1, "nodes=4")
+    intra = 2 * (g - 1) / g * size
+    return {"intra": intra, "inter": ring_allreduce_bytes(size / g, n),
+            "flat_ring": ring_allreduce_bytes(size, n * g)}
+
+
 def naive_allreduce_bytes(size_bytes: float, world_size: int,
                           scheme: str = "reduce_broadcast") -> dict[str, float]:
     """Bytes sent by the root and by any other rank in a naive all-reduce.
@@ -176,6 +195,31 @@ def amdahl_speedup(parallel_fraction: float, n: int) -> float:
     return 1.0 / ((1.0 - f) + f / workers)
 
 
+def fit_amdahl(step_times: dict[int, float]) -> float:
+    """Amdahl's parallel fraction f fitted to measured step times of the SAME job (same
+    global batch) on n workers: ``t_n / t_1 = (1 - f) + f / n``, least squares in f over
+    every n > 1. ``step_times`` maps n -> seconds and must hold n = 1."""
+    if 1 not in step_times or len(step_times) < 2:
+        raise ConfigError(f"step_times ({step_times!r}) must hold the 1-worker time and at "
+                          f"least one more; e.g. {{1: 0.30, 2: 0.18}}")
+    t1 = check_number("step_times[1]", step_times[1], "0.30", allow_equal=False)
+    # t_n/t_1 - 1 = f (1/n - 1): a line through the origin in x = 1/n - 1
+    xs = [1.0 / n - 1.0 for n in step_times if n > 1]
+    ys = [step_times[n] / t1 - 1.0 for n in step_times if n > 1]
+    f = sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    return min(1.0, max(0.0, f))
+
+
+def amdahl_fraction_for(speedup: float, n: int) -> float:
+    """The parallel fraction that gives ``speedup`` on ``n`` workers (seed 003: 8 GPUs that
+    give 6x need f = 0.952; the mini challenge, 2x on 4 GPUs, f >= 0.667)."""
+    s = check_number("speedup", speedup, "speedup=6", allow_equal=False)
+    workers = check_int("n", n, 2, "n=8")
+    if s > workers:
+        raise ConfigError(f"speedup ({speedup}) cannot exceed n ({n}) under Amdahl's law")
+    return (1.0 - 1.0 / s) / (1.0 - 1.0 / workers)
+
+
 def scaling_efficiency(step_time_1: float, step_time_n: float, n: int,
                        weak: bool = True) -> float:
     """Scaling efficiency from step times (s) on 1 and on n ranks.
@@ -196,8 +240,9 @@ def dp_speedup(compute_s: float, comm_s: float, n: int, overlap: float = 0.0) ->
     Each rank computes for ``compute_s`` per step, then waits for the part of the
     gradient all-reduce (``comm_s``) not hidden behind backward: ``(1 - overlap) * comm_s``,
     ``overlap`` in [0, 1]. Speedup ``n * compute / (compute + exposed_comm)``; one rank
-    needs no all-reduce. Seed 003's "8 GPUs give 6x": compute 0.3 s, all-reduce 0.1 s,
-    no overlap -> 8 * 0.3 / 0.4 = 6.0; bucketed overlap and bf16 gradients close the gap.
+    needs no all-reduce. Seed 003's "8 GPUs give 6x" with labkit's own numbers (no seed
+    gives them): compute 0.3 s, all-reduce 0.1 s, no overlap -> 8 * 0.3 / 0.4 = 6.0;
+    bucketed overlap and bf16 gradients close the gap.
     """
     compute = check_number("compute_s", compute_s, "compute_s=0.3", allow_equal=False)
     comm = check_number("comm_s", comm_s, "comm_s=0.1")

@@ -43,7 +43,8 @@ def _check_stage(stage: object) -> int:
     raise ConfigError(f"stage ({stage!r}) must be 0, 1, 2 or 3 (ZeRO stages); e.g. stage=2")
 
 
-def bytes_per_param(precision: str = "mixed", optimizer: str = "adam") -> dict[str, int]:
+def bytes_per_param(precision: str = "mixed", optimizer: str = "adam", *,
+                    fp32_grads: bool = False) -> dict[str, int]:
     """Bytes of model state per parameter, split into ``params``, ``grads``, ``optimizer``.
 
     ``precision="mixed"`` (bf16 or fp16 training): 2 B working weights + 2 B gradients +
@@ -51,35 +52,75 @@ def bytes_per_param(precision: str = "mixed", optimizer: str = "adam") -> dict[s
     momentum SGD 4 + 4 = 8, plain SGD 4. ``precision="fp32"``: 4 B weights + 4 B gradients
     + Adam 8 (m, v), momentum 4, SGD 0. So Adam costs the famous 16 bytes/param either
     way: mixed precision saves activation memory and bandwidth, not model-state memory.
-    Returns ints; ``total`` is the sum.
+    ``fp32_grads=True`` (mixed only) keeps the gradients in fp32 (4 B, as many frameworks
+    accumulate them): 2 + 4 + 12 = 18 B/param. That is seed 003's "7B needs about 126 GB"
+    (7e9 x 18 B; its own 16 B rule gives 112 GB) and what DeepSpeed's memory estimators
+    count. Returns ints; ``total`` is the sum.
     """
     check_choice("precision", precision, PRECISIONS, "precision='mixed'")
     check_choice("optimizer", optimizer, OPTIMIZERS, "optimizer='adam'")
+    if fp32_grads and precision != "mixed":
+        raise ConfigError("fp32_grads=True only applies to precision='mixed' (fp32 training "
+                          "has fp32 gradients already); e.g. bytes_per_param('mixed', "
+                          "fp32_grads=True)")
     weight = 2 if precision == "mixed" else 4
-    result = {"params": weight, "grads": weight,
+    result = {"params": weight, "grads": 4 if fp32_grads else weight,
               "optimizer": _OPTIMIZER_BYTES[precision][optimizer]}
     result["total"] = sum(result.values())
     return result
 
 
 def zero_memory(params: float, dp: int, stage: int, precision: str = "mixed",
-                optimizer: str = "adam") -> dict[str, float]:
+                optimizer: str = "adam", *, offload_optimizer: bool = False,
+                offload_params: bool = False) -> dict[str, float]:
     """Model-state bytes held by EACH data-parallel rank under ZeRO ``stage``.
 
     ``params`` is the parameter count (Psi), ``dp`` the data-parallel degree (N_d).
     Stage 0 (plain DDP) shards nothing; stage 1 divides the optimizer state by ``dp``;
     stage 2 also the gradients; stage 3 also the parameters. Activations are not included.
-    Keys: ``params``, ``grads``, ``optimizer``, ``total`` (bytes; divide by 1e9 for GB).
+    Keys: ``params``, ``grads``, ``optimizer``, ``total`` (bytes on the GPU; divide by 1e9
+    for GB).
+
+    Offloading (DeepSpeed's ``offload_optimizer`` / ``offload_param``; ZeRO-Offload, Ren et
+    al. 2021): ``offload_optimizer`` keeps this rank's optimizer state (fp32 master, m, v)
+    in CPU memory and runs the update there; ``offload_params`` (ZeRO-3 only) keeps the
+    parameter shard there too, fetched layer by layer. Offloaded terms are 0 on the GPU
+    and appear, with their sum, under ``cpu``; ``zero_offload_traffic`` says what each step
+    then moves over PCIe.
     """
     psi = check_number("params", params, "params=7.5e9", allow_equal=False)
     dp = check_int("dp", dp, 1, "dp=64")
     stage = _check_stage(stage)
+    if offload_params and stage != 3:
+        raise ConfigError(f"offload_params needs stage 3 (got stage {stage}): only ZeRO-3 "
+                          "shards the parameters it could move; e.g. stage=3, "
+                          "offload_params=True")
     per = bytes_per_param(precision, optimizer)
     sharded = {"optimizer": stage >= 1, "grads": stage >= 2, "params": stage >= 3}
     result = {k: psi * per[k] / (dp if sharded[k] else 1)
               for k in ("params", "grads", "optimizer")}
-    result["total"] = sum(result.values())
+    moved = [k for k, on in (("optimizer", offload_optimizer), ("params", offload_params)) if on]
+    if moved:
+        result["cpu"] = sum(result[k] for k in moved)
+        for k in moved:
+            result[k] = 0.0
+    result["total"] = sum(result[k] for k in ("params", "grads", "optimizer"))
     return result
+
+
+def zero_offload_traffic(params: float, dp: int, precision: str = "mixed") -> float:
+    """Bytes each rank moves over PCIe per step with ``offload_optimizer``.
+
+    Its gradient shard goes to the CPU for the update and the updated 16-bit parameter
+    shard comes back: ``2 x element bytes x params / dp`` (ZeRO-Offload's 2 x 2 Psi / N_d
+    under mixed precision). Divide by the link's bandwidth (``get_link("pcie4")``) for
+    the time it adds when it does not overlap.
+    """
+    psi = check_number("params", params, "params=7.5e9", allow_equal=False)
+    dp = check_int("dp", dp, 1, "dp=8")
+    check_choice("precision", precision, PRECISIONS, "precision='mixed'")
+    element = 2 if precision == "mixed" else 4
+    return 2 * element * psi / dp
 
 
 def zero_comm_volume(params: float, stage: int, precision: str = "mixed",

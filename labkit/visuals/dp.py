@@ -228,3 +228,28 @@ def plot_duplicates(results: Sequence[Mapping[str, Any]], epoch: int = 0) -> Fig
     ax.set_title(f"epoch {epoch}: {shared} of {len(ids)} samples loaded by more than one rank")
     fig.tight_layout()
     return fig
+
+
+def plot_amdahl(result: Any, max_ranks: int = 8) -> Figure:
+    """Amdahl's predicted speedup for the fitted parallel fraction (curve), the measured
+    speedups (dots), perfect scaling (dashed) and seed 003's '8 GPUs give 6x' (star)."""
+    from labkit.plots import new_figure
+    from labkit.theory import amdahl_speedup
+
+    fig = new_figure((7, 4))
+    ax = fig.add_subplot(1, 1, 1)
+    ns = list(range(1, max_ranks + 1))
+    f = result.parallel_fraction
+    ax.plot(ns, ns, "--", color="#999", label="perfect scaling")
+    ax.plot(ns, [amdahl_speedup(f, n) for n in ns], color="#4C9BE8",
+            label=f"Amdahl, fitted f = {f:.3f} (predicted)")
+    ax.plot(list(result.speedups), list(result.speedups.values()), "o", color="#E15759",
+            markersize=8, label="measured on this machine")
+    ax.plot([8], [6], "*", color="#59A14F", markersize=12, label="seed 003: 8 GPUs, 6x")
+    ax.plot([4], [2], "s", color="#F28E2B", markersize=7, label="mini challenge: 2x on 4")
+    ax.set_xlabel("ranks (same global batch)")
+    ax.set_ylabel("speedup over 1 rank")
+    ax.set_title("Amdahl's law: the part of a step that does not scale caps the speedup")
+    ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import os
+from typing import Any
 
 import ipywidgets as widgets
 
@@ -27,7 +28,7 @@ class QuizPanel:
 
     def __init__(self, seed: int | None = None, *, quiz: Quiz | None = None,
                  store: ProgressStore | str | os.PathLike[str] | None = None,
-                 save: bool = True):
+                 save: bool = True, resume: bool = True):
         self.quiz = quiz or Quiz()
         self.store = store if isinstance(store, ProgressStore) else ProgressStore(store)
         self.save = save
@@ -47,25 +48,46 @@ class QuizPanel:
         self.summary = widgets.HTML()
         self.check_button.on_click(self._on_check)
         self.next_button.on_click(self._on_next)
-        self.restart_button.on_click(lambda _b: self.start(None))
+        self.restart_button.on_click(lambda _b: self.start(None, resume=False))
         self.box = widgets.VBox([
             self.title, self.progress, self.prompt, self.choices, self.number,
             widgets.HBox([self.check_button, self.next_button]), self.feedback,
             self.summary, self.restart_button])
-        # 2. the first attempt
-        self.start(seed)
+        # 2. the first attempt: the one in progress (after a kernel restart, or from
+        #    `labkit quiz`) when there is one, else a fresh draw
+        self.start(seed, resume=resume)
 
     # ------------------------------------------------------------ state
 
-    def start(self, seed: int | None) -> None:
-        """Draw a new attempt and show its first question."""
-        self.attempt: Attempt = self.quiz.new_attempt(seed)
-        self.index = 0
+    def start(self, seed: int | None, *, resume: bool = False) -> None:
+        """Resume the saved attempt in progress (``resume``) or draw a new one; show it."""
+        resumed = self._resumed(seed) if resume and self.save else None
+        if resumed is None and self.save:
+            self._store_call(self.store.clear_current)
+        self.attempt: Attempt = resumed or self.quiz.new_attempt(seed)
+        self.index = next((i for i, it in enumerate(self.attempt.items)
+                           if it.id not in self.attempt.results), self.attempt.total - 1)
         self.saved = None
         self.progress.max = self.attempt.total
         self.summary.value = ""
         self.restart_button.layout.display = _HIDE
         self._show()
+
+    def _resumed(self, seed: int | None) -> Attempt | None:
+        try:
+            attempt = self.store.resume(self.quiz)
+        except OSError:
+            return None
+        return attempt if attempt is not None and seed in (None, attempt.seed) else None
+
+    def _store_call(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        """Save progress; a read-only home only costs the save, never the quiz."""
+        try:
+            fn(*args, **kwargs)
+        except OSError as exc:
+            self.feedback.value += (f"<p><i>Could not save progress to "
+                                    f"{html.escape(str(self.store.path))}: "
+                                    f"{html.escape(str(exc))}</i></p>")
 
     @property
     def item(self) -> Item:
@@ -116,6 +138,8 @@ class QuizPanel:
             return
         result = self.attempt.answer(self.index, given)
         self.feedback.value = _feedback_html(result)
+        if self.save:  # so a kernel restart resumes here
+            self._store_call(self.store.save_current, self.attempt, source="widget")
         self.progress.value = len(self.attempt.results)
         self.choices.disabled = self.number.disabled = True
         self.check_button.disabled = True
@@ -169,15 +193,17 @@ def _feedback_html(r: Result) -> str:
     return f"<p>{head}</p><p>{html.escape(r.explanation)}</p>"
 
 
-def quiz_widget(seed: int | None = None, *, save: bool = True,
+def quiz_widget(seed: int | None = None, *, save: bool = True, resume: bool = True,
                 store: ProgressStore | str | os.PathLike[str] | None = None) -> widgets.Widget:
     """The quick test for a notebook cell: ten questions, pass at 70%, progress saved.
 
     ``seed`` reproduces an attempt (``None`` draws a fresh one); ``store`` overrides where
     progress goes (default ``$LABKIT_HOME/quiz.json``); ``save=False`` keeps nothing.
+    Every answer is saved as it is checked; with ``resume`` (default) the attempt in
+    progress comes back after a kernel restart, and ``labkit quiz`` resumes it too.
     The returned box carries its :class:`QuizPanel` as ``.panel``.
     """
-    panel = QuizPanel(seed, store=store, save=save)
+    panel = QuizPanel(seed, store=store, save=save, resume=resume)
     box = panel.box
     box.panel = panel  # type: ignore[attr-defined]
     return box

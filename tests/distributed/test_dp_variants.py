@@ -97,7 +97,8 @@ def test_allreduce_bench_cli_json_contract() -> None:
 
 def test_common_mistakes_show_up_in_real_runs() -> None:
     """No DistributedSampler: both ranks load every sample; no set_epoch: epochs repeat;
-    BatchNorm on local batches drifts from the global-batch reference, LayerNorm does not."""
+    BatchNorm on local batches drifts from the global-batch reference; LayerNorm, GroupNorm
+    and SyncBatchNorm (statistics all-reduced, 2C+1 values forward and 2C backward) do not."""
     res = launch(all_mistakes, 2, timeout_s=90).results
     bad, no_epoch, good = (duplicate_report([r[k] for r in res])
                            for k in ("no_sampler", "no_set_epoch", "correct"))
@@ -109,3 +110,9 @@ def test_common_mistakes_show_up_in_real_runs() -> None:
     assert bn0["max_abs_diff_vs_reference"] > 1e-3, "local BatchNorm should drift"
     assert bn0["running_mean"] != bn1["running_mean"], "running stats should differ per rank"
     assert res[0]["layernorm"]["max_abs_diff_vs_reference"] <= 1e-5
+    # SyncBatchNorm through the traced comm layer IS BatchNorm on the global batch
+    sync0, sync1 = res[0]["syncbatchnorm"], res[1]["syncbatchnorm"]
+    assert sync0["max_abs_diff_vs_reference"] <= 1e-5
+    assert sync0["running_mean"] == sync1["running_mean"], "one set of statistics"
+    assert sync0["syncbn_bytes_per_step"] == (2 * 64 + 1) * 4 + 2 * 64 * 4  # fwd + bwd sums
+    assert res[0]["groupnorm"]["max_abs_diff_vs_reference"] <= 1e-5

@@ -40,7 +40,7 @@ def test_naive_exchange_fails_on_bytes_with_the_numbers() -> None:
 def test_direct_torch_distributed_call_is_detected() -> None:
     verdict = code_checks.check_ring_allreduce(calls_torch_directly, world_sizes=(2,), sizes=(12,))
     assert not verdict.passed
-    assert "built-in collective(s) ['all_reduce']" in verdict.feedback
+    assert "built-in collective(s) ['allreduce']" in verdict.feedback
 
 
 def test_expected_buckets_greedy_rule() -> None:

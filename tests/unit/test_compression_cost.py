@@ -40,3 +40,15 @@ def test_options_reject_bad_values_naming_them() -> None:
         RunConfig(strategy="compress", options={"topk_ratio": 0})
     with pytest.raises(ConfigError, match=r"powersgd_start_step \(1\)"):
         RunConfig(strategy="compress", options={"powersgd_start_step": 1})
+
+
+def test_randomk_sends_values_only_and_int8_a_quarter_plus_one_scale_per_bucket() -> None:
+    """Random-k's positions come from a shared seed (no indices); int8 = numel + 4 B/bucket."""
+    shapes, buckets = [[128, 32], [128]], [4096, 128]
+    rk = predicted_payload_bytes("randomk", shapes, 4, bucket_numels=buckets, randomk_ratio=0.1)
+    assert rk["payload"] == 4 * (409 + 12)
+    assert rk["wire"] == pytest.approx(2 * 3 / 4 * rk["payload"])
+    q8 = predicted_payload_bytes("int8", shapes, 4, bucket_numels=buckets)
+    full = predicted_payload_bytes("none", shapes, 4)
+    assert q8["payload"] == (128 * 32 + 128) + 4 * 2
+    assert q8["payload"] == pytest.approx(full["payload"] / 4 + 8)

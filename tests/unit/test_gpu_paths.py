@@ -82,10 +82,10 @@ def test_gpu_count_asks_torch_for_the_visible_set(monkeypatch):
 
 def test_ranks_inherit_the_students_gpu_selection(monkeypatch):
     """The supervisor passes CUDA_VISIBLE_DEVICES to every rank unchanged (isolation)."""
-    from labkit.supervisor import _child_env
+    from labkit.supervisor import child_env
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
-    assert _child_env()["CUDA_VISIBLE_DEVICES"] == "4,5"
+    assert child_env()["CUDA_VISIBLE_DEVICES"] == "4,5"
 
 
 def test_physical_gpu_maps_local_rank_through_visible_devices(monkeypatch):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ import torch
 from labkit.grading import numeric
 from labkit.grading.checks import NotANumber, as_number, as_tensor, check_function, check_number
 
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.lesson08
 
 
@@ -72,15 +75,21 @@ def test_stub_gets_not_implemented_feedback() -> None:
     def stub(**kw: object) -> float:
         raise NotImplementedError
 
-    verdict = numeric.check("global_batch", stub)
-    assert not verdict.passed and "not implemented" in verdict.feedback
+    q = numeric.question("global_batch", stub)
+    assert q.earned == 0 and "not implemented" in q.feedback()
 
 
 def test_hardcoded_seed_answer_passes_visible_fails_hidden() -> None:
     """Returning the worked example's number is caught by the randomised hidden variants."""
+    from labkit.grading import instructor
+
+    grader = instructor.load("ps1_numbers", REPO)
+
     def cheat(gpus: int, per_gpu_batch: int, accumulation: int) -> int:
         return 1024 if (gpus, per_gpu_batch, accumulation) == (8, 32, 4) else 512
 
-    hidden = numeric.check("global_batch", cheat, hidden=True, seed=1)
-    assert not hidden.passed
-    assert "expected" not in hidden.feedback  # hidden keys are not revealed
+    q = numeric.question("global_batch", cheat)
+    assert q.passed  # the worked examples alone
+    q.check(grader.cases("global_batch"))
+    assert q.earned == 0  # every part also holds hidden cases
+    assert "expected" not in q.feedback()  # hidden keys are never shown

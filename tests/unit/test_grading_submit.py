@@ -23,6 +23,10 @@ def test_cli_registers_submit_and_course() -> None:
     args = parser.parse_args(["submit", "ps1_numbers", "--student", "alice", "--json"])
     assert args.func is grading_cli._submit and args.student == "alice" and args.json
     assert parser.parse_args(["course", "check"]).func is grading_cli._check
+    traces = parser.parse_args(["course", "traces", "--only", "public"])
+    assert traces.func is grading_cli._traces and traces.only == "public"
+    assert parser.parse_args(["submit", "ps1_numbers", "--cell-timeout", "5",
+                              "--sandbox", "none"]).cell_timeout == 5
 
 
 def test_submit_rejects_unknown_assignment_before_grading(capsys: pytest.CaptureFixture[str]
@@ -64,3 +68,19 @@ def test_report_and_widget_render_scores_and_feedback_path() -> None:
     assert "4 / 5" in html and "/tmp/fb.html" in html and "Tampering" in html
     panel = SubmitPanel("ps1_numbers")
     assert panel.button.description == "Submit for grading" and panel.result is None
+
+
+def test_an_nbgrader_run_past_its_budget_is_a_lab_error_not_a_raw_timeout(monkeypatch,
+                                                                           tmp_path: Path) -> None:
+    """Issue 18: `labkit submit` used to die with subprocess.TimeoutExpired after 900 s."""
+    import subprocess
+
+    from labkit.errors import LabError
+    from labkit.grading import course
+
+    def too_slow(*args: object, **kwargs: object) -> None:
+        raise subprocess.TimeoutExpired(cmd="nbgrader", timeout=5)
+
+    monkeypatch.setattr(course.subprocess, "run", too_slow)
+    with pytest.raises(LabError, match="nbgrader autograde did not finish within 5 s"):
+        course.nbgrader(["autograde", "ps1_numbers"], tmp_path, timeout=5)

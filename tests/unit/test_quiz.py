@@ -13,6 +13,7 @@ import re
 import pytest
 
 from labkit import theory
+from labkit.grid import Grid
 from labkit.quiz import ATTEMPT_SIZE, Concept, Kind, NumericQuestion, Quiz, QuizError, parse_number
 from labkit.quiz.answers import LETTERS, AnswerFormatError
 from labkit.quiz.bank import BANK, bank_summary, questions
@@ -49,6 +50,34 @@ THEORY = {
         theory.dp_speedup(compute_s, comm_s, n, overlap),
     "amdahl-01": lambda parallel_fraction, n: theory.amdahl_speedup(parallel_fraction, n),
     "amdahl-02": lambda parallel_fraction, n: theory.amdahl_speedup(parallel_fraction, n) / n,
+    # the inverse of Amdahl's law: the f with amdahl_speedup(f, n) == speedup
+    "amdahl-06": lambda speedup, n: next(
+        f for f in [(1 - 1 / speedup) / (1 - 1 / n)]
+        if abs(theory.amdahl_speedup(f, n) - speedup) < 1e-9),
+    "3d-01": lambda dp, pp, tp, d, p, t: Grid(dp=dp, pp=pp, tp=tp).rank(d, p, t),
+    "3d-02": lambda params_b, tp, pp, dp: theory.fits(
+        params_b * 1e9, gpus=tp * pp * dp, gpu_gb=1e6, stage=1, tp=tp, pp=pp
+    ).per_gpu_bytes["total"] / 1e9,
+    "3d-03": lambda params_m, tokens_k, step_s, gpus, peak_tf: theory.training_flops(
+        int(params_m * 1e6), int(tokens_k * 1000)) / (step_s * gpus * peak_tf * 1e12),
+    "3d-04": lambda dp, pp, tp: dp * pp,
+    "net-01": lambda link, nodes, size_gb: theory.ring_allreduce_time(
+        size_gb * 1e9, nodes, theory.get_link(link).alpha_s,
+        theory.get_link(link).bandwidth_Bps) * 1e3,
+    "net-02": lambda link: theory.get_link(link).alpha_s * theory.get_link(link).bandwidth_Bps / 1e3,
+    "net-03": lambda nodes, g, size_gb: theory.ring_allreduce_bytes(size_gb * 1e9 / g, nodes) / 1e9,
+    "ps-02": lambda s, c: c + s,
+    "ps-03": lambda n, fast, slow: fast / slow,
+    "ps-04": lambda workers, size_gb: 2 * workers * size_gb,
+    "ray-03": lambda tasks, size_gb: tasks * size_gb,
+    "lars-01": lambda w, g, eta, lr: lr * eta * w / g,
+    "mem-seed-01": lambda params_b: params_b * 18,
+    "mem-seed-02": lambda precision: theory.bytes_per_param(
+        "mixed" if precision == "fp16" else "fp32")["params"] * 175,
+    "zero-05": lambda stage, dp: 16 / theory.bytes_per_param()["total"] * 16 / (
+        theory.zero_memory(1.0, dp, stage)["total"]),
+    "offload-01": lambda params_b, dp: 4 * params_b / dp,
+    "compress-01": lambda numel_m, method: numel_m * {"fp32": 4, "fp16": 2, "int8": 1}[method],
 }
 
 
@@ -81,6 +110,22 @@ def all_params(q: NumericQuestion):
 
 
 # ---------------------------------------------------------------- the bank
+
+
+def test_bank_covers_every_lesson_including_3d_multi_node_async_and_ray():
+    """Issue 18: at least 80 questions; every lesson (09-11 too) tagged and asked about."""
+    from labkit.quiz.bank import by_lesson
+    from labkit.quiz.questions import LESSONS
+
+    assert len(BANK) >= 80
+    counts = by_lesson()
+    assert set(counts) == set(LESSONS) and all(n >= 3 for n in counts.values()), counts
+    for lesson in ("09_3d_parallelism", "10_multi_node", "11_async_and_ray"):
+        assert counts[lesson] >= 6, counts
+    topics = " ".join(q.prompt + getattr(q, "correct", "") for q in BANK).lower()
+    for word in ("lars", "lamb", "amdahl", "ssp", "actor", "object reference", "hierarchical",
+                 "mfu", "tp fastest", "stale"):
+        assert word in topics, word
 
 
 def test_bank_has_at_least_30_questions_with_unique_stable_ids():
@@ -142,6 +187,8 @@ def test_drawn_numeric_items_carry_their_parameters_and_theory_key():
     ("lr-scaling-02", 0.004, "256"),
     ("lr-scaling-03", 0.002, "step 250"),
     ("comm-02", 6.0, "0.3 s"),
+    ("mem-seed-01", 126, "7B"),
+    ("amdahl-06", 0.9523809523809523, "6x on 8 GPUs"),
 ])
 def test_seed_worked_examples_are_variants(qid, expected, text):
     """8x32x4 -> 1024, 0.001@256 -> 0.004, warmup 500 -> 0.002 at 250, 8 GPUs -> 6x."""
@@ -221,7 +268,7 @@ def test_printed_questions_never_contain_the_answers():
     public = a.questions_json()
     assert [q["id"] for q in public["questions"]] == a.ids
     for q, item in zip(public["questions"], a.items):
-        assert set(q) == {"id", "concept", "kind", "prompt", "choices", "unit"}
+        assert set(q) == {"id", "concept", "kind", "lesson", "prompt", "choices", "unit"}
         assert item.explanation not in json.dumps(q)
 
 

@@ -176,8 +176,30 @@ def test_interactive_quiz_stops_cleanly_on_end_of_input(capsys, monkeypatch, hom
         raise EOFError
     monkeypatch.setattr("builtins.input", eof)
     code, _, err = run(["--seed", "13"], capsys)
-    assert code == 130 and "not saved" in err
-    assert not (home / "quiz.json").exists()
+    assert code == 130 and "run `labkit quiz` to resume" in err
+    assert not (home / "quiz.json").exists()  # nothing answered, nothing to keep
+
+
+def test_interactive_quiz_saves_each_answer_and_resumes_after_a_stop(capsys, monkeypatch, home):
+    """Two answers, then Ctrl-C; the next `labkit quiz` asks only the remaining eight."""
+    answers = iter(["a", "b"])
+
+    def two_then_stop(_prompt=""):
+        try:
+            return next(answers)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+    monkeypatch.setattr("builtins.input", two_then_stop)
+    code, _, _ = run(["--seed", "13"], capsys)
+    assert code == 130
+    saved = json.loads((home / "quiz.json").read_text())["current"]
+    assert saved["seed"] == 13 and len(saved["answers"]) == 2
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda _p="": asked.append(1) or "a")
+    code, out, _ = run([], capsys)
+    assert code == 0 and "Resuming your attempt in progress (seed 13, 2 of 10" in out
+    assert len(asked) == 8
+    assert "current" not in json.loads((home / "quiz.json").read_text())
 
 
 def test_unwritable_progress_location_warns_but_still_scores(tmp_path, capsys, monkeypatch):

@@ -100,6 +100,51 @@ def test_widget_plays_an_attempt_and_shows_the_final_score(tmp_path, n_right, ve
     assert saved["attempts"][0]["score"] == n_right
 
 
+def test_kernel_restart_resumes_the_attempt_in_progress_in_widget_and_terminal(tmp_path):
+    """Answers are saved as they are checked; a new widget (a restarted kernel) and
+    ``labkit quiz`` both pick the attempt up where it stopped; finishing clears it."""
+    import argparse
+
+    from labkit.quiz.cli import _start
+    from labkit.widgets.quiz import quiz_widget
+
+    path = tmp_path / "quiz.json"
+    first = quiz_widget(store=path).panel
+    for item in first.attempt.items[:3]:
+        given = right(item)
+        if item.kind is Kind.CHOICE:
+            first.choices.value = given
+        else:
+            first.number.value = given
+        first.check_button.click()
+        first.next_button.click()
+    seed = first.attempt.seed
+    del first  # the kernel restarts: nothing of the old objects survives
+    again = quiz_widget(store=path).panel
+    assert again.attempt.seed == seed and again.index == 3
+    assert len(again.attempt.results) == 3 and again.attempt.score == 3
+    assert "question 4 of 10" in again.title.value
+    args = argparse.Namespace(new=False, no_save=False, seed=None)
+    terminal = _start(args, ProgressStore(path))
+    assert terminal.seed == seed and terminal.score == 3  # the CLI resumes the same attempt
+    assert _start(argparse.Namespace(new=True, no_save=False, seed=None),
+                  ProgressStore(path)).results == {}
+    play_rest(again)
+    assert ProgressStore(path).current() is None  # finished: recorded, nothing to resume
+    assert json.loads(path.read_text())["attempts"][0]["seed"] == seed
+
+
+def play_rest(panel) -> None:
+    while panel.item.id not in panel.attempt.results:
+        item = panel.item
+        if item.kind is Kind.CHOICE:
+            panel.choices.value = right(item)
+        else:
+            panel.number.value = right(item)
+        panel.check_button.click()
+        panel.next_button.click()
+
+
 def test_widget_check_without_an_answer_asks_for_one_and_scores_nothing(tmp_path):
     from labkit.widgets.quiz import quiz_widget
 

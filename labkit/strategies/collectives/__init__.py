@@ -1,7 +1,8 @@
 """Collective benchmarks (lessons 01 and 06). Torch-free: options, size parsing, registration.
 
 ``labkit run allreduce-bench --impl ring --sizes 4KB 1MB 4MB`` times an all-reduce of each
-size on real ranks, the way NVIDIA's nccl-tests does (``doc/PERFORMANCE.md``): algorithm
+size on real ranks (``--impl hierarchical --nodes 2`` across emulated nodes, lesson 10),
+the way NVIDIA's nccl-tests does (``doc/PERFORMANCE.md``): algorithm
 bandwidth = size / time and bus bandwidth = algbw x 2(n-1)/n. ``impl`` picks our
 hand-written ring on point-to-point ops (``ring.py``) or the backend's built-in all-reduce.
 Sizes use decimal units (1 KB = 1000 bytes, 1 MB = 1e6) unless written KiB / MiB / GiB.
@@ -16,7 +17,7 @@ from typing import Any
 from labkit.errors import ConfigError
 from labkit.strategies import Strategy, register
 
-IMPLS = ("builtin", "ring", "reduce_broadcast", "all_to_all")
+IMPLS = ("builtin", "ring", "reduce_broadcast", "all_to_all", "hierarchical")
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*$")
@@ -58,7 +59,9 @@ class AllreduceBenchOptions:
     """Settings of the all-reduce benchmark."""
 
     impl: str = "builtin"
-    """ring (ours, on send/recv), builtin (the backend's all_reduce), reduce_broadcast or all_to_all."""
+    """ring (ours, on send/recv), builtin (the backend's all_reduce), reduce_broadcast,
+    all_to_all, or hierarchical (reduce-scatter inside each node, all-reduce across nodes,
+    all-gather inside; node size from the run: ``--nodes``, or torchrun's local ranks)."""
     sizes: tuple[str, ...] = ("4KB", "64KB", "1MB", "4MB")
     """Message sizes: bytes or with a unit (4KB, 1MB, 1MiB); each a multiple of 4 bytes."""
     iters: int = 10

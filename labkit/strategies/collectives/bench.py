@@ -17,6 +17,7 @@ import torch
 
 from labkit.errors import ConfigError
 from labkit.rank import RankContext, RankOutput
+from labkit.strategies.collectives.hierarchical import hierarchical_allreduce
 from labkit.strategies.collectives.ring import ALGORITHMS
 from labkit.theory import busbw, fit_alpha_beta
 
@@ -24,6 +25,9 @@ from labkit.theory import busbw, fit_alpha_beta
 def _one_call(ctx: RankContext, impl: str, tensor: torch.Tensor, step: int) -> None:
     if impl == "builtin":
         ctx.comm.all_reduce(tensor, step=step)
+    elif impl == "hierarchical":
+        intra, inter = ctx.node_comms()
+        hierarchical_allreduce(intra, inter, tensor, step=step)
     else:
         ALGORITHMS[impl](ctx.comm, tensor, step=step)
 
@@ -77,11 +81,14 @@ def train(ctx: RankContext) -> RankOutput:
     assert cfg is not None
     opts = cfg.options
     sizes = list(opts.sizes_bytes)
+    if opts.impl == "hierarchical":
+        ctx.node_comms()  # every rank builds the node groups here, before any timing
     times = []
     for i, size in enumerate(sizes):
         with ctx.step(i):
             times.append(time_allreduce(ctx, opts.impl, size, opts.iters, opts.warmup, step=i))
     out = RankOutput()
-    out.metrics.update(impl=opts.impl, results=results_table(sizes, times, ctx.world_size),
+    out.metrics.update(impl=opts.impl, ranks_per_node=ctx.node_size,
+                       results=results_table(sizes, times, ctx.world_size),
                        alpha_beta=alpha_beta_summary(sizes, times, ctx.world_size))
     return out

@@ -66,12 +66,17 @@ def chunk_bounds(numel: int, world_size: int) -> list[tuple[int, int]]:
 
 def _exchange(comm: Comm, send: torch.Tensor, recv: torch.Tensor, right: int, left: int,
               **meta: Any) -> None:
-    """Send to the right neighbour and receive from the left one at the same time."""
+    """Send to the right neighbour and receive from the left one at the same time.
+
+    The receive is posted first, so the left neighbour's message lands in a buffer that is
+    already waiting even when this rank is slow to send (a slow link stays visible as a
+    slow SEND on its own rank instead of stalling its neighbour's send too).
+    """
     handles = []
-    if send.numel():
-        handles.append(comm.isend(send, right, **meta))
     if recv.numel():
         handles.append(comm.irecv(recv, left, **meta))
+    if send.numel():
+        handles.append(comm.isend(send, right, **meta))
     for h in handles:
         h.wait()
 

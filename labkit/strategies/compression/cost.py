@@ -10,6 +10,10 @@ Pure (no torch), so tests and notebooks can state the prediction before a run.
   Other tensors (biases, thin matrices) are all-reduced uncompressed.
 * top-k: each rank all-gathers k values and k int32 indices per bucket, so one rank's
   payload grows with the world size: ``n * k * 8`` bytes gathered per bucket.
+* random-k: the k positions come from a seed all ranks share, so no index travels: one
+  all-reduce of k fp32 values per bucket, ``4k`` bytes.
+* int8: one all-reduce of a 4-byte max per bucket (the shared scale), then the bucket as
+  int8: ``numel + 4`` bytes per bucket, a quarter of fp32.
 
 Payload follows ``labkit.comm``: the input of an all-reduce, the gathered output of an
 all-gather. ``wire`` = what one rank sends in a ring: ``2(n-1)/n`` x all-reduce payload,
@@ -51,11 +55,12 @@ def allgather_wire(payload: float, world_size: int) -> float:
 
 def predicted_payload_bytes(method: str, shapes: Sequence[Sequence[int]], world_size: int, *,
                             rank: int = 2, bucket_numels: Sequence[int] = (),
-                            topk_ratio: float = 0.01) -> dict[str, float]:
+                            topk_ratio: float = 0.01, randomk_ratio: float = 0.01
+                            ) -> dict[str, float]:
     """Predicted payload and per-rank wire bytes of one step's gradient exchange.
 
-    ``bucket_numels`` (values per DDP bucket) is needed for top-k only: k is taken per
-    bucket as ``max(1, int(ratio * numel))``.
+    ``bucket_numels`` (values per DDP bucket) is needed for top-k, random-k and int8: k is
+    taken per bucket as ``max(1, int(ratio * numel))``; int8 sends one scale per bucket.
     """
     numel = sum(prod(int(s) for s in shape) for shape in shapes)
     if method == "none":
@@ -68,6 +73,11 @@ def predicted_payload_bytes(method: str, shapes: Sequence[Sequence[int]], world_
         ks = [max(1, int(topk_ratio * b)) for b in bucket_numels]
         payload = float(sum(world_size * k * 8 for k in ks))
         return {"payload": payload, "wire": allgather_wire(payload, world_size)}
+    elif method == "randomk":
+        payload = float(sum(4 * max(1, int(randomk_ratio * b)) for b in bucket_numels))
+    elif method == "int8":
+        payload = float(numel + 4 * len(bucket_numels))
     else:
-        raise ValueError(f"method {method!r} must be none, fp16, bf16, powersgd or topk")
+        raise ValueError(f"method {method!r} must be none, fp16, bf16, powersgd, topk, "
+                         "randomk or int8")
     return {"payload": payload, "wire": allreduce_wire(payload, world_size)}

@@ -12,6 +12,13 @@
 * ``TopKHook``: ours. Each rank adds its residual (error feedback) to the bucket, keeps
   the k largest magnitudes, all-gathers (values, indices) from every rank, scatters their
   sum into a dense tensor and divides by n; what it did not send becomes next step's residual.
+* ``RandomKHook``: ours. The same error feedback, but the k positions are drawn from a seed
+  every rank shares (step, bucket), so the ranks pick the same positions and one
+  all-reduce of the k values suffices: no indices on the wire.
+* ``Int8Hook``: ours. A 4-byte all-reduce (max) agrees on one scale per bucket; each rank
+  rounds its bucket to int8 levels in [-127 // n, 127 // n] (so the sum of n ranks still
+  fits in int8) and the int8 tensor is all-reduced: a quarter of fp32's bytes. The rounding
+  error is the residual carried into the next step (error feedback).
 """
 
 from __future__ import annotations
@@ -26,8 +33,8 @@ import torch.distributed as dist
 from labkit.events import Op
 from labkit.strategies.ddp.torch_ddp import StepRef, traced_allreduce_hook
 
-__all__ = ["StepRef", "TopKHook", "TracedDist", "cast_wrapper", "traced_allreduce_hook",
-           "traced_torch_hooks"]
+__all__ = ["Int8Hook", "RandomKHook", "StepRef", "TopKHook", "TracedDist", "cast_wrapper",
+           "traced_allreduce_hook", "traced_torch_hooks"]
 
 
 def cast_wrapper(hook: Any, dtype: torch.dtype) -> Any:
@@ -87,13 +94,26 @@ def traced_torch_hooks(comm: Any, step: StepRef) -> Iterator[None]:
         default_hooks.dist, powerSGD_hook.dist = saved  # type: ignore[assignment]
 
 
-class TopKHook:
+class _FeedbackHook:
+    """Error feedback shared by the hooks below: the residual each bucket did not send."""
+
+    def __init__(self, comm: Any, tracer: Any, step: StepRef):
+        self.comm, self.tracer, self.step = comm, tracer, step
+        self.residual: dict[int, torch.Tensor] = {}
+        self.bucket_numel: dict[int, int] = {}
+
+    def _with_residual(self, buf: torch.Tensor, idx: int) -> torch.Tensor:
+        err = self.residual.get(idx)
+        self.bucket_numel[idx] = buf.numel()
+        return buf + err if err is not None and err.numel() == buf.numel() else buf.clone()
+
+
+class TopKHook(_FeedbackHook):
     """Top-k sparsification with error feedback, one all-gather per bucket."""
 
     def __init__(self, comm: Any, tracer: Any, step: StepRef, ratio: float):
-        self.comm, self.tracer, self.step, self.ratio = comm, tracer, step, ratio
-        self.residual: dict[int, torch.Tensor] = {}
-        self.bucket_numel: dict[int, int] = {}
+        super().__init__(comm, tracer, step)
+        self.ratio = ratio
 
     def k_for(self, numel: int) -> int:
         return max(1, int(self.ratio * numel))
@@ -102,8 +122,7 @@ class TopKHook:
         buf, idx, n = bucket.buffer(), bucket.index(), self.comm.world_size
         # 1. error feedback: add back what earlier steps did not send
         with self.tracer.span(Op.COMPRESS, step=self.step.now, bucket=idx):
-            err = self.residual.get(idx)
-            v = buf + err if err is not None and err.numel() == buf.numel() else buf.clone()
+            v = self._with_residual(buf, idx)
             k = self.k_for(v.numel())
             # 2. keep the k largest magnitudes; the rest is the new residual
             top = v.abs().topk(k, sorted=False).indices
@@ -111,7 +130,6 @@ class TopKHook:
             v[top] = 0
             self.residual[idx] = v
             packed = torch.cat([vals, top.to(torch.int32).view(torch.float32)])
-        self.bucket_numel[idx] = v.numel()
         gathered = torch.empty(n * 2 * k, dtype=packed.dtype, device=packed.device)
         # 3. every rank's (values, indices), all-gathered through the traced layer
         h = self.comm.all_gather(gathered, packed, async_op=True, step=self.step.now, bucket=idx)
@@ -123,5 +141,58 @@ class TopKHook:
             dense = torch.zeros_like(buf)
             dense.index_add_(0, where, parts[:, 0, :].reshape(-1))
             return buf.copy_(dense.div_(n))
+
+        return h.future().then(decode)
+
+
+class RandomKHook(_FeedbackHook):
+    """Random-k sparsification with error feedback: shared positions, one all-reduce."""
+
+    def __init__(self, comm: Any, tracer: Any, step: StepRef, ratio: float):
+        super().__init__(comm, tracer, step)
+        self.ratio = ratio
+
+    def __call__(self, _state, bucket):  # type: ignore[no-untyped-def]
+        buf, idx, n = bucket.buffer(), bucket.index(), self.comm.world_size
+        with self.tracer.span(Op.COMPRESS, step=self.step.now, bucket=idx):
+            # 1. error feedback, 2. the same k positions on every rank (a shared seed)
+            v = self._with_residual(buf, idx)
+            k = max(1, int(self.ratio * v.numel()))
+            g = torch.Generator().manual_seed(int(self.step.now or 0) * 100_003 + idx)
+            pick = torch.randperm(v.numel(), generator=g)[:k].to(v.device)
+            vals = v[pick].contiguous()
+            v[pick] = 0
+            self.residual[idx] = v
+        # 3. only the values travel: one all-reduce of k floats
+        h = self.comm.all_reduce(vals, async_op=True, step=self.step.now, bucket=idx)
+
+        def decode(_fut: Any) -> torch.Tensor:
+            dense = torch.zeros_like(buf)
+            dense[pick] = vals / n
+            return buf.copy_(dense)
+
+        return h.future().then(decode)
+
+
+class Int8Hook(_FeedbackHook):
+    """8-bit quantised all-reduce with a shared per-bucket scale and error feedback."""
+
+    def __call__(self, _state, bucket):  # type: ignore[no-untyped-def]
+        buf, idx, n = bucket.buffer(), bucket.index(), self.comm.world_size
+        with self.tracer.span(Op.COMPRESS, step=self.step.now, bucket=idx):
+            v = self._with_residual(buf, idx)
+            amax = v.abs().max().reshape(1).float()
+        # 1. one scale for every rank: the largest magnitude anywhere (4 bytes)
+        self.comm.all_reduce(amax, op="max", step=self.step.now, bucket=idx, name="int8-scale")
+        levels = max(1, 127 // n)  # n ranks' sum must still fit in int8
+        scale = float(amax.item()) / levels or 1.0
+        with self.tracer.span(Op.COMPRESS, step=self.step.now, bucket=idx):
+            # 2. round to int8 levels; what rounding lost is next step's residual
+            q = (v / scale).round().clamp(-levels, levels).to(torch.int8)
+            self.residual[idx] = v - q.to(v.dtype) * scale
+        h = self.comm.all_reduce(q, async_op=True, step=self.step.now, bucket=idx)
+
+        def decode(_fut: Any) -> torch.Tensor:
+            return buf.copy_(q.to(buf.dtype) * (scale / n))
 
         return h.future().then(decode)

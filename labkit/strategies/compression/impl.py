@@ -19,6 +19,8 @@ from labkit.rank import RankContext, RankOutput
 from labkit.strategies.compression import CompressionMetrics
 from labkit.strategies.compression.cost import allreduce_wire, predicted_payload_bytes
 from labkit.strategies.compression.hooks import (
+    Int8Hook,
+    RandomKHook,
     TopKHook,
     cast_wrapper,
     traced_allreduce_hook,
@@ -43,7 +45,7 @@ class CompressedDDPLoop(TorchDDPLoop[CompressionMetrics]):
     Record = CompressionMetrics
 
     def __init__(self, ctx: RankContext) -> None:
-        self.topk: TopKHook | None = None
+        self.feedback: TopKHook | RandomKHook | Int8Hook | None = None  # error-feedback hooks
         assert ctx.config is not None
         super().__init__(ctx, ctx.config.options.bucket_cap_mb)
 
@@ -64,9 +66,15 @@ class CompressedDDPLoop(TorchDDPLoop[CompressionMetrics]):
                 start_powerSGD_iter=opts.powersgd_start_step, use_error_feedback=True,
                 warm_start=True)
             ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        elif opts.method == "topk":
+            self.feedback = TopKHook(comm, self.ctx.tracer, self.step_ref, opts.topk_ratio)
+            ddp.register_comm_hook(None, self.feedback.__call__)
+        elif opts.method == "randomk":
+            self.feedback = RandomKHook(comm, self.ctx.tracer, self.step_ref, opts.randomk_ratio)
+            ddp.register_comm_hook(None, self.feedback.__call__)
         else:
-            self.topk = TopKHook(comm, self.ctx.tracer, self.step_ref, opts.topk_ratio)
-            ddp.register_comm_hook(None, self.topk.__call__)
+            self.feedback = Int8Hook(comm, self.ctx.tracer, self.step_ref)
+            ddp.register_comm_hook(None, self.feedback.__call__)
 
     def run(self) -> RankOutput:
         with traced_torch_hooks(self.ctx.dp_comm, self.step_ref):
@@ -80,9 +88,10 @@ class CompressedDDPLoop(TorchDDPLoop[CompressionMetrics]):
         model = self.full_model
         shapes = [list(p.shape) for p in model.parameters()]
         grad_bytes = sum(p.numel() * 4 for p in model.parameters())
-        buckets = list(self.topk.bucket_numel.values()) if self.topk is not None else []
+        buckets = list(self.feedback.bucket_numel.values()) if self.feedback is not None else []
         pred = predicted_payload_bytes(opts.method, shapes, n, rank=opts.rank,
-                                       bucket_numels=buckets, topk_ratio=opts.topk_ratio)
+                                       bucket_numels=buckets, topk_ratio=opts.topk_ratio,
+                                       randomk_ratio=opts.randomk_ratio)
         steady = wire[-1] if wire else 0.0
         rec.method = opts.method
         rec.payload_bytes_per_step, rec.wire_bytes_per_step = payload, wire

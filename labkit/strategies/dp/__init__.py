@@ -18,6 +18,7 @@ The third variant of the lesson is torch's own ``ddp`` (``labkit.strategies.ddp`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from labkit.errors import ConfigError
 from labkit.metrics import RankMetrics
@@ -37,13 +38,27 @@ class DPMetrics(RankMetrics):
     bucket_params: list[list[str]] | None = None
     """Which parameters each bucket holds, in launch order (last layer first)."""
 
+    REPORTED: ClassVar[tuple[str, ...]] = ("bytes_per_step", "buckets", "bucket_bytes",
+                                           "allreduce_calls_per_step")
+
+    @classmethod
+    def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
+        m = metrics
+        if "bytes_per_step" not in m:
+            return []
+        hidden = m.get("overlap_fraction", 0.0)
+        return [f"  gradients     {m['bytes_per_step'] / 1e6:.3f} MB all-reduced per step in "
+                f"{m.get('buckets', '?')} bucket(s); {100 * hidden:.0f}% of that communication "
+                f"overlapped the backward pass"]
+
 
 @dataclass(kw_only=True, frozen=True)
 class BucketedOptions:
     """Settings of our bucketed, overlapped DDP."""
 
-    bucket_cap_mb: float = 25.0
-    """Bucket size in MB (1e6 bytes; torch DDP's default is 25); smaller buckets start comm earlier."""
+    bucket_cap_mb: float = 1.0
+    """Bucket size in MB (1e6 bytes; torch DDP's default is 25, which would hold the whole
+    lesson model in one bucket); smaller buckets start comm earlier."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.bucket_cap_mb, (int, float)) and self.bucket_cap_mb > 0):
@@ -58,4 +73,5 @@ register(Strategy(
 register(Strategy(
     name="ddp-bucketed", entry="labkit.strategies.dp.bucketed:train", options=BucketedOptions,
     summary="hand-written DDP: reverse-order buckets, async all-reduce overlapped with backward",
-    lesson="01_data_parallelism"))
+    lesson="01_data_parallelism",
+    defaults={"model": {"mlp": {"width": 512, "depth": 8}}}))  # several buckets to overlap

@@ -6,7 +6,8 @@
 * ``batchnorm_demo``: BatchNorm normalises with the statistics of the *local* batch, so N
   ranks with batch b are not the same model as one process with batch N x b, and the
   running statistics differ per rank. Per-sample normalisation (LayerNorm / GroupNorm) or
-  SyncBatchNorm removes the difference (seed 000: "synchronized BatchNorm (or GN)").
+  SyncBatchNorm (``syncbn``: the statistics all-reduced through ``ctx.comm``, their bytes
+  on the timeline) removes the difference (seed 000: "synchronized BatchNorm (or GN)").
 """
 
 from __future__ import annotations
@@ -54,9 +55,18 @@ def duplicate_report(results: list[dict[str, Any]]) -> dict[str, Any]:
             "epoch_repeats_first": repeated}
 
 
-def _norm_model(norm: str, seed: int) -> nn.Sequential:
+NORMS = ("batch", "syncbatch", "group", "layer")
+
+
+def _norm_model(norm: str, seed: int, comm: Any = None) -> nn.Sequential:
+    """The demo MLP with one normalisation layer; ``syncbatch`` needs the rank's ``comm``."""
+    from labkit.strategies.dp.syncbn import SyncBatchNorm1d
+
     torch.manual_seed(seed)
-    layer: nn.Module = nn.BatchNorm1d(64) if norm == "batch" else nn.LayerNorm(64)
+    layer: nn.Module = {"batch": lambda: nn.BatchNorm1d(64),
+                        "syncbatch": lambda: SyncBatchNorm1d(64, comm),
+                        "group": lambda: nn.GroupNorm(8, 64),
+                        "layer": lambda: nn.LayerNorm(64)}[norm]()
     return nn.Sequential(nn.Linear(16, 64), layer, nn.ReLU(), nn.Linear(64, 4))
 
 
@@ -68,30 +78,38 @@ def _norm_batch(step: int, global_batch: int) -> tuple[torch.Tensor, torch.Tenso
 
 def batchnorm_demo(ctx: RankContext, norm: str = "batch", steps: int = 5,
                    batch_size: int = 4, lr: float = 0.1) -> dict[str, Any]:
-    """Data-parallel SGD (gradients averaged via ``ctx.comm``) with a BatchNorm or LayerNorm.
+    """Data-parallel SGD (gradients averaged via ``ctx.comm``) with one normalisation layer.
 
-    Returns this rank's running mean (BatchNorm) and, on rank 0, the largest weight
-    difference from one process training on the global batch.
+    ``norm``: batch (local statistics), syncbatch (global, all-reduced), group or layer.
+    Returns this rank's running mean (the BatchNorms), the bytes SyncBN's own all-reduces
+    put on the wire per step, and, on rank 0, the largest weight difference from one
+    process training on the global batch (with plain BatchNorm for ``syncbatch``: that is
+    the model SyncBN must reproduce).
     """
-    if norm not in ("batch", "layer"):
-        raise ValueError(f"norm {norm!r} must be 'batch' or 'layer'")
-    model = _norm_model(norm, seed=0)
+    if norm not in NORMS:
+        raise ValueError(f"norm {norm!r} must be one of {', '.join(NORMS)}")
+    model = _norm_model(norm, seed=0, comm=ctx.comm)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     n, r = ctx.world_size, ctx.rank
     for step in range(steps):
         x, y = _norm_batch(step, batch_size * n)
         x, y = x[r * batch_size:(r + 1) * batch_size], y[r * batch_size:(r + 1) * batch_size]
         opt.zero_grad()
+        if norm == "syncbatch":
+            model[1].step = step  # type: ignore[assignment]  # labels its spans
         nn.functional.cross_entropy(model(x), y).backward()
         for p in model.parameters():
             assert p.grad is not None
             ctx.comm.all_reduce(p.grad, op="avg", step=step)
         opt.step()
     out: dict[str, Any] = {"rank": r, "norm": norm}
-    if norm == "batch":
+    if norm in ("batch", "syncbatch"):
         out["running_mean"] = model[1].running_mean[:8].tolist()  # type: ignore[index]
+    if norm == "syncbatch":
+        sent = sum(e.bytes or 0 for e in ctx.events() if e.name == "syncbn")
+        out["syncbn_bytes_per_step"] = sent / steps
     if r == 0:
-        ref = _norm_model(norm, seed=0)
+        ref = _norm_model("batch" if norm == "syncbatch" else norm, seed=0)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
         for step in range(steps):
             x, y = _norm_batch(step, batch_size * n)
@@ -108,4 +126,6 @@ def all_mistakes(ctx: RankContext) -> dict[str, Any]:
     return {"no_sampler": sampler_demo(ctx, False, False),
             "no_set_epoch": sampler_demo(ctx, True, False),
             "correct": sampler_demo(ctx, True, True),
-            "batchnorm": batchnorm_demo(ctx, "batch"), "layernorm": batchnorm_demo(ctx, "layer")}
+            "batchnorm": batchnorm_demo(ctx, "batch"), "layernorm": batchnorm_demo(ctx, "layer"),
+            "syncbatchnorm": batchnorm_demo(ctx, "syncbatch"),
+            "groupnorm": batchnorm_demo(ctx, "group")}

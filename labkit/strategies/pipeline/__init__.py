@@ -108,6 +108,11 @@ def check(config: Any) -> list[str]:
     """Rules across RunConfig fields, checked before any process starts."""
     opts: PipelineOptions = config.options
     stages = opts.stages if opts.stages is not None else config.world_size
+    if config.model.kind == "gpt" and (opts.schedule not in ("gpipe", "1f1b") or opts.orders
+                                        or opts.layer_costs):
+        return [f"--model gpt runs the gpipe and 1f1b schedules on its blocks (not "
+                f"{opts.orders and 'a hand-written plan' or opts.schedule!r}, no layer_costs); "
+                f"interleaved and zero bubble run on the MLP; e.g. --schedule 1f1b"]
     virtual = opts.resolved_virtual()
     depth = config.model.depth
     problems: list[str] = []
@@ -142,6 +147,9 @@ def options_for(config: Any) -> PipelineOptions:
 register(Strategy(
     name="pipeline", entry="labkit.strategies.pipeline.executor:train", options=PipelineOptions,
     summary="pipeline parallel: GPipe / 1F1B / interleaved / zero-bubble plans on real ranks",
-    check=check, lesson="03_pipeline_parallelism", axis="pp"))
+    check=check, lesson="03_pipeline_parallelism", axis="pp",
+    # heavy enough that each action computes for tens of ms: the measured bubble then
+    # follows (p-1)/(m+p-1) (docs/benchmarks.md, lesson 03); the lesson shows small ones too
+    defaults={"steps": 6, "batch_size": 1024, "model": {"mlp": {"width": 1024, "depth": 16}}}))
 
 __all__ = ["PipelineOptions", "check", "orders_text", "parse_orders", "plan_for"]

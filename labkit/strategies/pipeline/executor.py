@@ -27,11 +27,13 @@ output. ``I`` and ``W`` each cost about half of ``B``.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from labkit.errors import ConfigError
 from labkit.events import Op as Ev
@@ -87,8 +89,10 @@ class _StepRunner:
     """One step of one rank: the plan's actions, their messages and their spans."""
 
     def __init__(self, ctx: RankContext, plan: Plan, modules: dict[int, StageModule],
-                 step: int, width: int):
-        self.ctx, self.plan, self.modules, self.step, self.width = ctx, plan, modules, step, width
+                 step: int, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
+        self.ctx, self.plan, self.modules, self.step = ctx, plan, modules, step
+        self.loss_fn = loss_fn
+        self.act_shape = next(iter(modules.values())).act_shape
         self.saved: dict[tuple[int, int], list[Any]] = {}
         self.local: dict[tuple[int, int, int], torch.Tensor] = {}
         self.pending: list[Any] = []
@@ -124,7 +128,7 @@ class _StepRunner:
             src = self.plan.stage_to_rank(src_stage)
             if src == self.me:
                 continue
-            buf = torch.empty(rows[a.microbatch], self.width, device=self.ctx.device)
+            buf = torch.empty(self.act_shape(rows[a.microbatch]), device=self.ctx.device)
             h = self.comm.irecv(buf, src, tag=tag(kind, src_stage, a.microbatch,
                                                       self.plan.microbatches),
                                     step=self.step, microbatch=a.microbatch, stage=a.stage,
@@ -139,7 +143,7 @@ class _StepRunner:
             h, posted_buf = self.posted.pop((kind, src_stage, m))
             h.wait()
             return posted_buf
-        buf = torch.empty(rows, self.width, device=self.ctx.device)
+        buf = torch.empty(self.act_shape(rows), device=self.ctx.device)
         self.comm.recv(buf, src, tag=tag(kind, src_stage, m, self.plan.microbatches),
                            step=self.step, microbatch=m, stage=action.stage, name=str(action))
         return buf
@@ -189,13 +193,14 @@ class _StepRunner:
             inp = self._get(ACT, s - 1, m, rows, a).requires_grad_()
         if a.op in (Op.B, Op.I) and not mod.last:
             grad = self._get(GRAD, s + 1, m, rows, a)
-        # 2. compute, timed as one span named like "2F0" (on CUDA: events, no synchronize)
+        # 2. compute, one span named like "2F0" (on CUDA: events, no synchronize); a
+        # blocking collective inside it (tensor parallelism, ZeRO-3) cuts the span
         tracer = self.ctx.tracer
         t0 = tracer.now()
-        send = self._compute(a, mod, inp, grad, xs, ys)
+        with tracer.compute(_TRACE_OP[a.op], step=self.step, microbatch=m, stage=s,
+                            name=str(a)):
+            send = self._compute(a, mod, inp, grad, xs, ys)
         t1 = tracer.now()
-        tracer.record(_TRACE_OP[a.op], t0, t1, step=self.step, microbatch=m, stage=s,
-                      name=str(a))
         self._clock.append((s, t0, t1))
         # 3. send the result on: activations downstream, input gradients upstream
         if send is not None:
@@ -219,10 +224,13 @@ class _StepRunner:
         if a.op is Op.F:
             x = xs[m] if s == 0 else inp
             assert x is not None
-            with mod.recording_linears(self.split) as linears:
-                out = mod(x)
+            if self.split:  # zero bubble's W pass needs every Linear's input and output
+                with mod.recording_linears() as linears:
+                    out = mod(x)
+            else:
+                linears, out = [], mod(x)
             if mod.last:  # mean loss of the batch = sum over microbatches of loss_m / M
-                out = nn.functional.cross_entropy(out, ys[m]) / self.plan.microbatches
+                out = self.loss_fn(out, ys[m]) / self.plan.microbatches
                 self.loss += float(out.detach())
             self.saved[key] = [x, out, linears]
             self.peak = max(self.peak, len(self.saved))
@@ -265,14 +273,19 @@ def weight_grads(pending: Linears) -> None:
                     p.grad = dp if p.grad is None else p.grad.add_(dp)
 
 
-def run_step(ctx: RankContext, plan: Plan, modules: dict[int, StageModule], x: torch.Tensor,
-             y: torch.Tensor, step: int) -> StepRecord:
-    """Run this rank's actions of ``plan`` for one batch; gradients accumulate in ``modules``."""
+def run_step(ctx: RankContext, plan: Plan, modules: dict[int, Any], x: torch.Tensor,
+             y: torch.Tensor, step: int,
+             loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy,
+             ) -> StepRecord:
+    """Run this rank's actions of ``plan`` for one batch; gradients accumulate in ``modules``.
+
+    A stage module is called on its input, has ``last`` and ``act_shape(rows)`` (the shape of
+    the activation it sends on), e.g. ``StageModule`` or ``labkit.models.gpt.GPTStage``;
+    ``loss_fn(out, y)`` is the last stage's mean loss of one microbatch.
+    """
     xs = list(x.tensor_split(plan.microbatches))
     ys = list(y.tensor_split(plan.microbatches))
-    first = next(iter(modules.values()))
-    width = next(m for m in first.layers.modules() if isinstance(m, nn.Linear)).in_features
-    return _StepRunner(ctx, plan, modules, step, width).run(xs, ys)
+    return _StepRunner(ctx, plan, modules, step, loss_fn).run(xs, ys)
 
 
 def build_stages(ctx: RankContext, plan: Plan, model: ModelConfig, opts: PipelineOptions,
@@ -351,6 +364,12 @@ class PipelineLoop(TrainLoop[PipelineMetrics]):
 
 def train(ctx: RankContext) -> RankOutput:
     """The strategy entry: ``labkit run pipeline`` on every rank."""
+    assert ctx.config is not None
+    if ctx.config.model.kind == "gpt":  # the GPT's blocks as stages, on the 3D loop
+        from labkit.strategies.hybrid.impl import Axes3D, HybridLoop
+
+        o = options_for(ctx.config)
+        return HybridLoop(ctx, Axes3D(o.schedule, o.microbatches, 0, o.balance)).run()
     return PipelineLoop(ctx).run()
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from labkit.events import Event, Op
 from labkit.metrics import RankMetrics
@@ -138,6 +138,30 @@ class PipelineMetrics(RankMetrics):
     virtual: int | None = None
     stage_bounds: list[int] | None = None
     balance: str | None = None
+
+    REPORTED: ClassVar[tuple[str, ...]] = (
+        "schedule", "stages", "microbatches", "virtual", "bubble_fraction",
+        "bubble_fraction_predicted", "bubble_fraction_planned", "bubble_fraction_ideal",
+        "bubble_fraction_predicted_ideal", "p2p_messages_per_step", "p2p_bytes_per_step")
+
+    @classmethod
+    def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
+        from labkit.report import number
+
+        m = metrics
+        if "bubble_fraction" not in m:
+            return []
+        lines = [f"  pipeline      {m['schedule']}, {m['stages']} stages x {m['microbatches']} "
+                 f"microbatches (virtual {m['virtual']})",
+                 f"  bubble        measured {m['bubble_fraction']:.3f} of the step, predicted "
+                 f"{m.get('bubble_fraction_predicted', float('nan')):.3f} "
+                 f"((p-1)/(m+p-1) as a share of total)",
+                 f"  per rank      bubble {number(m['bubble_fraction_per_rank'])}, peak "
+                 f"activations {m['peak_activations']} (predicted "
+                 f"{m['peak_activations_predicted']})",
+                 f"  messages      {m['p2p_messages_per_step']:.0f} sends/step, "
+                 f"{m['p2p_bytes_per_step'] / 1e6:.3f} MB/step"]
+        return lines
 
     @classmethod
     def combine(cls, records: Sequence[RankMetrics], config: Any) -> dict[str, Any]:

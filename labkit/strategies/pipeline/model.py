@@ -71,6 +71,7 @@ class StageModule(nn.Module):
         super().__init__()
         self.stage, self.first, self.last = stage, stage == 0, stage == num_stages - 1
         self.lo, self.hi = bounds[stage], bounds[stage + 1]
+        self.width = full.head.in_features
         self.inp = full.inp if self.first else None
         self.layers = nn.ModuleList(full.layers[self.lo:self.hi])
         self.head = full.head if self.last else None
@@ -83,6 +84,10 @@ class StageModule(nn.Module):
         if self.head is not None:
             x = self.head(x)
         return x
+
+    def act_shape(self, rows: int) -> tuple[int, ...]:
+        """The shape of the activation this stage receives / sends for ``rows`` samples."""
+        return (rows, self.width)
 
     @contextlib.contextmanager
     def recording_linears(self, on: bool = True) -> Iterator[list[tuple[nn.Linear, Any, Any]]]:

@@ -110,14 +110,14 @@ def _check(config: Any) -> list[str]:
     return problems
 
 
-def _world_size(options: dict[str, Any]) -> int | None:
-    """The world size ``--servers`` and ``--workers`` imply (when --world-size is not given)."""
-    workers = options.get("workers") or 0
-    return int(options.get("servers", 1)) + int(workers) if workers else None
+def _world_size(options: PSOptions) -> int:
+    """The world size ``--servers`` and ``--workers`` imply when none is given: servers plus
+    workers, or plus one worker when ``--workers`` is 0 (every rank that is not a server)."""
+    return options.servers + (options.workers or 1)
 
 
 register(Strategy(
     name="ps", entry="labkit.strategies.ps.impl:train", options=PSOptions,
     summary="parameter server: workers push gradients to and pull shards from server ranks; "
             "BSP / ASP / SSP", check=_check, lesson="11_async_training",
-    world_size_of=_world_size, backends=("gloo",)))
+    default_world_size=_world_size, backends=("gloo",)))

@@ -72,7 +72,7 @@ class ScalingLoop(TrainLoop[ScalingMetrics]):
         accum, tr, total = self.cfg.options.accumulation, self.ctx.tracer, 0.0
         for micro, (xm, ym) in enumerate(zip(x.chunk(accum), y.chunk(accum))):
             with tr.span(Op.FORWARD, step=step, microbatch=micro):
-                loss = nn.functional.cross_entropy(self.model(xm), ym) / accum
+                loss = self.loss(self.model(xm), ym) / accum
             with tr.span(Op.BACKWARD, step=step, microbatch=micro):
                 loss.backward()
             total += loss.item()
@@ -147,7 +147,7 @@ def reference_train(config: Any) -> dict[str, torch.Tensor]:
         _set_lr(opt, lr_for_step(config, step))
         x, y = task.batch(step, gbatch)
         opt.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(x), y).backward()
+        task.loss(model(x), y).backward()
         if config.options.clip_grad_norm > 0:
             nn.utils.clip_grad_norm_(model.parameters(), config.options.clip_grad_norm)
         opt.step()

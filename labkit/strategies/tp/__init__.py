@@ -72,7 +72,15 @@ class TPMetrics(RankMetrics):
 
 def check(config: Any) -> list[str]:
     """Rules across fields: the heads and the MLP width must split evenly over the ranks."""
-    opts, n = config.options, config.world_size
+    opts, n, m = config.options, config.world_size, config.model
+    if m.kind == "gpt":
+        if m.heads % n or m.width % n:
+            return [f"model.heads ({m.heads}) and model.width ({m.width}) must be multiples of "
+                    f"world_size ({n}) so each rank gets whole heads; e.g. --heads {n * 2}"]
+        return []
+    if m.kind != "mlp":
+        return [f"tp trains its transformer blocks (default) or --model gpt, not "
+                f"--model {m.kind}"]
     problems = []
     if opts.block in ("both", "attention") and opts.heads % n:
         problems.append(f"heads ({opts.heads}) must be a multiple of world_size ({n}) so each "

@@ -192,4 +192,9 @@ class TPLoop(TrainLoop[TPMetrics]):
 
 
 def train(ctx: RankContext) -> RankOutput:
+    assert ctx.config is not None
+    if ctx.config.model.kind == "gpt":  # the GPT's own blocks, on the 3D loop with tp only
+        from labkit.strategies.hybrid.impl import Axes3D, HybridLoop
+
+        return HybridLoop(ctx, Axes3D()).run()
     return TPLoop(ctx).run()

@@ -10,9 +10,10 @@ column-parallel / row-parallel pair of linears:
   because each rank multiplied only its slice of the inner dimension. Backward: identity
   (the gradient of a sum w.r.t. each term is the gradient of the sum itself).
 
-Both talk through ``ctx.comm`` (the traced comm layer), so every all-reduce is a span with
-its bytes. ``ComputeClock`` cuts the compute lane at each all-reduce: the timeline then shows
-compute and communication as the disjoint, sequential pieces they really are (nothing hides).
+Both talk through the tensor-parallel ``Comm`` (the traced comm layer), so every all-reduce
+is a span with its bytes, and a blocking all-reduce cuts the compute span around it
+(``Tracer.compute``): the timeline shows compute and communication as the disjoint,
+sequential pieces they really are (nothing hides).
 """
 
 from __future__ import annotations
@@ -25,39 +26,32 @@ from labkit.events import Op
 
 
 class ComputeClock:
-    """Records compute spans between communication calls (forward or backward)."""
+    """A forward or backward pass as one compute span (``Tracer.compute``) that every
+    blocking all-reduce inside it cuts: ``begin(Op.FORWARD, step)`` ... ``end()``."""
 
     def __init__(self, tracer: Any):
         self.tracer = tracer
-        self.op: Op | None = None
-        self.step: int | None = None
-        self._start = 0
+        self._span: Any = None
 
     def begin(self, op: Op, step: int) -> None:
-        self.op, self.step, self._start = op, step, self.tracer.now()
-
-    def pause(self) -> None:
-        if self.op is not None:
-            self.tracer.record(self.op, self._start, self.tracer.now(), step=self.step)
-
-    def resume(self) -> None:
-        self._start = self.tracer.now()
+        self._span = self.tracer.compute(op, step=step)
+        self._span.__enter__()
 
     def end(self) -> None:
-        self.pause()
-        self.op = None
+        if self._span is not None:
+            self._span.__exit__(None, None, None)
+            self._span = None
 
 
 class TPComm:
-    """What f and g need: the traced comm, the clock, the current step."""
+    """What f and g need: the tensor-parallel comm and the current step (the comm layer
+    cuts the open compute span while an all-reduce blocks)."""
 
-    def __init__(self, comm: Any, clock: ComputeClock):
+    def __init__(self, comm: Any, clock: ComputeClock | None = None):
         self.comm, self.clock, self.step = comm, clock, 0
 
     def all_reduce(self, t: torch.Tensor, name: str) -> torch.Tensor:
-        self.clock.pause()
         self.comm.all_reduce(t, step=self.step, name=name)
-        self.clock.resume()
         return t
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from labkit.errors import ConfigError
 from labkit.metrics import RankMetrics
 from labkit.strategies import Strategy, register
 
 STAGES = (0, 1, 2, 3)
+TERMS = ("params", "grads", "optimizer")
 IMPLS = ("labkit", "torch")
 PRECISIONS = ("fp32", "bf16")
 TORCH_STAGES = (1, 3)
@@ -110,6 +111,28 @@ class ZeroMetrics(RankMetrics):
     comm_ratio_vs_ddp: float | None = None
     untraced_broadcast_payload_bytes: int | None = None
 
+    REPORTED: ClassVar[tuple[str, ...]] = (
+        "zero_stage", "impl", "precision", "comm_bytes_per_step",
+        "predicted_comm_bytes_per_step", "ddp_comm_bytes_per_step", "comm_ratio_vs_ddp")
+
+    @classmethod
+    def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
+        from labkit.report import mb, table
+
+        m = metrics
+        if "per_rank_bytes" not in m:
+            return []
+        pred = m["predicted_bytes"]
+        lines = [f"  ZeRO stage {m['zero_stage']} ({m['impl']}, {m['precision']}): model state "
+                 f"per rank, MB, measured (predicted by labkit.theory.zero_memory)"]
+        rows = [[str(r)] + [f"{mb(got[t])} ({mb(pred[t])})" for t in TERMS]
+                for r, got in enumerate(m["per_rank_bytes"])]
+        lines += table(["rank", *TERMS], rows)
+        lines.append(f"  comm          {mb(m['comm_bytes_per_step'])} MB/step on the wire per rank "
+                     f"(predicted {mb(m['predicted_comm_bytes_per_step'])}), "
+                     f"{m['comm_ratio_vs_ddp']:.3f}x DDP")
+        return lines
+
     @classmethod
     def combine(cls, records: Sequence[RankMetrics], config: Any) -> dict[str, Any]:
         out = super().combine(records, config)
@@ -123,13 +146,34 @@ class ZeroMetrics(RankMetrics):
 
 def layer_sizes(model: Any) -> list[int]:
     """Parameter count of each Linear layer of ``labkit.training.build_mlp`` (weight + bias)."""
-    widths = [model.in_dim] + [model.width] * model.depth + [model.out_dim]
+    in_dim, out_dim = (64, 10) if model.kind == "digits" else (model.in_dim, model.out_dim)
+    widths = [in_dim] + [model.width] * model.depth + [out_dim]
     return [a * b + b for a, b in zip(widths[:-1], widths[1:])]
+
+
+def _gpt_problems(opts: ZeroOptions) -> list[str]:
+    """What our ZeRO does for the MLP only: the GPT runs fp32, padded, ours."""
+    problems = []
+    if opts.impl != "labkit":
+        problems.append("--model gpt runs with --impl labkit (torch's FSDP2 is set up for the "
+                        "MLP's Linear layers here); e.g. labkit run zero --model gpt --stage 3")
+    if opts.precision != "fp32":
+        problems.append(f"precision {opts.precision!r} is implemented for the MLP; --model gpt "
+                        f"trains in fp32 here; e.g. --precision fp32")
+    if opts.checkpointing:
+        problems.append("checkpointing (segments of Linear+ReLU blocks) is implemented for the "
+                        "MLP; drop --checkpointing with --model gpt")
+    if not opts.pad:
+        problems.append("--no-pad needs every sharded unit to divide by world_size; the GPT's "
+                        "LayerNorms and biases rarely do: keep --pad with --model gpt")
+    return problems
 
 
 def _check(config: Any) -> list[str]:
     """Rules across fields: without padding every layer must split evenly over the ranks."""
     opts, n = config.options, config.world_size
+    if config.model.kind == "gpt":
+        return _gpt_problems(opts)
     if opts.pad or opts.stage == 0:
         return []
     bad = [(i, size) for i, size in enumerate(layer_sizes(config.model)) if size % n]
@@ -145,4 +189,5 @@ register(Strategy(
     name="zero", entry="labkit.strategies.zero.impl:train", options=ZeroOptions,
     summary="ZeRO stages 0-3 (ours, traced) or torch's ZeroRedundancyOptimizer / FSDP2; "
             "per-rank model-state bytes measured vs predicted",
-    check=_check, lesson="05_memory_and_zero"))
+    check=_check, lesson="05_memory_and_zero",
+    defaults={"optimizer": "adam", "lr": 0.01}))  # Adam's state is what ZeRO shards

@@ -23,7 +23,8 @@ from labkit.loop import TrainLoop
 from labkit.rank import RankContext, RankOutput
 from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
-from labkit.strategies.zero.sharding import ShardedMLP
+from labkit.strategies.zero.mlp import ShardedMLP
+from labkit.strategies.zero.modules import ShardedModel
 from labkit.training import build_model, model_stats
 
 
@@ -38,13 +39,17 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
             torch.set_default_device(ctx.device)  # every flat buffer and shard on this rank's GPU
         reference = build_model(ctx.config)
         stats = model_stats(reference)
-        model = ShardedMLP(cast(nn.Sequential, reference), stage=opts.stage,
-                           dtype=torch.bfloat16 if self.bf16 else torch.float32, pad=opts.pad,
-                           comm=ctx.dp_comm, checkpointing=opts.checkpointing,
-                           segment=opts.checkpoint_segment)
-        del reference  # only the shards stay
-        super().__init__(ctx, model, params=[layer.master for layer in model.layers],
-                         clock=False, stats=stats)
+        dtype = torch.bfloat16 if self.bf16 else torch.float32
+        model: ShardedMLP | ShardedModel
+        if ctx.config.model.kind == "gpt":  # any module: one unit per parameter-owning leaf
+            model = ShardedModel(reference, stage=opts.stage, comm=ctx.dp_comm, pad=opts.pad,
+                                 dtype=dtype)
+        else:
+            model = ShardedMLP(cast(nn.Sequential, reference), stage=opts.stage, dtype=dtype,
+                               pad=opts.pad, comm=ctx.dp_comm, checkpointing=opts.checkpointing,
+                               segment=opts.checkpoint_segment)
+            del reference  # only the shards stay
+        super().__init__(ctx, model, params=model.masters, clock=False, stats=stats)
         self.kept_params = model.kept()["params"] + self.params
         self.saved: list[int] = []
         self.peaks: list[int] = []
@@ -57,7 +62,7 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
         # 1. forward (compute spans are recorded per layer inside ShardedLinear)
         with acc.SavedActivations(self.kept_params) as acts, \
                 torch.autocast(self.ctx.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            loss = nn.functional.cross_entropy(self.model(x), y)
+            loss = self.loss(self.model(x), y)
         self.saved.append(acts.bytes)
         # 2. backward: per-layer all-reduce / keep / reduce-scatter
         loss.backward()
@@ -65,17 +70,13 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
 
     def sync(self, step: int) -> None:
         # 3. (stage 1) reduce-scatter the kept gradients; hand each shard to the optimizer
-        for layer in self.model.layers:
-            layer.master.grad = layer.grad_for_optimizer(step)
+        self.model.grads_to_masters(step)
 
     def update(self, step: int) -> None:
         # 4. update the owned slice; stages 1-2 all-gather the updated parameters
         with self.ctx.tracer.span(Op.OPTIMIZER, step=step):
             self.optimizer.step()
-        for layer in self.model.layers:
-            layer.master.grad = None
-        for layer in self.model.layers:
-            layer.publish(step)
+        self.model.publish(step)
         self.peaks.append(self.model.meter.peak)
 
     def final_state(self) -> dict[str, torch.Tensor]:
@@ -87,7 +88,7 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
         kept = self.model.kept()
         kept["optimizer"] = kept["optimizer"] + acc.optimizer_tensors(self.optimizer)
         mine = acc.storage_bytes(kept)
-        opts, n, layers = self.cfg.options, self.ctx.world_size, self.model.layers
+        opts, n, layers = self.cfg.options, self.ctx.world_size, self.model.units
         pred = acc.predicted(self.stats[0], n, opts.stage, opts.precision, self.cfg.optimizer)
         elt = 2 if opts.precision == "bf16" else 4
         k = pred["bytes_per_param"]["optimizer"]
@@ -105,9 +106,10 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
         rec.peak_model_state = sum(mine.values()) + max(self.peaks)
         rec.saved_activations = self.saved[-1]
         rec.padding_elements = full_pad
-        rec.predicted_activation_bytes = mlp_activation_bytes(
-            self.cfg.batch_size, widths, elt, opts.checkpointing, final_relu=False,
-            segment=opts.checkpoint_segment)
+        if self.cfg.model.kind != "gpt":  # the formula counts an MLP's saved tensors
+            rec.predicted_activation_bytes = mlp_activation_bytes(
+                self.cfg.batch_size, widths, elt, opts.checkpointing, final_relu=False,
+                segment=opts.checkpoint_segment)
         fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)
 
 

@@ -25,7 +25,6 @@ Transient buffers are reported to a ``Meter`` so the lesson can show the peak in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -53,22 +52,25 @@ class Meter:
         self.live = self.peak = 0
 
 
-class FlatLayer:
-    """One Linear layer (out x in weight, out bias) as a flat, padded, shardable buffer."""
+class FlatUnit:
+    """The parameters of one module (any shapes) as a flat, padded, shardable buffer."""
 
-    def __init__(self, index: int, weight: torch.Tensor, bias: torch.Tensor, *, stage: int,
-                 dtype: torch.dtype, pad: bool, comm: Comm, meter: Meter):
+    def __init__(self, index: int, tensors: list[torch.Tensor], *, stage: int,
+                 dtype: torch.dtype, pad: bool, comm: Comm, meter: Meter, defer: bool = False):
         self.index, self.stage, self.dtype, self.comm, self.meter = index, stage, dtype, comm, meter
-        self.out_dim, self.in_dim = weight.shape
-        self.numel = weight.numel() + bias.numel()
+        self.shapes = [t.shape for t in tensors]
+        self.numel = sum(t.numel() for t in tensors)
+        self.defer = defer
+        """Accumulate gradients over microbatches and reduce once per step (``flush``)."""
+        self.acc: torch.Tensor | None = None
         n, rank = comm.world_size, comm.rank
         # 1. pad so every rank's shard is the same size (stage 0 never shards: no padding)
         self.padded = self.numel if stage == 0 or not pad else math.ceil(self.numel / n) * n
         self.shard = self.padded // n
         self.lo, self.hi = rank * self.shard, (rank + 1) * self.shard
         full32 = torch.zeros(self.padded)
-        full32[:weight.numel()] = weight.detach().flatten()
-        full32[weight.numel():self.numel] = bias.detach()
+        if tensors:
+            full32[:self.numel] = torch.cat([t.detach().reshape(-1).float() for t in tensors])
         # 2. parameters: the whole buffer (stages 0-2) or only this rank's shard (stage 3)
         self.full: torch.Tensor | None = None
         self.param_shard: torch.Tensor | None = None
@@ -88,13 +90,18 @@ class FlatLayer:
             self.master = self.full[self.lo:self.hi]  # type: ignore[index]
         else:
             self.master = self.param_shard  # type: ignore[assignment]
-        # autograd calls ShardedLinear.backward only if some input requires grad
+        # autograd calls the unit's backward only if some input requires grad
         self.anchor = torch.empty(0, requires_grad=True)
 
     # ---- parameters ------------------------------------------------------------------
-    def weights(self, full: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        w = full[:self.out_dim * self.in_dim].view(self.out_dim, self.in_dim)
-        return w, full[self.out_dim * self.in_dim:self.numel]
+    def views(self, full: torch.Tensor) -> list[torch.Tensor]:
+        """The parameters as views of the flat buffer, in their original shapes."""
+        out, offset = [], 0
+        for shape in self.shapes:
+            size = math.prod(shape)
+            out.append(full[offset:offset + size].view(shape))
+            offset += size
+        return out
 
     def acquire(self, step: int, phase: str) -> torch.Tensor:
         """The full flat parameters; in stage 3 all-gathered now (free with ``release``)."""
@@ -112,12 +119,36 @@ class FlatLayer:
             self.meter.free(gathered)  # the last reference goes when the caller returns
 
     # ---- gradients -------------------------------------------------------------------
-    def reduce_grads(self, gw: torch.Tensor, gb: torch.Tensor, step: int) -> None:
-        """Average this layer's fresh gradient over ranks, keeping what the stage keeps."""
+    def reduce_grads(self, grads: list[torch.Tensor | None], step: int) -> None:
+        """Average this unit's fresh gradients over ranks, keeping what the stage keeps
+        (deferred units only add them up; ``flush`` reduces once per step)."""
         flat = torch.zeros(self.padded, dtype=self.dtype)
-        flat[:gw.numel()] = gw.flatten()
-        flat[gw.numel():self.numel] = gb
+        offset = 0
+        for g, shape in zip(grads, self.shapes):
+            size = math.prod(shape)
+            if g is not None:
+                flat[offset:offset + size] = g.reshape(-1)
+            offset += size
+        if self.defer:
+            if self.acc is None:
+                self.acc = flat
+                self.meter.alloc(flat)
+            else:
+                self.acc.add_(flat)
+            return
         self.meter.alloc(flat)
+        self._reduce(flat, step)
+        self.meter.free(flat)
+
+    def flush(self, step: int) -> None:
+        """A deferred unit's one reduction per step, of the gradients summed over microbatches."""
+        if self.acc is None:
+            raise RuntimeError(f"unit {self.index} got no gradient this step")
+        self._reduce(self.acc, step)
+        self.meter.free(self.acc)
+        self.acc = None
+
+    def _reduce(self, flat: torch.Tensor, step: int) -> None:
         if self.stage == 0:  # DDP: every rank gets the whole averaged gradient
             self.grad.copy_(flat)
             self.comm.all_reduce(self.grad, op="avg", step=step, bucket=self.index,
@@ -127,7 +158,6 @@ class FlatLayer:
         else:  # stages 2-3: reduce-scatter now; only this rank's shard survives
             self.comm.reduce_scatter(self.grad, flat, op="avg", step=step, bucket=self.index,
                                      name=f"RS{self.index}")
-        self.meter.free(flat)
 
     def grad_for_optimizer(self, step: int) -> torch.Tensor:
         """The averaged gradient of the slice the optimizer owns (fp32)."""
@@ -159,13 +189,34 @@ class FlatLayer:
         self.meter.free(mine)
 
     def kept(self) -> dict[str, list[torch.Tensor]]:
-        """The tensors this layer keeps between steps, by model-state term."""
+        """The tensors this unit keeps between steps, by model-state term."""
         params = [t for t in (self.full, self.param_shard, self.anchor) if t is not None]
         return {"params": params, "grads": [self.grad], "optimizer": [self.master]}
 
     def padding(self) -> int:
         """Padding elements inside this rank's shard (the last ranks hold the zeros)."""
         return max(0, self.hi - max(self.lo, self.numel))
+
+    def gather_full(self, name: str = "final") -> torch.Tensor:
+        """The whole fp32 flat parameters (a collective over the unit's ranks in stages 1-3)."""
+        if self.stage == 0:
+            return self.master.float()
+        full = torch.empty(self.padded)
+        self.comm.all_gather(full, self.master.float().clone(), name=name)
+        return full
+
+
+class FlatLayer(FlatUnit):
+    """One Linear layer (out x in weight, optional out bias) as a ``FlatUnit``."""
+
+    def __init__(self, index: int, weight: torch.Tensor, bias: torch.Tensor | None, **kw: Any):
+        super().__init__(index, [weight] if bias is None else [weight, bias], **kw)
+        self.out_dim, self.in_dim = weight.shape
+        self.has_bias = bias is not None
+
+    def weights(self, full: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        views = self.views(full)
+        return views[0], views[1] if self.has_bias else None
 
 
 class ShardedLinear(torch.autograd.Function):
@@ -177,7 +228,7 @@ class ShardedLinear(torch.autograd.Function):
         full = layer.acquire(step, "forward")          # 1. all-gather (stage 3)
         w, b = layer.weights(full)
         xc = x.to(layer.dtype)
-        with layer.comm.tracer.span(Op.FORWARD, step=step, name=f"F{layer.index}"):
+        with layer.comm.tracer.detail(Op.FORWARD, step=step, name=f"F{layer.index}"):
             y = F.linear(xc, w, b)                     # 2. compute
         layer.release(full)                            # 3. free (stage 3)
         ctx.layer, ctx.step, ctx.in_dtype = layer, step, x.dtype
@@ -191,70 +242,50 @@ class ShardedLinear(torch.autograd.Function):
         full = layer.acquire(ctx.step, "backward")     # 1. all-gather again (stage 3)
         w, _ = layer.weights(full)
         gy = gy.to(layer.dtype)
-        with layer.comm.tracer.span(Op.BACKWARD, step=ctx.step, name=f"B{layer.index}"):
+        with layer.comm.tracer.detail(Op.BACKWARD, step=ctx.step, name=f"B{layer.index}"):
             gx = gy @ w                                # 2. input and weight gradients
-            gw, gb = gy.t() @ x, gy.sum(0)
+            g2, x2 = gy.reshape(-1, gy.shape[-1]), x.reshape(-1, x.shape[-1])
+            gw, gb = g2.t() @ x2, g2.sum(0) if layer.has_bias else None
         layer.release(full)                            # 3. free (stage 3)
-        layer.reduce_grads(gw, gb, ctx.step)           # 4. all-reduce / keep / reduce-scatter
+        layer.reduce_grads([gw, gb], ctx.step)         # 4. all-reduce / keep / reduce-scatter
         return gx.to(ctx.in_dtype), None, None, None
 
 
-class ShardedMLP:
-    """The lesson MLP (Linear+ReLU blocks, then a Linear) over ``FlatLayer`` buffers."""
+class ShardedUnits:
+    """What ZeRO does around the optimizer, for any model made of ``FlatUnit``s."""
 
-    def __init__(self, reference: torch.nn.Sequential, *, stage: int, dtype: torch.dtype,
-                 pad: bool, comm: Comm, checkpointing: bool = False, segment: int = 2):
-        self.meter = Meter()
-        linears = [m for m in reference if isinstance(m, torch.nn.Linear)]
-        self.layers = [FlatLayer(i, m.weight, m.bias, stage=stage, dtype=dtype, pad=pad,
-                                 comm=comm, meter=self.meter) for i, m in enumerate(linears)]
-        self.checkpointing, self.segment = checkpointing, segment
-        self.step = 0
+    units: list[FlatUnit]
+    meter: Meter
+    step: int
 
-    def _segment(self, first: int, stop: int) -> Callable[..., torch.Tensor]:
-        """Hidden blocks ``first..stop-1`` (Linear+ReLU each) as one function."""
-        def run(x: torch.Tensor, *anchors: torch.Tensor) -> torch.Tensor:
-            for i, anchor in zip(range(first, stop), anchors):
-                x = torch.relu(ShardedLinear.apply(x, anchor, self.layers[i], self.step))
-            return x
-        return run
+    def flush(self, step: int) -> None:
+        """Deferred units (pipelines): one reduction per step of the summed gradients."""
+        for unit in self.units:
+            unit.flush(step)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        from torch.utils.checkpoint import checkpoint
+    def grads_to_masters(self, step: int) -> None:
+        """Hand each unit's averaged gradient slice to the tensor the optimizer updates
+        (stage 1 reduce-scatters the gradients it kept whole here)."""
+        for unit in self.units:
+            unit.master.grad = unit.grad_for_optimizer(step)
 
-        hidden = len(self.layers) - 1
-        k = self.segment if self.checkpointing else hidden
-        for first in range(0, hidden, max(k, 1)):
-            stop = min(first + k, hidden)
-            run = self._segment(first, stop)
-            anchors = [layer.anchor for layer in self.layers[first:stop]]
-            if self.checkpointing:
-                # reentrant checkpoint saves only the segment input (visible to our hooks)
-                x = checkpoint(run, x, *anchors, use_reentrant=True)
-            else:
-                x = run(x, *anchors)
-        last = self.layers[-1]
-        return ShardedLinear.apply(x, last.anchor, last, self.step)
+    def publish(self, step: int) -> None:
+        """After the update: drop the gradients; stages 1-2 all-gather the new parameters."""
+        for unit in self.units:
+            unit.master.grad = None
+        for unit in self.units:
+            unit.publish(step)
+
+    @property
+    def masters(self) -> list[torch.Tensor]:
+        """The tensors the optimizer updates (this rank's owned slices)."""
+        return [u.master for u in self.units]
 
     def kept(self) -> dict[str, list[torch.Tensor]]:
+        """Every tensor kept between steps, by model-state term (for the byte accounting)."""
         out: dict[str, list[torch.Tensor]] = {"params": [], "grads": [], "optimizer": []}
-        for layer in self.layers:
-            for k, v in layer.kept().items():
+        for unit in self.units:
+            for k, v in unit.kept().items():
                 out[k] += v
         return out
 
-    def full_state(self) -> dict[str, torch.Tensor]:
-        """Every layer's full fp32 weights under ``build_mlp``'s state-dict names.
-
-        Stages 1-3 gather the fp32 masters (a collective: every rank must call this).
-        """
-        state: dict[str, torch.Tensor] = {}
-        for i, layer in enumerate(self.layers):
-            if layer.stage == 0:
-                full = layer.master.float()
-            else:
-                full = torch.empty(layer.padded)
-                layer.comm.all_gather(full, layer.master.float().clone(), name="final")
-            w, b = layer.weights(full)
-            state[f"{2 * i}.weight"], state[f"{2 * i}.bias"] = w.clone(), b.clone()
-        return state

@@ -1,0 +1,156 @@
+"""3D parallelism (lesson 09): data x pipeline x tensor parallel on one rank grid, ZeRO on DP.
+
+``labkit run hybrid --dp D --pp P --tp T --model gpt`` lays ``D x P x T`` ranks on the grid
+of ``labkit.grid`` (tp fastest, so a tensor-parallel group is a run of neighbouring ranks,
+i.e. sits inside a node) and trains the GPT with all three at once, as Megatron-LM does
+(Narayanan et al. 2021): every tensor-parallel group splits each block's matrices, every
+pipeline runs its stages on a GPipe or 1F1B plan, and the data-parallel replicas average
+their gradients — or, with ``--zero-stage 1..3``, shard optimizer state, gradients and
+parameters across the data axis (Rajbhandari et al. 2020). The result equals one process
+on the global batch (``--check-reference``), and every axis's traffic is read off the trace
+beside ``labkit.theory.parallel_layout``'s prediction.
+
+Torch-free: options, the metrics record and registration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from labkit.errors import ConfigError
+from labkit.grid import Grid
+from labkit.metrics import RankMetrics
+from labkit.strategies import Strategy, register
+
+SCHEDULES = ("gpipe", "1f1b")
+BALANCE = ("count", "cost")
+
+
+def _is_int(value: object, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+@dataclass(kw_only=True, frozen=True)
+class HybridOptions:
+    """The grid and how each axis works (``labkit run hybrid --dp 2 --pp 2 --tp 2``)."""
+
+    dp: int | None = None
+    """Data-parallel replicas D; default: world_size / (pp x tp)."""
+    pp: int = 1
+    """Pipeline stages P."""
+    tp: int = 1
+    """Tensor-parallel ranks T (split each block's heads and MLP columns; gpt only)."""
+    schedule: str = "1f1b"
+    """Pipeline schedule: gpipe or 1f1b."""
+    microbatches: int = 4
+    """Microbatches M per step (batch_size must be a multiple of M)."""
+    zero_stage: int = 0
+    """ZeRO stage on the data axis: 0 (all-reduce gradients), 1, 2 or 3."""
+    balance: str = "count"
+    """Blocks per stage: count (equal numbers) or cost (by time measured on rank 0)."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name, value in (("pp", self.pp), ("tp", self.tp), ("microbatches", self.microbatches)):
+            if not _is_int(value, 1):
+                problems.append(f"{name} ({value!r}) must be an integer >= 1; e.g. {name}=2")
+        if self.dp is not None and not _is_int(self.dp, 1):
+            problems.append(f"dp ({self.dp!r}) must be an integer >= 1; e.g. dp=2")
+        if self.schedule not in SCHEDULES:
+            problems.append(f"schedule ({self.schedule!r}) must be one of {', '.join(SCHEDULES)} "
+                            f"for hybrid runs (interleaved and zero bubble run with `labkit run "
+                            f"pipeline`); e.g. schedule='1f1b'")
+        if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
+            problems.append(f"zero_stage ({self.zero_stage!r}) must be 0, 1, 2 or 3; "
+                            f"e.g. zero_stage=1")
+        if self.balance not in BALANCE:
+            problems.append(f"balance ({self.balance!r}) must be one of {', '.join(BALANCE)}; "
+                            f"e.g. balance='cost'")
+        if problems:
+            raise ConfigError(problems)
+
+
+def hybrid_grid(config: Any) -> Grid:
+    """The run's grid; dp defaults to whatever world_size leaves after pp x tp."""
+    o = config.options
+    dp = o.dp if o.dp is not None else max(1, config.world_size // (o.pp * o.tp))
+    return Grid(dp=dp, pp=o.pp, tp=o.tp)
+
+
+def check(config: Any) -> list[str]:
+    """Rules across fields, before any process starts."""
+    o, m, n = config.options, config.model, config.world_size
+    grid = hybrid_grid(config)
+    problems = []
+    if grid.world_size != n:
+        dp = "dp" if o.dp is not None else "dp (inferred)"
+        problems.append(f"world_size ({n}) must equal dp x pp x tp ({dp} {grid.dp} x pp {o.pp} "
+                        f"x tp {o.tp} = {grid.world_size}); drop --world-size or pick sizes "
+                        f"whose product is {n}, e.g. --dp {max(1, n // (o.pp * o.tp))} "
+                        f"--pp {o.pp} --tp {o.tp}")
+    if m.kind == "gpt":
+        if m.heads % o.tp or (4 * m.width) % o.tp or m.width % o.tp:
+            problems.append(f"tp ({o.tp}) must divide heads ({m.heads}) and width ({m.width}) "
+                            f"so every rank gets whole heads and equal MLP columns; e.g. tp=2 "
+                            f"with heads=4")
+    elif o.tp != 1:
+        problems.append(f"tp ({o.tp}) needs --model gpt: tensor parallelism splits a "
+                        f"transformer block's heads and MLP columns, and the {m.kind} has no "
+                        f"such column/row pair; use --tp 1 or --model gpt")
+    if m.kind == "digits":
+        problems.append("hybrid runs the gpt or the mlp; use --model gpt or --model mlp")
+    if m.depth < o.pp:
+        problems.append(f"model.depth ({m.depth}) must be >= pp ({o.pp}): every pipeline stage "
+                        f"needs a block; e.g. --depth {o.pp * 2}")
+    if config.batch_size % o.microbatches:
+        problems.append(f"batch_size ({config.batch_size}) must be a multiple of microbatches "
+                        f"({o.microbatches}); e.g. --batch-size "
+                        f"{o.microbatches * max(1, config.batch_size // o.microbatches)}")
+    return problems
+
+
+@dataclass
+class HybridMetrics(RankMetrics):
+    """One rank of the grid: its coordinates, bytes per axis, model state and spans."""
+
+    pp_rank: int | None = None
+    axis_bytes: dict[str, float] | None = None
+    """Wire bytes this rank sent per step on each axis (median over steady steps)."""
+    model_state_bytes: dict[str, int] | None = None
+    params_held: int | None = None
+    step_stats: list[tuple[int, int, int]] | None = None
+    stage_ms: float | None = None
+    """This rank's mean compute per microbatch on its stage (steady steps), ms."""
+    stage_bounds: list[int] | None = None
+    grid: dict[str, int] | None = None
+    zero_stage: int | None = None
+    schedule: str | None = None
+    microbatches: int | None = None
+
+    REPORTED: ClassVar[tuple[str, ...]] = ("bubble_fraction", "bubble_fraction_predicted")
+
+    @classmethod
+    def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
+        from labkit.strategies.hybrid.report import report_lines
+
+        return report_lines(metrics)
+
+    @classmethod
+    def combine(cls, records: Sequence[RankMetrics], config: Any) -> dict[str, Any]:
+        from labkit.strategies.hybrid.report import summarize
+
+        out = super().combine(records, config)
+        for key in ("pp_rank", "axis_bytes", "model_state_bytes", "params_held", "step_stats",
+                    "stage_ms"):
+            out.pop(key, None)
+        out.update(summarize([r for r in records if isinstance(r, HybridMetrics)], config))
+        return out
+
+
+register(Strategy(
+    name="hybrid", entry="labkit.strategies.hybrid.impl:train", options=HybridOptions,
+    summary="3D parallel: data x pipeline x tensor on one rank grid, ZeRO on the data axis",
+    check=check, lesson="09_3d_parallelism", grid=hybrid_grid,
+    default_world_size=lambda o: (o.dp or 1) * o.pp * o.tp))

@@ -1,0 +1,96 @@
+"""The hybrid run's metrics from every rank's record, beside the predictions (torch-free).
+
+Conventions: traffic in wire bytes per step (ring factors of nccl-tests; point-to-point
+counts what was sent), summed over ALL ranks of the grid, per axis; memory is each rank's
+model state (params, grads, optimizer) counted from the storages it keeps; the bubble is the
+pipeline's idle share of total step time (``labkit.strategies.pipeline.metrics``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from labkit.grid import AXES
+
+_THEORY_OPTIMIZER = {"sgd": "sgd", "momentum": "momentum", "adam": "adam",
+                     "lars": "momentum", "lamb": "adam"}
+"""LARS keeps a momentum buffer (4 B/param), LAMB Adam's two moments (8 B/param)."""
+
+
+def predicted_layout(config: Any, bounds: list[int], grid: dict[str, int],
+                     records_view: Any) -> Any:
+    """``labkit.theory.parallel_layout`` for this run's model, grid and pipeline settings."""
+    from labkit.data.text import vocab_size_of
+    from labkit.theory import parallel_layout
+
+    m, r = config.model, records_view
+    return parallel_layout(kind=m.kind, width=m.width, depth=m.depth, heads=m.heads,
+                           seq_len=m.seq_len, vocab=vocab_size_of(m.vocab_size),
+                           in_dim=m.in_dim, out_dim=m.out_dim, dp=grid["dp"], pp=grid["pp"],
+                           tp=grid["tp"], microbatches=r.microbatches or 1,
+                           batch_size=config.batch_size, zero_stage=r.zero_stage or 0,
+                           optimizer=_THEORY_OPTIMIZER[config.optimizer], bounds=bounds)
+
+
+def summarize(records: Sequence[Any], config: Any) -> dict[str, Any]:
+    from labkit.strategies.pipeline.metrics import bubble_summary
+    from labkit.theory import bubble_fraction
+
+    first = records[0]
+    grid = first.grid or {"dp": 1, "pp": 1, "tp": 1}
+    layout = predicted_layout(config, first.stage_bounds or [], grid, first)
+    measured = {a: sum((r.axis_bytes or {}).get(a, 0.0) for r in records) for a in AXES}
+    terms = ("params", "grads", "optimizer")
+    out: dict[str, Any] = {
+        "comm_bytes_per_axis": measured,
+        "predicted_comm_bytes_per_axis": layout.traffic,
+        "comm_ratio_per_axis": {a: measured[a] / layout.traffic[a] if layout.traffic[a] else
+                                (1.0 if measured[a] == 0 else float("inf")) for a in AXES},
+        "per_rank_bytes": [r.model_state_bytes for r in records],
+        "predicted_bytes": [{t: layout.memory_per_rank[r.pp_rank][t] for t in terms}
+                            for r in records],
+        "params_per_rank": [r.params_held for r in records],
+        "predicted_params_per_rank": [layout.params_per_rank[r.pp_rank] for r in records],
+    }
+    pp = grid.get("pp", 1)
+    stage_ms = [[r.stage_ms for r in records if r.pp_rank == s and r.stage_ms is not None]
+                for s in range(pp)]
+    out["stage_time_ms"] = [sum(v) / len(v) if v else 0.0 for v in stage_ms]
+    if pp > 1:
+        out.update(bubble_summary([r.step_stats or [] for r in records]))
+        out["bubble_fraction_predicted"] = bubble_fraction(pp, first.microbatches or 1,
+                                                           first.schedule or "1f1b")
+    else:
+        out["bubble_fraction"] = 0.0
+    if layout.notes:
+        out["note"] = "; ".join(layout.notes)
+    return out
+
+
+def report_lines(m: dict[str, Any]) -> list[str]:
+    """The 3D run's table for ``labkit run``: traffic per axis and memory per rank."""
+    from labkit.report import mb, table
+
+    if "comm_bytes_per_axis" not in m:
+        return []
+    grid = m.get("grid", {})
+    lines = [f"  grid          dp{grid.get('dp', 1)} x pp{grid.get('pp', 1)} x tp{grid.get('tp', 1)}, "
+             f"ZeRO-{m.get('zero_stage', 0)} on dp, {m.get('schedule')} x "
+             f"{m.get('microbatches')} microbatches",
+             "  traffic per step, all ranks (MB on the wire), measured vs "
+             "labkit.theory.parallel_layout"]
+    lines += table(["axis", "measured", "predicted", "ratio"],
+                   [[a, mb(m["comm_bytes_per_axis"][a]), mb(m["predicted_comm_bytes_per_axis"][a]),
+                     f"{m['comm_ratio_per_axis'][a]:.4f}"] for a in AXES])
+    lines.append("  model state per rank (MB), measured (predicted)")
+    terms = ("params", "grads", "optimizer")
+    lines += table(["rank", *terms],
+                   [[str(r)] + [f"{mb(got[t])} ({mb(want[t])})" for t in terms]
+                    for r, (got, want) in enumerate(zip(m["per_rank_bytes"],
+                                                        m["predicted_bytes"]))])
+    if grid.get("pp", 1) > 1:
+        lines.append(f"  bubble        measured {m['bubble_fraction']:.3f}, predicted "
+                     f"{m.get('bubble_fraction_predicted', float('nan')):.3f}")
+    return lines
+

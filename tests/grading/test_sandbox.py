@@ -1,0 +1,107 @@
+"""The grading box in each mode this machine has: what it hides, what it still allows.
+
+``bwrap`` and ``unshare`` must hide the course's instructor files, keep the rest read-only,
+bring loopback up so real gloo ranks run, and take every process with them when they
+stop (a detached daemon included). ``none`` is the documented unprotected fallback: the
+test pins that it still runs cells and calls, and that it does NOT hide files, so the
+documentation's warning stays true.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from labkit.errors import ConfigError
+from labkit.grading.sandbox import box as boxes
+from labkit.grading.sandbox.box import Box
+from labkit.grading.sandbox.remote import RemoteFunction, Session
+from tests.conftest import processes_holding
+
+pytestmark = [pytest.mark.grading, pytest.mark.lesson08]
+REPO = Path(__file__).resolve().parents[2]
+ISOLATING = [m for m in ("bwrap", "unshare") if boxes.available(m)]
+
+PROBE = f'''import os
+course = {str(REPO)!r}
+print("VISIBLE", sorted(p for p in ("solutions", "course", ".git", "nbgrader_config.py")
+                        if os.path.exists(os.path.join(course, p)) and
+                        (not os.path.isdir(os.path.join(course, p)) or
+                         os.listdir(os.path.join(course, p)))
+                        and os.path.getsize(os.path.join(course, p)) > 0))
+try:
+    open({str(REPO / "labkit" / "x.txt")!r}, "w")
+    print("WRITABLE")
+except OSError as exc:
+    print("READ-ONLY", type(exc).__name__)
+'''
+
+
+def daemon_cell(token: str) -> str:
+    return ("import subprocess, sys\n"
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+            f"start_new_session=True, env={{'LABKIT_TEST_TOKEN': {token!r}}})")
+
+
+@pytest.mark.parametrize("mode", ISOLATING)
+def test_isolating_box_hides_the_course_runs_ranks_and_takes_its_processes_along(mode: str
+                                                                                ) -> None:
+    token = f"labkit-box-{uuid.uuid4().hex}"
+    session = Session(mode=mode, course_root=REPO, cell_timeout=30).start()
+    try:
+        reply = session.run_cell(PROBE)
+        assert "VISIBLE []" in reply["stdout"], reply
+        assert "READ-ONLY" in reply["stdout"], reply
+        ranks = session.run_cell("import labkit\nprint(labkit.launch(lambda ctx: ctx.rank, 2)"
+                                 ".results)")
+        assert "[0, 1]" in ranks.get("stdout", ""), ranks  # loopback is up: gloo works
+        session.run_cell(daemon_cell(token))
+        time.sleep(0.5)
+        assert processes_holding(token), "the daemon did not start"
+    finally:
+        session.close()
+    deadline = time.monotonic() + 5
+    while processes_holding(token) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_holding(token) == [], "a process outlived the box"
+    assert not (REPO / "labkit" / "x.txt").exists()
+
+
+def test_fallback_none_still_grades_out_of_process_but_hides_nothing(tmp_path: Path) -> None:
+    """Mode none: no namespaces. Cells and calls work; files are NOT hidden (documented)."""
+    marker = tmp_path / "instructor.txt"
+    marker.write_text("secret")
+    session = Session(mode="none", cell_timeout=10).start()
+    try:
+        session.run_cell("def f(x):\n    return {'twice': 2 * x, 'tuple': (x, x)}")
+        assert RemoteFunction(session, "f")(21) == {"twice": 42, "tuple": (21, 21)}
+        seen = session.run_cell(f"print(open({str(marker)!r}).read())")
+        assert "secret" in seen["stdout"]  # what docs/instructors.md warns about
+    finally:
+        session.close()
+
+
+def test_a_cell_that_ignores_ctrl_c_is_killed_and_the_box_rebuilt() -> None:
+    """Soft limit (SIGINT) first; a cell that blocks it is stopped by killing the box, and
+    the cells that finished before are replayed into a fresh one."""
+    session = Session(cell_timeout=2).start()
+    try:
+        session.run_cell("x = 41")
+        start = time.monotonic()
+        reply = session.run_cell("import signal, time\n"
+                                 "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                 "while True:\n    time.sleep(0.05)")
+        assert reply["error"]["ename"] == "CellTimeout"
+        assert time.monotonic() - start < 2 + 3 + 10  # limit + grace + restart
+        assert session.restarts == 1
+        assert "42" in session.run_cell("print(x + 1)")["stdout"]  # replayed
+    finally:
+        session.close()
+
+
+def test_bad_mode_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ConfigError, match="one of auto, bwrap, unshare, none"):
+        Box(mode="docker")
