@@ -126,7 +126,9 @@ def plot_train_step(records: Sequence[Mapping[str, Any]]) -> Figure:
     loss_ax, grad_ax, upd_ax = axes[0]
     loss_ax.bar([f"rank {r['rank']}" for r in recs], [r["loss"] for r in recs],
                 color="#4C9BE8")
-    loss_ax.set_title("1. forward: loss on each rank's own shard")
+    step = recs[0].get("step")
+    loss_ax.set_title("1. forward: loss on each rank's own shard"
+                      + (f" (step {step})" if step is not None else ""))
     for r in recs:
         grad_ax.plot(layers, r["grad_norms_local"], "o-", label=f"rank {r['rank']} local")
     grad_ax.plot(layers, recs[0]["grad_norms_synced"], "k*--", markersize=10,
