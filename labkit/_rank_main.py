@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import pickle
 import signal
 import sys
 import time
@@ -19,18 +20,36 @@ import traceback
 from multiprocessing.connection import Connection
 
 
+def _encode_report(report: object, rank: int) -> memoryview:
+    """``R`` + the report pickled BY VALUE (cloudpickle): tensors travel as bytes, never as
+    shared memory that dies with this process, and classes defined in a notebook come along."""
+    import io
+
+    import cloudpickle
+
+    buf = io.BytesIO()
+    buf.write(b"R")  # supervisor.RESULT
+    try:
+        cloudpickle.dump(report, buf, protocol=5)
+        return buf.getbuffer()
+    except Exception as exc:
+        raise TypeError(f"rank {rank} returned a value that cannot be sent to the supervisor "
+                        f"({type(exc).__name__}: {exc}); return plain values, numpy arrays or "
+                        f"tensors") from exc
+
+
 def main(argv: list[str]) -> None:
     run_dir, rank, world_size, fd = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor handles Ctrl-C / stop
     from labkit.rank import _die_with_parent
+    from labkit.reaper import PARENT_ENV
 
-    _die_with_parent()
+    parent = os.environ.get(PARENT_ENV)
+    _die_with_parent(int(parent) if parent else None)
     stack_file = open(os.path.join(run_dir, f"stack-{rank}.txt"), "w")  # noqa: SIM115
     faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     conn = Connection(fd, readable=False)
     try:
-        import pickle
-
         with open(os.path.join(run_dir, "job.pkl"), "rb") as f:
             job = pickle.load(f)
         from labkit.rank import limit_threads
@@ -45,15 +64,16 @@ def main(argv: list[str]) -> None:
         store = dist.FileStore(os.path.join(run_dir, "store"), world_size)
         report = run_rank(job, rank, world_size, store=store, status=board.status(rank),
                           progress=board.progress(rank), spool_dir=run_dir)
-        conn.send(("result", rank, report))
+        conn.send_bytes(_encode_report(report, rank))
         conn.close()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the supervisor
         message = f"{type(exc).__name__}: {exc}"
-        try:
-            conn.send(("error", rank, time.monotonic_ns(), message, traceback.format_exc()))
+        try:  # plain strings and ints only: this always unpickles in the supervisor
+            conn.send_bytes(b"E" + pickle.dumps((rank, time.monotonic_ns(), message,
+                                                 traceback.format_exc())))
             conn.close()
         finally:
             sys.stderr.flush()

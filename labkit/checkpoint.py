@@ -1,12 +1,15 @@
 """Sharded, crash-safe checkpoints with ``torch.distributed.checkpoint`` (DCP).
 
-Teaches: a checkpoint is only useful if a crash can never leave one that *looks* complete.
-Every save goes to a fresh directory ``step_NNNNNNNN.partial``; every rank writes its own
-shard there (DCP splits the state across ranks and writes a ``.metadata`` index), then rank
-0 writes ``meta.json`` and a ``COMPLETE`` marker and commits with one atomic
-``os.rename`` to ``step_NNNNNNNN``. A run killed at any instant of a save leaves at worst a
-``.partial`` directory, which the loader never reads and the next save of that step
-deletes. A committed directory is never written again.
+Teaches: a checkpoint is only useful if a crash can never leave one that *looks* complete,
+and if a damaged one is never loaded. Every save goes to a fresh directory
+``step_NNNNNNNN.partial``; every rank writes its own shard there (DCP splits the state
+across ranks and writes a ``.metadata`` index), then rank 0 writes ``meta.json``, a
+manifest with the size and SHA-256 of every file, and a ``COMPLETE`` marker holding the
+manifest's hash, and commits with one atomic ``os.rename`` to ``step_NNNNNNNN``. A run
+killed at any instant of a save leaves at worst a ``.partial`` directory, which the loader
+never reads and the next save of that step deletes. A committed directory is never written
+again; a resume checks every byte against the manifest and falls back to the newest
+checkpoint that passes (``labkit.checkpoint_files``).
 
 Because DCP records which slice of each tensor every shard holds, a checkpoint written by
 4 ranks loads on 2 (resharding) — see the PyTorch DCP docs,
@@ -22,8 +25,8 @@ Torch is imported lazily: the torch-free ``complete_steps`` is used by config ch
 from __future__ import annotations
 
 import json
+import logging
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -31,6 +34,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from labkit.checkpoint_files import (
+    MARKER,
+    checkpoint_problems,
+    choose_resume_step,
+    complete_steps,
+    latest_step,
+    move_aside,
+    seal,
+    step_dir,
+    verify,
+)
+from labkit.errors import CheckpointError
 from labkit.events import Op
 
 if TYPE_CHECKING:
@@ -39,30 +54,9 @@ if TYPE_CHECKING:
 
     from labkit.rank import RankContext
 
-_STEP_DIR = re.compile(r"^step_(\d{8})$")
-MARKER = "COMPLETE"
-
-
-def step_dir(root: str | Path, step: int) -> Path:
-    """The committed directory of the checkpoint taken after ``step`` completed steps."""
-    return Path(root) / f"step_{step:08d}"
-
-
-def complete_steps(root: str | Path | None) -> list[int]:
-    """Steps of the committed checkpoints under ``root``, oldest first (torch-free)."""
-    if root is None or not Path(root).is_dir():
-        return []
-    steps = []
-    for child in Path(root).iterdir():
-        m = _STEP_DIR.match(child.name)
-        if m and (child / MARKER).is_file() and (child / ".metadata").is_file():
-            steps.append(int(m.group(1)))
-    return sorted(steps)
-
-
-def latest_step(root: str | Path | None) -> int | None:
-    steps = complete_steps(root)
-    return steps[-1] if steps else None
+__all__ = ["MARKER", "Checkpointer", "CheckpointOptions", "checkpoint_problems",
+           "complete_steps", "latest_step", "load", "save", "step_dir"]
+_log = logging.getLogger("labkit.checkpoint")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -82,23 +76,35 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 def save(ctx: RankContext, root: str | Path, step: int, state: dict[str, Any], *,
          meta: dict[str, Any] | None = None, rank_meta: dict[str, Any] | None = None,
-         before_commit: Callable[[], None] | None = None) -> Path:
+         before_commit: Callable[[], None] | None = None,
+         moved_aside: list[str] | None = None) -> Path:
     """Collectively save ``state`` as checkpoint ``step`` under ``root``; returns its directory.
 
     Every rank must call it. ``meta`` (rank 0's) goes to ``meta.json``; ``rank_meta`` to
     ``rank_R.json`` (e.g. that rank's loss history). ``before_commit`` is a test hook run on
-    every rank after the shards are written and before the commit.
+    every rank after the shards are written and before the commit. A directory of this step
+    that is not a committed checkpoint (it fails ``verify``) is moved aside to
+    ``step_NNNNNNNN.corrupt``, logged and appended to ``moved_aside``.
     """
     import torch.distributed.checkpoint as dcp
 
     final = step_dir(root, step)
     partial = final.with_name(final.name + ".partial")
     with ctx.tracer.span(Op.CHECKPOINT, step=step, name=f"save {final.name}"):
-        # 1. rank 0 refuses to overwrite a committed checkpoint, clears a dead save's leftovers
+        # 1. rank 0 refuses to overwrite a committed checkpoint, moves a broken one aside,
+        #    clears a dead save's leftovers
         if ctx.rank == 0:
             if final.exists():
-                raise FileExistsError(f"checkpoint {final} already exists; committed "
-                                      f"checkpoints are never overwritten")
+                defect = verify(final)
+                if defect is None:
+                    raise FileExistsError(f"checkpoint {final} already exists; committed "
+                                          f"checkpoints are never overwritten")
+                aside = move_aside(final)
+                _log.warning("checkpoint %s is not committed (%s); moved it to %s before "
+                             "saving step %d again", final.name, defect.describe(), aside.name,
+                             step)
+                if moved_aside is not None:
+                    moved_aside.append(aside.name)
             Path(root).mkdir(parents=True, exist_ok=True)
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir()
@@ -110,11 +116,11 @@ def save(ctx: RankContext, root: str | Path, step: int, state: dict[str, Any], *
         if before_commit is not None:
             before_commit()
         ctx.comm.barrier(step=step)
-        # 3. rank 0 commits: metadata, marker, one atomic rename
+        # 3. rank 0 commits: metadata, the manifest of checksums, the marker, one rename
         if ctx.rank == 0:
             _write_json(partial / "meta.json", {"step": step, "world_size": ctx.world_size,
                                                 "saved_at": time.time(), **(meta or {})})
-            (partial / MARKER).touch()
+            seal(partial)
             _fsync_dir(partial)
             os.rename(partial, final)
             _fsync_dir(Path(root))
@@ -123,19 +129,23 @@ def save(ctx: RankContext, root: str | Path, step: int, state: dict[str, Any], *
     return final
 
 
-def load(ctx: RankContext, root: str | Path, step: int, state: dict[str, Any]
-         ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def load(ctx: RankContext, root: str | Path, step: int, state: dict[str, Any], *,
+         verified: bool = False) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Load checkpoint ``step`` *in place* into ``state`` (reshards when world sizes differ).
 
-    Returns ``(meta, rank_meta)``; ``rank_meta`` is this rank's own record when the
-    checkpoint was written at the same world size, else None.
+    Rank 0 first checks every file against the manifest (skipped when ``verified``: the
+    caller did) and tells every rank; a failed check raises ``CheckpointError`` naming the
+    file and the check on every rank, before a byte is loaded. Returns ``(meta,
+    rank_meta)``; ``rank_meta`` is this rank's own record when the checkpoint was written
+    at the same world size, else None.
     """
     import torch.distributed.checkpoint as dcp
 
     path = step_dir(root, step)
-    if step not in complete_steps(root):
-        raise FileNotFoundError(f"no complete checkpoint {path} (complete: "
-                                f"{complete_steps(root)})")
+    if not verified:
+        defect = ctx.comm.broadcast_object(verify(path) if ctx.rank == 0 else None, step=step)
+        if defect is not None:
+            raise CheckpointError(f"checkpoint {path} cannot be loaded: {defect.describe()}")
     with ctx.tracer.span(Op.CHECKPOINT, step=step, name=f"load {path.name}"):
         dcp.load(state, checkpoint_id=str(path))
     meta = json.loads((path / "meta.json").read_text())
@@ -173,17 +183,23 @@ class Checkpointer:
         self.model, self.optimizer = model, optimizer
         self.saved: list[int] = []
         self.resumed_from: int | None = None
+        self.fallback: list[dict[str, Any]] | None = None
+        """Newer checkpoints a resume skipped: which, the file, the check it failed."""
+        self.moved_aside: list[str] = []
 
     def start(self) -> tuple[int, list[float]]:
         if not (self.root and self.resume):
             return 0, []
-        step = latest_step(self.root)
+        step, skipped = choose_resume_step(self.ctx, self.root)
+        self.fallback = [d.to_json() for d in skipped]
         if step is None:
             return 0, []
         state = training_state(self.model, self.optimizer)
-        _, rank_meta = load(self.ctx, self.root, step, state)
+        _, rank_meta = load(self.ctx, self.root, step, state, verified=True)
         restore_training_state(self.model, self.optimizer, state)
         self.resumed_from = step
+        for entry in self.fallback:
+            entry["resumed_from_step"] = step
         return step, list((rank_meta or {}).get("losses", []))
 
     def after_step(self, step: int, losses: list[float]) -> None:
@@ -191,11 +207,13 @@ class Checkpointer:
         if not self.root or self.every < 1 or done % self.every:
             return
         save(self.ctx, self.root, done, training_state(self.model, self.optimizer),
-             rank_meta={"losses": losses})
+             rank_meta={"losses": losses}, moved_aside=self.moved_aside)
         self.saved.append(done)
 
     def metrics(self) -> dict[str, Any]:
-        return {"checkpoints_saved": list(self.saved), "resumed_from_step": self.resumed_from}
+        return {"checkpoints_saved": list(self.saved), "resumed_from_step": self.resumed_from,
+                "checkpoint_fallback": self.fallback,
+                "checkpoints_moved_aside": list(self.moved_aside)}
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -211,22 +229,6 @@ class CheckpointOptions:
 
     def checkpoint_problems(self) -> list[str]:
         return checkpoint_problems(self.checkpoint_dir, self.checkpoint_every, self.resume)
-
-
-def checkpoint_problems(root: str | None, every: int, resume: bool) -> list[str]:
-    """Config rules shared by every strategy with checkpoint options (torch-free)."""
-    problems = []
-    if every < 0:
-        problems.append(f"checkpoint_every ({every}) must be >= 0 steps (0: never save); "
-                        f"e.g. checkpoint_every=5")
-    if (every > 0 or resume) and not root:
-        problems.append(f"checkpoint_every ({every}) / resume ({resume}) need checkpoint_dir; "
-                        f"e.g. checkpoint_dir='ckpt', checkpoint_every=5")
-    if root and not resume and complete_steps(root):
-        problems.append(f"checkpoint_dir {root!r} already holds checkpoints (steps "
-                        f"{complete_steps(root)}); pass resume=True (--resume) to continue from "
-                        f"the last one, or use an empty directory")
-    return problems
 
 
 # --- resharding: save at N ranks, load at M ------------------------------------------------

@@ -20,10 +20,13 @@ _PLUGINS = ("labkit.theory.cli", "labkit.quiz.cli", "labkit.grading.cli")
 
 
 def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
-    from labkit.runflags import config_from_args, fail_input, fail_run, report, save_partial
+    from labkit.runflags import config_from_args, fail_input, fail_run, output_problems, report, save_partial
 
     try:
         config = config_from_args(args, extra)
+        problems = output_problems(args)  # before any process starts: never lose a result
+        if problems:
+            raise ConfigError(problems)
     except ConfigError as err:
         return fail_input(args, str(err))
     from labkit.runner import run
@@ -47,6 +50,22 @@ def _doctor_command(args: argparse.Namespace, _extra: list[str]) -> int:
     return 0
 
 
+def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
+    from labkit.calibrate import cache_dir, calibrate
+
+    result = calibrate(args.device, refresh=True)
+    if result is None:
+        print("labkit: error: the calibration run failed (is torch installed?)", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['name']}: peak {result['peak_flops_per_s'] / 1e9:.1f} GFLOP/s fp32 "
+              f"matmul ({result['matrix']}^2, {result.get('threads') or 1} threads); cached in "
+              f"{cache_dir() / 'peak_flops.json'} as the denominator of MFU")
+    return 0
+
+
 def _list_command(args: argparse.Namespace, _extra: list[str]) -> int:
     from labkit import strategies
 
@@ -67,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_flags(r)
     r.set_defaults(handler=_run_command)
     sub.add_parser("list", help="the registered strategies").set_defaults(handler=_list_command)
+    c = sub.add_parser("calibrate", help="measure this machine's peak matmul FLOP/s again "
+                                         "(the denominator of MFU; run it on a quiet machine)")
+    c.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(handler=_calibrate_command)
     for module in _PLUGINS:
         try:
             importlib.import_module(module).register(sub)

@@ -237,6 +237,16 @@ class Comm:
         return self._run(Op.BROADCAST, lambda t, **kw: dist.broadcast(t, g, **kw), (tensor,),
                          async_op, meta)
 
+    def broadcast_object(self, obj: Any, src: int = 0, **meta: Any) -> Any:
+        """Group rank ``src``'s picklable ``obj`` on every rank of the group (returned); for
+        small decisions one rank makes for all (e.g. which checkpoint to resume from)."""
+        box = [obj]
+        g = self.ranks[src]
+        meta.setdefault("peer", g)
+        self._run(Op.BROADCAST, lambda b, **kw: dist.broadcast_object_list(b, src=g, **kw),
+                  (box,), False, meta)
+        return box[0]
+
     def reduce(self, tensor: torch.Tensor, dst: int, op: str = "sum", *, async_op: bool = False,
                **meta: Any) -> Handle | None:
         """Reduce ``tensor`` across the group onto group rank ``dst``."""

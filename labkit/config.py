@@ -1,7 +1,9 @@
 """Run configuration: what to run, on how many ranks, for how long — validated up front.
 
-Every field carries a docstring line with its unit. ``__post_init__`` checks every rule and
-raises one ``ConfigError`` naming *all* offending values, before any process starts.
+Every field carries a docstring line with its unit. ``__post_init__`` checks every rule --
+each field's type (a bool is not an int, 2.0 is not an integer, ``inf`` is not a number of
+seconds) and range, then the rules across fields -- and raises one ``ConfigError`` naming
+*all* offending values, before any process starts (``labkit.validate`` words the rules).
 Strategy-specific settings live in the strategy's own options dataclass
 (``RunConfig.options``), registered with ``labkit.strategies``.
 """
@@ -14,10 +16,27 @@ from typing import Any
 
 from labkit import devices
 from labkit.errors import ConfigError
+from labkit.validate import (
+    as_plain,
+    bool_problem,
+    choice_problem,
+    int_problem,
+    is_int,
+    real_problem,
+)
 
 BACKENDS = ("auto", "gloo", "nccl")
 FAULT_KINDS = ("raise", "exit", "kill", "hang")
 OPTIMIZERS = ("sgd", "momentum", "adam", "lars", "lamb")
+MAX_STEPS = 100_000  # the timeline keeps every step's spans in memory
+MAX_BATCH = 65_536  # samples per rank per step
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # one week; gloo's own timeout is derived from it
+MAX_LR = 100.0  # a larger step diverges with every optimizer here
+SEED_MAX = 2**32 - 1  # what numpy and torch generators both accept (torch seeds derive from it)
+MAX_DIM = 65_536  # units of one layer (in_dim, width, out_dim)
+MAX_DEPTH = 256
+MAX_PARAMS = 250_000_000  # 1 GB of fp32 weights per copy, before gradients and optimizer state
+MAX_THREADS = 256
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -37,10 +56,21 @@ class FaultSpec:
         parts = text.split(":")
         try:
             rank, step, kind = parts
-            return cls(rank=int(rank), step=int(step), kind=kind)
+            ints = int(rank), int(step)
         except ValueError:
             raise ConfigError(f"inject_fault {text!r} must look like RANK:STEP:KIND with KIND one "
                               f"of {', '.join(FAULT_KINDS)}; e.g. '1:3:raise'") from None
+        return cls(rank=ints[0], step=ints[1], kind=kind)
+
+    def __post_init__(self) -> None:
+        problems = [p for p in (
+            int_problem("inject_fault rank", self.rank, 0, example=1),
+            int_problem("inject_fault step", self.step, 0, example=3),
+            None if isinstance(self.kind, str) else
+            f"inject_fault kind ({self.kind!r}) must be one of {', '.join(FAULT_KINDS)}")
+            if p is not None]
+        if problems:
+            raise ConfigError(problems)
 
     def __str__(self) -> str:
         return f"{self.rank}:{self.step}:{self.kind}"
@@ -50,8 +80,9 @@ MODELS = ("mlp", "gpt", "digits")
 
 MODEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "mlp": {"steps": 10, "lr": 0.05, "optimizer": "sgd", "timeout_s": 60.0},
-    "gpt": {"steps": 40, "lr": 0.1, "optimizer": "momentum", "timeout_s": 120.0},  # Adam's 1/sqrt(v) would
-    # amplify float-rounding differences past the 1e-5 reference checks over 40 steps
+    # momentum, not Adam: Adam's 1/sqrt(v) amplified float-rounding differences to 0.039
+    # from one process over 40 GPT steps, past the 1e-5 reference checks
+    "gpt": {"steps": 40, "lr": 0.1, "optimizer": "momentum", "timeout_s": 120.0},
     "digits": {"steps": 300, "lr": 0.1, "optimizer": "momentum", "timeout_s": 60.0},
 }
 """Training settings a run of each model uses unless it (or its strategy) says otherwise:
@@ -86,23 +117,45 @@ class ModelConfig:
     """gpt: None for characters (96 symbols) or N for the N most frequent word pieces."""
 
     def problems(self) -> list[str]:
-        out = [f"model.{name} ({getattr(self, name)}) must be >= 1"
-               for name in ("in_dim", "width", "depth", "out_dim", "heads")
-               if getattr(self, name) < 1]
+        """Every broken rule (checked by the ``RunConfig`` that holds this model)."""
+        limits = {"in_dim": MAX_DIM, "width": MAX_DIM, "depth": MAX_DEPTH, "out_dim": MAX_DIM,
+                  "heads": MAX_DIM, "seq_len": MAX_DIM}
+        out = [p for name, hi in limits.items()
+               if (p := int_problem(f"model.{name}", getattr(self, name), 1, hi,
+                                    example=getattr(ModelConfig, name))) is not None]
         if self.kind not in MODELS:
             out.append(f"model.kind {self.kind!r} must be one of {', '.join(MODELS)}; "
                        f"e.g. model='gpt'")
+        if out:
+            return out
         if self.kind == "gpt":
-            if self.heads >= 1 and self.width % self.heads:
+            if self.width % self.heads:
                 out.append(f"model.width ({self.width}) must be a multiple of model.heads "
                            f"({self.heads}) so every head has the same size; e.g. width=128, "
                            f"heads=4")
             if self.seq_len < 2:
                 out.append(f"model.seq_len ({self.seq_len}) must be >= 2 tokens; e.g. 64")
-            if self.vocab_size is not None and not 97 <= self.vocab_size <= 16384:
-                out.append(f"model.vocab_size ({self.vocab_size}) must be None (characters) "
-                           f"or between 97 and 16384 word pieces; e.g. vocab_size=2048")
+            if self.vocab_size is not None and (
+                    int_problem("model.vocab_size", self.vocab_size, 97, 16384, example=2048)):
+                out.append(f"model.vocab_size ({self.vocab_size!r}) must be None (characters) "
+                           f"or an integer from 97 to 16384 word pieces; e.g. vocab_size=2048")
+        if not out and self.parameters() > MAX_PARAMS:
+            out.append(f"model ({self.kind}, width {self.width}, depth {self.depth}) has "
+                       f"{self.parameters():,} parameters; it must have <= {MAX_PARAMS:,} (1 GB "
+                       f"of fp32 weights per copy, before gradients and optimizer state); "
+                       f"e.g. width=1024, depth=4")
         return out
+
+    def parameters(self) -> int:
+        """Weights and biases of the model (``labkit.training.build_model``)."""
+        if self.kind == "gpt":
+            from labkit.theory.parallel3d import gpt_params
+
+            vocab = 96 if self.vocab_size is None else self.vocab_size
+            return gpt_params(vocab, self.width, self.depth, self.seq_len)["total"]
+        in_dim, out_dim = (64, 10) if self.kind == "digits" else (self.in_dim, self.out_dim)
+        hidden = (in_dim + 1) * self.width + (self.depth - 1) * (self.width + 1) * self.width
+        return int(hidden + (self.width + 1) * out_dim)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -154,43 +207,35 @@ class RunConfig:
     def __post_init__(self) -> None:
         from labkit import strategies
 
-        problems: list[str] = []
-        spec = strategies.lookup(self.strategy)
+        spec = strategies.lookup(self.strategy) if isinstance(self.strategy, str) else None
+        problems: list[str] = self._resolve_defaults(spec)
+        problems += self._field_problems()
         if spec is None:
-            problems.append(f"strategy {self.strategy!r} is not registered; known: "
-                            f"{', '.join(strategies.names())}")
-        problems += self._resolve_defaults(spec)
-        if self.world_size < 1:
-            problems.append(f"world_size ({self.world_size}) must be >= 1")
-        if self.steps < 1:
-            problems.append(f"steps ({self.steps}) must be >= 1")
-        if not self.timeout_s > 0:
-            problems.append(f"timeout_s ({self.timeout_s}) must be > 0 seconds, e.g. 60")
-        if self.batch_size < 1:
-            problems.append(f"batch_size ({self.batch_size}) must be >= 1")
-        if not self.lr > 0:
-            problems.append(f"lr ({self.lr}) must be > 0")
-        if self.optimizer not in OPTIMIZERS:
-            problems.append(f"optimizer {self.optimizer!r} must be one of {', '.join(OPTIMIZERS)}")
-        if self.threads_per_rank is not None and self.threads_per_rank < 1:
-            problems.append(f"threads_per_rank ({self.threads_per_rank}) must be >= 1")
-        problems += self.model.problems()
+            problems.insert(0, f"strategy {self.strategy!r} is not registered; known: "
+                               f"{', '.join(strategies.names())}")
+        problems += self._model_problems()
         problems += self._backend_problems()
+        sizes_ok = is_int(self.world_size) and is_int(self.steps)
         fault = self.inject_fault
         if isinstance(fault, str):
-            object.__setattr__(self, "inject_fault", FaultSpec.parse(fault))
+            try:
+                object.__setattr__(self, "inject_fault", FaultSpec.parse(fault))
+            except ConfigError as err:
+                problems += err.problems
         elif isinstance(fault, dict):
             try:
                 object.__setattr__(self, "inject_fault", FaultSpec(**fault))
             except TypeError:
                 problems.append(f"inject_fault {fault!r} must have exactly the keys rank, step "
                                 f"and kind; e.g. {{'rank': 1, 'step': 3, 'kind': 'raise'}}")
+            except ConfigError as err:
+                problems += err.problems
         elif fault is not None and not isinstance(fault, FaultSpec):
             problems.append(f"inject_fault {fault!r} must be 'RANK:STEP:KIND' (e.g. '1:3:raise'), "
                             f"a FaultSpec or a dict with rank, step and kind")
-        if isinstance(self.inject_fault, FaultSpec):
+        if isinstance(self.inject_fault, FaultSpec) and sizes_ok:
             problems += self._fault_problems(self.inject_fault)
-        if spec is not None:
+        if spec is not None and sizes_ok:
             problems += self._options_problems(spec)
             if not problems and spec.check is not None:
                 problems += spec.check(self)
@@ -207,18 +252,22 @@ class RunConfig:
         if isinstance(model, str):
             model = {"kind": model}
         if isinstance(model, dict):
-            kind = model.get("kind", "mlp")
-            shape = (spec.defaults.get("model", {}) if spec is not None else {}).get(kind, {})
-            try:
-                model = ModelConfig(**{**shape, **model})
-            except TypeError:
-                known = ", ".join(f.name for f in dataclasses.fields(ModelConfig))
-                problems.append(f"model {model!r} must be a ModelConfig, a kind ({', '.join(MODELS)}) "
-                                f"or a dict of ModelConfig fields ({known})")
+            known = [f.name for f in dataclasses.fields(ModelConfig)]
+            unknown = sorted(set(model) - set(known), key=str)
+            kind = model.get("kind", "mlp") if not unknown else "mlp"
+            shape = (spec.defaults.get("model", {}) if spec is not None else {}).get(
+                kind if isinstance(kind, str) else "mlp", {})
+            if unknown:
+                problems.append(f"model has unknown key(s) {', '.join(map(str, unknown))}; "
+                                f"known: {', '.join(known)}; e.g. model={{'kind': 'gpt', "
+                                f"'width': 256}}")
                 model = ModelConfig()
+            else:
+                model = ModelConfig(**{**shape, **model})
         elif not isinstance(model, ModelConfig):
-            problems.append(f"model {model!r} must be a ModelConfig, a kind "
-                            f"({', '.join(MODELS)}) or a dict of ModelConfig fields")
+            problems.append(f"model ({model!r}) must be a ModelConfig, a kind "
+                            f"({', '.join(MODELS)}) or a dict of its fields, not "
+                            f"{type(model).__name__}; e.g. model={{'kind': 'gpt', 'width': 256}}")
             model = ModelConfig()
         object.__setattr__(self, "model", model)
         defaults = {**MODEL_DEFAULTS.get(model.kind, MODEL_DEFAULTS["mlp"]),
@@ -239,10 +288,40 @@ class RunConfig:
         return problems
 
     # ---- rules ---------------------------------------------------------------------------
+    def _field_problems(self) -> list[str]:
+        """Each field's own type and range (numpy scalars become Python numbers first)."""
+        for name in ("world_size", "steps", "timeout_s", "seed", "batch_size", "lr",
+                     "threads_per_rank"):
+            object.__setattr__(self, name, as_plain(getattr(self, name)))
+        checks = [
+            int_problem("world_size", self.world_size, 1, example=2),
+            int_problem("steps", self.steps, 1, MAX_STEPS, example=10,
+                        why=" (the timeline keeps every step in memory)"),
+            real_problem("timeout_s", self.timeout_s, MAX_TIMEOUT_S, unit=" seconds",
+                         example=60),
+            int_problem("seed", self.seed, 0, SEED_MAX, example=0,
+                        why=" (what torch and numpy generators accept)"),
+            int_problem("batch_size", self.batch_size, 1, MAX_BATCH, example=32,
+                        why=" samples per rank"),
+            real_problem("lr", self.lr, MAX_LR, example=0.05,
+                         why=" (larger steps diverge with every optimizer here)"),
+            choice_problem("optimizer", self.optimizer, OPTIMIZERS),
+            None if self.threads_per_rank is None else int_problem(
+                "threads_per_rank", self.threads_per_rank, 1, MAX_THREADS, example=1),
+            bool_problem("trace", self.trace),
+            bool_problem("check_reference", self.check_reference),
+            bool_problem("progress", self.progress, optional=True),
+        ]
+        return [p for p in checks if p is not None]
+
+    def _model_problems(self) -> list[str]:
+        """The model's own rules (``_resolve_defaults`` made it a ModelConfig)."""
+        return self.model.problems() if isinstance(self.model, ModelConfig) else []
+
     def _backend_problems(self) -> list[str]:
-        if self.backend not in BACKENDS:
+        if not isinstance(self.backend, str) or self.backend not in BACKENDS:
             return [f"backend {self.backend!r} must be one of {', '.join(BACKENDS)}"]
-        if self.backend == "nccl" and self.world_size >= 1:
+        if self.backend == "nccl" and is_int(self.world_size):
             gpus = devices.gpu_count()
             if gpus < self.world_size:
                 return [f"backend 'nccl' needs one GPU per rank, but world_size "

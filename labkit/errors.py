@@ -22,12 +22,16 @@ class ConfigError(LabError, ValueError):
         super().__init__("; ".join(self.problems))
 
 
+class CheckpointError(LabError):
+    """A checkpoint cannot be loaded: the message names the file and the check it failed."""
+
+
 @dataclass
 class RankFailure:
     """What went wrong on one rank, as the supervisor saw it."""
 
     rank: int | None
-    kind: str  # "exception" | "exit" | "signal" | "timeout"
+    kind: str  # "exception" | "exit" | "signal" | "timeout" | "result" | "start"
     message: str
     traceback: str = ""
 

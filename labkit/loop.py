@@ -185,8 +185,8 @@ class TrainLoop(Generic[R]):
         rec.flops_per_step = self.flops_per_step(matmul_params)
         self.fill_record()
         if self.checkpointer is not None and self.checkpointer.root:
-            rec.checkpoints_saved = list(self.checkpointer.saved)
-            rec.resumed_from_step = self.checkpointer.resumed_from
+            for key, value in self.checkpointer.metrics().items():
+                setattr(rec, key, value)
         out = RankOutput(losses=self.losses, record=rec)
         state = self.final_state()
         if self.reports_state():

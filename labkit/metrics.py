@@ -49,6 +49,10 @@ class RankMetrics:
     """Share of held-out samples the final model classifies correctly (digits)."""
     checkpoints_saved: list[int] | None = None
     resumed_from_step: int | None = None
+    checkpoint_fallback: list[dict[str, Any]] | None = None
+    """Newer checkpoints a resume skipped because a file failed its check (which, why)."""
+    checkpoints_moved_aside: list[str] | None = None
+    """Step directories that were not committed checkpoints, renamed ``*.corrupt`` by a save."""
     step_seconds: list[float] | None = None
     """Wall seconds of each step on this rank (measured with or without the tracer)."""
 

@@ -201,8 +201,13 @@ class RankContext:
         return self.tracer.events()
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this rank if the supervisor dies (no orphans, even on kill -9)."""
+def _die_with_parent(parent_pid: int | None = None) -> None:
+    """Ask Linux to SIGKILL this rank if the supervisor dies (no orphans, even on kill -9).
+
+    The signal is armed only from this call on: a parent that died between our ``fork``
+    and here left us re-parented already, which ``parent_pid`` (the supervisor's pid, when
+    known) detects. A new session (``start_new_session``) does not disarm it.
+    """
     try:
         import ctypes
         import signal
@@ -211,6 +216,8 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the supervisor is gone already: nobody will read our result
 
 
 def limit_threads(threads: int) -> None:

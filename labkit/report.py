@@ -10,6 +10,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -70,4 +71,14 @@ def describe(result: Any) -> str:
         lines.append(f"  params_sha256 {result.params_sha256}")
     if isinstance(m.get("note"), str):
         lines.append(f"  note: {m['note']}")
+    for skipped in m.get("checkpoint_fallback") or []:
+        lines.append(f"  note: skipped checkpoint {skipped['checkpoint']}: {skipped['file']} "
+                     f"failed the {skipped['check']} check ({skipped['detail']}); resumed from "
+                     f"step {skipped.get('resumed_from_step')}")
+    for moved in m.get("checkpoints_moved_aside") or []:
+        lines.append(f"  note: a damaged checkpoint directory was renamed {moved}")
+    bad = next((i for i, loss in enumerate(result.losses) if not math.isfinite(loss)), None)
+    if bad is not None:
+        lines.append(f"  note: the loss is {result.losses[bad]} from step {bad} on: training "
+                     f"diverged; try a smaller learning rate (lr = {result.config.lr})")
     return "\n".join(lines)

@@ -7,6 +7,8 @@ pipeline, ...), generated from the dataclass so no front end lags behind a strat
 
 * ``add_run_flags(parser)`` / ``option_flags(options_cls)``: the flags;
 * ``config_from_args(args, extra)``: the validated ``RunConfig`` (raises ``ConfigError``);
+* ``output_problems(args)``: whether ``--trace`` / ``--timeline`` can be written, checked
+  before any process starts (a run must never finish only to lose its results);
 * ``describe(result)``: the readable summary ``labkit run`` prints;
 * ``report(args, result)`` / ``fail_input`` / ``fail_run`` / ``save_partial``: what every
   front end prints and writes, with the exit codes 0 ok, 1 the run failed, 2 bad input.
@@ -19,6 +21,7 @@ import dataclasses
 import json
 import sys
 import typing
+from pathlib import Path
 from typing import Any
 
 from labkit.docs import field_docs
@@ -31,21 +34,22 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
 
     docs, model_docs = field_docs(RunConfig), field_docs(ModelConfig)
     p.add_argument("strategy", help="strategy to run (see `labkit list`)")
-    p.add_argument("--world-size", type=int, default=None, help=docs["world_size"])
-    p.add_argument("--steps", type=int, default=None, help=docs["steps"])
+    p.add_argument("--world-size", type=numeric_flag, default=None, help=docs["world_size"])
+    p.add_argument("--steps", type=numeric_flag, default=None, help=docs["steps"])
     p.add_argument("--backend", default="auto", help=docs["backend"])
-    p.add_argument("--timeout", type=float, default=None, help=docs["timeout_s"])
-    p.add_argument("--seed", type=int, default=0, help=docs["seed"])
-    p.add_argument("--batch-size", type=int, default=None, help=docs["batch_size"])
-    p.add_argument("--lr", type=float, default=None, help=docs["lr"])
+    p.add_argument("--timeout", type=real_flag, default=None, help=docs["timeout_s"])
+    p.add_argument("--seed", type=numeric_flag, default=0, help=docs["seed"])
+    p.add_argument("--batch-size", type=numeric_flag, default=None, help=docs["batch_size"])
+    p.add_argument("--lr", type=real_flag, default=None, help=docs["lr"])
     p.add_argument("--optimizer", default=None, help=docs["optimizer"])
     p.add_argument("--model", default="mlp", choices=MODELS, help=model_docs["kind"])
-    p.add_argument("--width", type=int, default=None, help=model_docs["width"])
-    p.add_argument("--depth", type=int, default=None, help=model_docs["depth"])
-    p.add_argument("--heads", type=int, default=None, help=model_docs["heads"])
-    p.add_argument("--seq-len", type=int, default=None, help=model_docs["seq_len"])
-    p.add_argument("--vocab-size", type=int, default=None, help=model_docs["vocab_size"])
-    p.add_argument("--threads-per-rank", type=int, default=None, help=docs["threads_per_rank"])
+    p.add_argument("--width", type=numeric_flag, default=None, help=model_docs["width"])
+    p.add_argument("--depth", type=numeric_flag, default=None, help=model_docs["depth"])
+    p.add_argument("--heads", type=numeric_flag, default=None, help=model_docs["heads"])
+    p.add_argument("--seq-len", type=numeric_flag, default=None, help=model_docs["seq_len"])
+    p.add_argument("--vocab-size", type=numeric_flag, default=None, help=model_docs["vocab_size"])
+    p.add_argument("--threads-per-rank", type=numeric_flag, default=None,
+                   help=docs["threads_per_rank"])
     p.add_argument("--inject-fault", default=None, metavar="RANK:STEP:KIND",
                    help=docs["inject_fault"] + " KIND: raise, exit, kill, hang")
     p.add_argument("--check-reference", action="store_true", help=docs["check_reference"])
@@ -57,6 +61,29 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object with the result")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: when the terminal is interactive)")
+
+
+def numeric_flag(text: str) -> int | float:
+    """A numeric flag as written: ``8`` is an int, ``1e20`` / ``2.5`` / ``inf`` a float.
+
+    The flag's rule (integer? finite? in range?) is ``RunConfig``'s to check, so
+    ``--seed 1e20`` gets the same message, naming the rule, as ``seed=1e20`` in Python.
+    """
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; e.g. 8, 0.05 or 1e-3"
+                                         ) from None
+
+
+def real_flag(text: str) -> float:
+    """A real-valued flag (``inf`` and ``nan`` parse: ``RunConfig`` says why they are refused)."""
+    value = numeric_flag(text)
+    return float(value)
 
 
 def option_flags(options_cls: type) -> argparse.ArgumentParser:
@@ -113,18 +140,58 @@ def config_from_args(args: argparse.Namespace, extra: list[str], *, command: str
         threads_per_rank=args.threads_per_rank, progress=args.progress)
 
 
+def output_problem(flag: str, path: str) -> str | None:
+    """Why ``path`` cannot take a run's output file (None: it can), found by trying: create
+    its missing parent directories, open it for writing without truncating it (a file
+    created only to try is removed again). Trying is the only honest test: root passes
+    every permission check yet cannot create ``/proc/x.json``."""
+    target = Path(path)
+    example = f"e.g. {flag} run.json"
+    if target.is_dir():
+        return f"{flag} {path!r} is a directory; give a file name, e.g. {flag} {target / 'run.json'}"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return (f"{flag} {path!r}: its directory {str(target.parent)!r} cannot be created "
+                f"({exc.strerror or exc}); {example}")
+    try:
+        existed = target.exists()
+        with open(target, "r+b" if existed else "xb"):
+            pass
+        if not existed:
+            target.unlink()
+    except OSError as exc:
+        return (f"{flag} {path!r} cannot be written ({exc.strerror or exc}); choose a file in a "
+                f"writable directory, {example}")
+    return None
+
+
+def output_problems(args: argparse.Namespace) -> list[str]:
+    """``output_problem`` for ``--trace`` and ``--timeline`` (call before starting ranks)."""
+    flags = (("--trace", getattr(args, "trace", None)),
+             ("--timeline", getattr(args, "timeline", None)))
+    return [p for flag, path in flags if path and (p := output_problem(flag, path)) is not None]
+
+
 def report(args: argparse.Namespace, result: Any, extra_json: dict[str, Any] | None = None
            ) -> int:
-    """Write --trace / --timeline and print the result (--json: one object); exit code 0."""
-    if args.trace:
-        result.save_trace(args.trace)
-    if args.timeline:
-        result.timeline.save(args.timeline)
+    """Write --trace / --timeline and print the result (--json: one object); exit code 0,
+    or 1 when an output file could not be written after all (the result is still printed)."""
+    code = 0
+    try:
+        if args.trace:
+            result.save_trace(args.trace)
+        if args.timeline:
+            result.timeline.save(args.timeline)
+    except OSError as exc:
+        print(f"labkit: error: the run finished but its output could not be written: {exc}",
+              file=sys.stderr)
+        code = 1
     if args.json:
         print(json.dumps({**result.to_json(), **(extra_json or {})}, default=str), flush=True)
     else:
         print(describe(result), flush=True)
-    return 0
+    return code
 
 
 def describe(result: Any) -> str:

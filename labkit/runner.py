@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from labkit import devices
-from labkit.config import RunConfig
+from labkit.config import MAX_THREADS, MAX_TIMEOUT_S, SEED_MAX, RunConfig
 from labkit.errors import ConfigError, RunFailed
 from labkit.rank import Job, RankOutput, RankReport
 from labkit.supervisor import supervise
 from labkit.timeline import Timeline
+from labkit.validate import bool_problem, int_problem, local_world_size_problem, real_problem
 
 
 @dataclass
@@ -111,6 +112,9 @@ def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
         config = RunConfig(**kwargs)
     elif kwargs:
         config = config.replace(**kwargs)
+    too_many = local_world_size_problem(config.world_size)  # every rank starts on this host
+    if too_many is not None:
+        raise ConfigError(too_many)
     backend = config.resolved_backend()
     _warn_oversubscribed(config.world_size, backend)
     job = job_for(config, backend)
@@ -176,23 +180,35 @@ def collect(config: RunConfig, backend: str, reports: list[RankReport], wall: fl
                      metrics=metrics, wall_s=wall, params_sha256=sha, outputs=outputs)
 
 
+def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed: Any,
+                    threads_per_rank: Any, trace: Any) -> list[str]:
+    """Every rule ``launch``'s arguments break (the same rules as ``RunConfig``'s fields)."""
+    checks = [
+        local_world_size_problem(world_size),
+        None if backend in ("gloo", "nccl") else
+        f"backend {backend!r} must be 'gloo' or 'nccl' for launch",
+        real_problem("timeout_s", timeout_s, MAX_TIMEOUT_S, unit=" seconds", example=60),
+        int_problem("seed", seed, 0, SEED_MAX, example=0),
+        None if threads_per_rank is None else int_problem(
+            "threads_per_rank", threads_per_rank, 1, MAX_THREADS, example=1),
+        bool_problem("trace", trace),
+        None if callable(fn) else f"fn ({fn!r}) must be callable as fn(ctx, *args)",
+    ]
+    return [p for p in checks if p is not None]
+
+
 def launch(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: str = "gloo",
            timeout_s: float = 60.0, seed: int = 0, threads_per_rank: int | None = None,
            trace: bool = True) -> LaunchResult:
     """Run ``fn(ctx, *args)`` on ``world_size`` real ranks; ``fn`` may be defined in a notebook.
 
     ``ctx`` is a ``labkit.rank.RankContext``: ``ctx.rank``, ``ctx.world_size``, ``ctx.comm``
-    (traced send / recv / collectives) and ``ctx.tracer``. Return plain values or tensors.
+    (traced send / recv / collectives) and ``ctx.tracer``. Return plain values, numpy arrays
+    or tensors (of any size: results travel by value). A rank that returns nothing but
+    exits (``os._exit``, ``sys.exit``) is reported as that rank's failure.
     """
-    problems = []
-    if world_size < 1:
-        problems.append(f"world_size ({world_size}) must be >= 1")
-    if backend not in ("gloo", "nccl"):
-        problems.append(f"backend {backend!r} must be 'gloo' or 'nccl' for launch")
-    if not timeout_s > 0:
-        problems.append(f"timeout_s ({timeout_s}) must be > 0 seconds, e.g. 60")
-    if not callable(fn):
-        problems.append(f"fn ({fn!r}) must be callable as fn(ctx, *args)")
+    problems = launch_problems(fn, world_size, backend, timeout_s, seed, threads_per_rank,
+                               trace)
     if problems:
         raise ConfigError(problems)
     threads = threads_per_rank or devices.default_threads_per_rank(world_size)

@@ -10,11 +10,21 @@ traceback; the parent polls and kills the rest on the first failure), never on a
    caller's script, so no ``if __name__ == "__main__"`` guard is needed anywhere.
 2. *The first failure wins.* A rank's exception reaches the caller as its own traceback,
    labelled with its rank; a rank that dies by ``os._exit`` or a signal is reported with
-   its exit code or signal. Peers' "connection closed" echoes are kept aside, not shown.
+   its exit code or signal -- code 0 too, when it never handed in its result. Peers'
+   "connection closed" echoes are kept aside, not shown.
 3. *Nothing hangs.* A run-level timeout stops a hung run and names the rank that stopped
    making progress (the one not blocked in communication), with every rank's Python stack.
-4. *No orphans.* Children are reaped on success, failure, timeout and KeyboardInterrupt
-   (the notebook's stop button); they also die with the parent (PR_SET_PDEATHSIG).
+4. *No orphans.* One path owns every child from its first ``Popen``: start-up, the watch
+   and the cleanup share one ``try/finally``, so an interrupt or a failed spawn (EMFILE)
+   half-way through start-up still kills what was started and removes the temp dir. Each
+   rank leads its own process group (its forks die with it) and carries the run's id in
+   its environment (daemons that left the group are found in ``/proc``); see
+   ``labkit.reaper``. A second Ctrl-C during the cleanup is held back until it is done.
+   Ranks also die with the parent (PR_SET_PDEATHSIG).
+5. *Results travel by value.* A rank pickles its report (cloudpickle) into bytes on the
+   pipe, so tensors of any size arrive whole (``multiprocessing``'s own pickler would send
+   them as shared memory owned by a rank that is about to exit). A result the parent
+   cannot rebuild is that rank's failure, with the reason.
 
 The supervisor process never imports torch: start-up cost stays in the ranks.
 """
@@ -22,12 +32,14 @@ The supervisor process never imports torch: start-up cost stays in the ranks.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -35,15 +47,23 @@ from typing import Any
 from labkit.board import Board
 from labkit.errors import RankFailure, RunFailed, RunTimeout
 from labkit.rank import Job, RankReport
+from labkit.reaper import (
+    PARENT_ENV,
+    RUN_ID_ENV,
+    exited,
+    interrupts_deferred,
+    kill_group,
+    kill_leftovers,
+    stop_leaders,
+)
 from labkit.spool import read_spools
 from labkit.timeline import Timeline
+from labkit.verdict import hang, pick_failure, silent_death
 
-# Errors a rank raises only because *another* rank failed first.
-_ECHO_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-                 "Socket Timeout", "Connection refused", "ECONNRESET", "EPIPE",
-                 "Timed out waiting", "NCCL communicator was aborted")
 _GRACE_S = 0.5  # after a failure, how long to wait for the other ranks' reports
-_LOG_TAIL = 3000  # characters of a silently dead rank's output shown with its failure
+_TERM_GRACE_S = 2.0  # at shutdown, SIGTERM first; SIGKILL whatever is left after this
+# First byte of a rank's message on its pipe (the rest is a pickle): see labkit._rank_main.
+RESULT, ERROR = b"R", b"E"
 
 
 def _child_env() -> dict[str, str]:
@@ -67,47 +87,69 @@ class Supervisor:
         self.world_size = world_size
         self.timeout_s = timeout_s
         self.on_progress = on_progress
-        self.tmpdir = Path(tempfile.mkdtemp(prefix="labkit-run-"))
+        # named now, created inside run()'s try: nothing exists that the cleanup could miss
+        self.run_id = f"labkit-run-{uuid.uuid4().hex[:12]}"
+        self.tmpdir = Path(tempfile.gettempdir()) / self.run_id
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pidfds: dict[int, int] = {}
         self.conns: dict[int, Connection] = {}
-        self.board = Board.create(str(self.tmpdir / "board"), world_size)
-        self.status = [self.board.status(r) for r in range(world_size)]
-        self.progress = [self.board.progress(r) for r in range(world_size)]
+        self.board: Board | None = None
+        self.status: list[Any] = []
+        self.progress: list[Any] = []
         self.logs: list[str] = [""] * world_size
         self.reports: dict[int, RankReport] = {}
         self.errors: list[tuple[int, RankFailure]] = []  # (monotonic ns, failure)
         self.deaths: list[RankFailure] = []
 
     # ---- lifecycle ---------------------------------------------------------------------
-    def start(self) -> None:
-        (self.tmpdir / "job.pkl").write_bytes(self.job_bytes)
-        env = _child_env()
-        for rank in range(self.world_size):
-            read_fd, write_fd = os.pipe()
-            log = open(self.tmpdir / f"rank-{rank}.log", "wb")  # noqa: SIM115
-            try:
-                p = subprocess.Popen(
-                    [sys.executable, "-m", "labkit._rank_main", str(self.tmpdir), str(rank),
-                     str(self.world_size), str(write_fd)],
-                    pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, env=env)
-            finally:
-                os.close(write_fd)
-                log.close()
-            self.procs.append(p)
-            self.conns[rank] = Connection(read_fd, writable=False)
-            self.pidfds[rank] = os.pidfd_open(p.pid)
-
     def run(self) -> list[RankReport]:
-        self.start()
+        """Start the ranks, watch them, clean up: one ``try/finally`` owns every child."""
         try:
+            self.start()
             return self._watch()
         except RunFailed as err:  # RunTimeout too: keep what the ranks recorded so far
             err.timeline = self._partial_timeline()
             raise
         finally:
-            self.shutdown()
+            try:
+                self.shutdown()
+            except KeyboardInterrupt:  # arrived before shutdown() could hold it back
+                self.shutdown()  # idempotent: finish the cleanup, then stop as asked
+                raise
+
+    def start(self) -> None:
+        """Create the run directory and spawn every rank (called by ``run``)."""
+        self.tmpdir.mkdir(mode=0o700)
+        self.board = Board.create(str(self.tmpdir / "board"), self.world_size)
+        self.status = [self.board.status(r) for r in range(self.world_size)]
+        self.progress = [self.board.progress(r) for r in range(self.world_size)]
+        (self.tmpdir / "job.pkl").write_bytes(self.job_bytes)
+        env = _child_env()
+        env[RUN_ID_ENV] = self.run_id  # inherited by every descendant (labkit.reaper)
+        env[PARENT_ENV] = str(os.getpid())
+        for rank in range(self.world_size):
+            try:
+                self._spawn(rank, env)
+            except OSError as exc:  # EMFILE / EAGAIN / ENOMEM at a large world size
+                raise RunFailed(RankFailure(
+                    rank, "start", f"could not start rank {rank} of {self.world_size}: "
+                    f"{exc} ({len(self.procs)} rank(s) started were stopped); free "
+                    f"resources (`ulimit -n`, memory) or use a smaller world_size")) from exc
+
+    def _spawn(self, rank: int, env: dict[str, str]) -> None:
+        read_fd, write_fd = os.pipe()
+        self.conns[rank] = Connection(read_fd, writable=False)  # owns read_fd from here
+        try:
+            with open(self.tmpdir / f"rank-{rank}.log", "wb") as log:
+                p = subprocess.Popen(
+                    [sys.executable, "-m", "labkit._rank_main", str(self.tmpdir), str(rank),
+                     str(self.world_size), str(write_fd)],
+                    pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        finally:
+            os.close(write_fd)
+        self.procs.append(p)
+        self.pidfds[rank] = os.pidfd_open(p.pid)
 
     def _partial_timeline(self) -> Timeline:
         """The events every rank spooled before the failure (see ``labkit.spool``)."""
@@ -115,29 +157,26 @@ class Supervisor:
                         {"failed": True})
 
     def shutdown(self) -> None:
-        """Kill whatever still runs, reap every child, keep the logs, remove the temp dir."""
-        alive = [p for p in self.procs if p.poll() is None]
-        for p in alive:
-            p.terminate()
-        deadline = time.monotonic() + 2.0
-        for p in alive:
-            try:
-                p.wait(max(0.01, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5.0)
-        for c in self.conns.values():
-            c.close()
-        for fd in self.pidfds.values():
-            os.close(fd)
-        self.conns.clear()
-        self.pidfds.clear()
-        for rank in range(len(self.procs)):
-            path = self.tmpdir / f"rank-{rank}.log"
-            if path.exists():
-                self.logs[rank] = path.read_text(errors="replace")
-        self.board.close()
-        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        """Kill whatever still runs (and its descendants), reap every child, keep the logs,
+        remove the temp dir. Idempotent; a Ctrl-C meanwhile is raised once it is done."""
+        with interrupts_deferred() as stop:
+            stop_leaders(self.procs, stop, _TERM_GRACE_S)
+            # what the ranks left: forks still exiting, daemons that left the group
+            kill_leftovers(self.run_id, {p.pid for p in self.procs})
+            for c in self.conns.values():
+                c.close()
+            for fd in self.pidfds.values():
+                os.close(fd)
+            self.conns.clear()
+            self.pidfds.clear()
+            for rank in range(len(self.procs)):
+                path = self.tmpdir / f"rank-{rank}.log"
+                if path.exists():
+                    self.logs[rank] = path.read_text(errors="replace")
+            if self.board is not None:
+                self.board.close()
+                self.board = None
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
 
     # ---- the watch loop ------------------------------------------------------------------
     def _watch(self) -> list[RankReport]:
@@ -148,7 +187,7 @@ class Supervisor:
         while True:
             now = time.monotonic()
             if failed_at is not None and (now - failed_at > _GRACE_S or self._all_accounted()):
-                raise RunFailed(*self._pick_failure())
+                raise RunFailed(*pick_failure(self.errors, self.deaths))
             if len(self.reports) == self.world_size:
                 self._reap_finished()
                 return [self.reports[r] for r in range(self.world_size)]
@@ -161,45 +200,54 @@ class Supervisor:
                     if self._on_exit(rank) and failed_at is None:
                         failed_at = time.monotonic()
                 else:
-                    rank = next(r for r, c in self.conns.items() if c is obj)
-                    if self._on_message(rank) and failed_at is None:
-                        failed_at = time.monotonic()
+                    found = [r for r, c in self.conns.items() if c is obj]
+                    if found and self._on_message(found[0]) and failed_at is None:
+                        failed_at = time.monotonic()  # (no match: drained by _on_exit)
             if self.on_progress is not None:
                 self.on_progress(sum(v.value for v in self.progress))
 
     def _on_message(self, rank: int) -> bool:
-        """Read one message; True if it reports a failure."""
+        """Read one message; True if it reports a failure (an error, or a result that
+        cannot be rebuilt here)."""
         conn = self.conns[rank]
         try:
-            msg = conn.recv()
+            data = conn.recv_bytes()
         except (EOFError, OSError):
             self.conns.pop(rank).close()
             return False
-        if msg[0] == "result":
-            self.reports[rank] = msg[2]
-            return False
-        _, _, t_ns, message, tb = msg
+        kind, body = data[:1], memoryview(data)[1:]
+        if kind == RESULT:
+            try:
+                self.reports[rank] = pickle.loads(body)
+                return False
+            except Exception as exc:  # noqa: BLE001 - any decoding error is this rank's failure
+                import traceback
+
+                failure = RankFailure(
+                    rank, "result", f"rank {rank} finished, but the supervisor could not "
+                    f"rebuild the result it sent ({len(body)} bytes): {type(exc).__name__}: "
+                    f"{exc}; return plain values, numpy arrays or tensors",
+                    traceback.format_exc())
+                self.errors.append((time.monotonic_ns(), failure))
+                return True
+        _, t_ns, message, tb = pickle.loads(body)  # plain strings and ints: always loads
         self.errors.append((t_ns, RankFailure(rank, "exception", message, tb)))
         return True
 
     def _on_exit(self, rank: int) -> bool:
-        """A child exited; True if it died without reporting (exit code or signal)."""
-        code = self.procs[rank].wait()
+        """A child exited; True if it died without reporting (exit code -- 0 included -- or
+        signal). Its process group is killed before it is reaped: a rank's forks go with it."""
+        p = self.procs[rank]
+        kill_group(p.pid, signal.SIGKILL)
+        code = p.wait()
         # drain a message the pipe may still hold (the result or the traceback)
         reported = False
         while rank not in self.reports and rank in self.conns and self.conns[rank].poll():
             reported |= self._on_message(rank)
-        if code == 0 or rank in self.reports or reported or any(
-                f.rank == rank for _, f in self.errors):
+        if rank in self.reports or reported or any(f.rank == rank for _, f in self.errors):
             return reported
-        if code is not None and code < 0:
-            name = signal.Signals(-code).name
-            failure = RankFailure(rank, "signal", f"rank {rank} was killed by {name}")
-        else:
-            failure = RankFailure(rank, "exit", f"rank {rank} exited with code {code} without "
-                                  f"reporting an error")
-        log = (self.tmpdir / f"rank-{rank}.log").read_text(errors="replace")[-_LOG_TAIL:]
-        failure.traceback = f"(last output of rank {rank})\n{log}" if log.strip() else ""
+        log = (self.tmpdir / f"rank-{rank}.log").read_text(errors="replace")
+        failure = silent_death(rank, code, log)
         self.deaths.append(failure)
         return True
 
@@ -207,47 +255,35 @@ class Supervisor:
         done = {f.rank for _, f in self.errors} | {f.rank for f in self.deaths} | set(self.reports)
         return len(done) == self.world_size
 
-    def _pick_failure(self) -> tuple[RankFailure, list[RankFailure]]:
-        """The root cause: a real exception, else a silent death, else the earliest echo."""
-        errors = [f for _, f in sorted(self.errors, key=lambda x: x[0])]
-        real = [f for f in errors if not any(m in f.message + f.traceback for m in _ECHO_MARKERS)]
-        ordered = real + self.deaths + [f for f in errors if f not in real]
-        return ordered[0], ordered[1:]
-
     def _reap_finished(self) -> None:
-        for p in self.procs:
-            try:
-                p.wait(5.0)
-            except subprocess.TimeoutExpired:
-                pass  # shutdown() kills it
+        """Every rank reported: wait (briefly) for each to exit, then kill its group and
+        reap it. Stragglers are left to ``shutdown``."""
+        pending = {self.pidfds[r]: p for r, p in enumerate(self.procs)
+                   if p.returncode is None and r in self.pidfds}
+        deadline = time.monotonic() + 5.0
+        while pending and time.monotonic() < deadline:
+            for fd in wait(list(pending), timeout=max(0.0, deadline - time.monotonic())):
+                p = pending.pop(fd)  # type: ignore[arg-type]
+                kill_group(p.pid, signal.SIGKILL)
+                p.wait()
 
     def _timeout(self) -> RunTimeout:
-        running = [r for r, p in enumerate(self.procs) if p.poll() is None and r not in self.reports]
+        """Ask every rank still running for its Python stack (SIGUSR1), then name the one
+        the others wait for."""
+        running = [r for r, p in enumerate(self.procs)
+                   if p.returncode is None and not exited(p.pid) and r not in self.reports]
         for r in running:
             try:
                 os.kill(self.procs[r].pid, signal.SIGUSR1)
             except ProcessLookupError:
                 pass
         time.sleep(0.3)
-        stacks = []
+        stacks = {}
         for r in running:
             path = self.tmpdir / f"stack-{r}.txt"
-            text = path.read_text() if path.exists() else ""
-            stacks.append(f"--- rank {r} (step {self.progress[r].value}) ---\n{text.strip()}")
-        stuck = [r for r in running if self.status[r].value == 0]
-        waiting = [r for r in running if r not in stuck]
-        suspect: int | None = None
-        if stuck and waiting:
-            suspect = stuck[0]
-            why = (f"rank {suspect} stopped making progress at step "
-                   f"{self.progress[stuck[0]].value} outside any communication call, while "
-                   f"rank(s) {', '.join(map(str, waiting))} waited for it")
-        else:
-            suspect = running[0] if len(running) == 1 else None
-            why = "no rank made progress"
-        message = (f"run timed out after {self.timeout_s:g} s: {why}; ranks still running: "
-                   f"{', '.join(map(str, running)) or 'none'}")
-        return RunTimeout(RankFailure(suspect, "timeout", message, "\n\n".join(stacks)))
+            stacks[r] = path.read_text() if path.exists() else ""
+        return hang(self.timeout_s, running, {r: self.status[r].value != 0 for r in running},
+                    {r: self.progress[r].value for r in running}, stacks)
 
 
 def supervise(job: Job, world_size: int, timeout_s: float, on_progress: Any = None
@@ -256,6 +292,12 @@ def supervise(job: Job, world_size: int, timeout_s: float, on_progress: Any = No
     or raise ``RunFailed`` / ``RunTimeout``."""
     import cloudpickle
 
+    from labkit.errors import ConfigError
+    from labkit.validate import local_world_size_problem
+
+    too_many = local_world_size_problem(world_size)
+    if too_many is not None:  # callers check first; this guards everyone else
+        raise ConfigError(too_many)
     sup = Supervisor(cloudpickle.dumps(job), world_size, timeout_s, on_progress)
     try:
         reports = sup.run()

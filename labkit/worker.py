@@ -44,7 +44,14 @@ from typing import Any
 from labkit import devices
 from labkit.config import RunConfig
 from labkit.errors import ConfigError, RankFailure
-from labkit.runflags import add_run_flags, config_from_args, fail_input, fail_run, report
+from labkit.runflags import (
+    add_run_flags,
+    config_from_args,
+    fail_input,
+    fail_run,
+    output_problems,
+    report,
+)
 
 _EXAMPLE = "torchrun --standalone --nproc-per-node 2 -m labkit.worker run ddp"
 
@@ -200,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         config = torchrun_config(args, extra, env,
                                  any(a.startswith("--world-size") for a in argv))
         backend = resolve_backend(args.backend, env.local_world_size)
+        problems = output_problems(args) if env.rank == 0 else []  # rank 0 writes them
+        if problems:
+            raise ConfigError(problems)
     except ConfigError as err:
         # every rank rejects the same flags: rank 0 speaks for all of them
         return fail_input(args, str(err)) if env.rank == 0 else 2

@@ -39,3 +39,44 @@ def no_leftover_ranks():
 def _private_labkit_home(tmp_path_factory, monkeypatch):
     """Quiz progress and other per-user state go to a temp dir, never the real home."""
     monkeypatch.setenv("LABKIT_HOME", str(tmp_path_factory.mktemp("labkit_home")))
+
+
+class Contained:
+    """A private temp dir and an environment marker every rank (and its descendants)
+    inherits, so a test can count what a run left behind without seeing other runs on the
+    same machine."""
+
+    def __init__(self, tmpdir: Path, marker: str):
+        self.tmpdir, self.marker = tmpdir, marker
+
+    def processes(self) -> list[int]:
+        """Live processes started from this test (they carry the marker)."""
+        from labkit.reaper import tagged
+
+        return tagged("LABKIT_TEST_MARK", self.marker)
+
+    def temp_entries(self) -> list[str]:
+        """What is in the private temp dir, but torch's per-user compile cache
+        (``torchinductor_<user>``, created once by DDP's import and reused by every run)."""
+        return sorted(e for e in os.listdir(self.tmpdir) if not e.startswith("torchinductor_"))
+
+    def assert_clean(self) -> None:
+        assert self.processes() == [], "processes survived the run"
+        assert self.temp_entries() == [], "temp files or dirs survived the run"
+
+
+@pytest.fixture
+def contained(tmp_path_factory, monkeypatch):
+    """Runs in this test use a private TMPDIR and carry a marker; after the test, no
+    process with the marker and nothing in the temp dir may remain."""
+    import tempfile
+    import uuid
+
+    tmp = tmp_path_factory.mktemp("runs")
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    marker = uuid.uuid4().hex
+    monkeypatch.setenv("LABKIT_TEST_MARK", marker)
+    box = Contained(tmp, marker)
+    yield box
+    box.assert_clean()

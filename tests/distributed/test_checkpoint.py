@@ -96,3 +96,113 @@ def test_save_at_4_ranks_load_at_2(tmp_path: Path) -> None:
     assert res["max_abs_diff"] == 0.0, res["per_tensor"]
     assert res["saved_shapes"][0]["0.weight"] == (32, 32)
     assert res["loaded_shapes"][0]["0.weight"] == (64, 32)
+
+
+# ---- integrity (issue 14): a damaged checkpoint is never loaded --------------------------
+
+_RUN = {"strategy": "ddp", "world_size": 2, "steps": 6, "lr": 0.01, "progress": False,
+        "timeout_s": 90, "threads_per_rank": 1}
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str | None]:
+    """One uninterrupted run with checkpoints at steps 2, 4 and 6; its final weights' hash."""
+    root = tmp_path_factory.mktemp("integrity") / "ck"
+    res = labkit.run(**_RUN, options={"checkpoint_dir": str(root), "checkpoint_every": 2})
+    assert complete_steps(root) == [2, 4, 6]
+    return root, res.params_sha256
+
+
+def _copy(saved: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(saved, tmp_path / "ck"))
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset % len(data)] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _resume(root: Path) -> labkit.RunResult:
+    return labkit.run(**_RUN, options={"checkpoint_dir": str(root), "checkpoint_every": 2,
+                                       "resume": True})
+
+
+def test_a_flipped_shard_byte_falls_back_and_the_run_finishes_identically(
+        saved_run: tuple[Path, str | None], tmp_path: Path) -> None:
+    """Step 6's shard of rank 1 has one flipped byte: the resume says it skipped it (file and
+    check), starts from step 4, saves step 6 again after moving the bad one aside, and ends
+    with the same weights as the run that was never damaged."""
+    saved, ref_sha = saved_run
+    root = _copy(saved, tmp_path)
+    _flip(step_dir(root, 6) / "__1_0.distcp", 1000)
+    res = _resume(root)
+    assert res.metrics["resumed_from_step"] == 4
+    assert res.metrics["checkpoint_fallback"] == [{
+        "checkpoint": "step_00000006", "file": "__1_0.distcp", "check": "sha256",
+        "detail": "its bytes changed since the save", "resumed_from_step": 4}]
+    assert res.metrics["checkpoints_moved_aside"] == ["step_00000006.corrupt"]
+    assert len(res.losses) == 6 and res.params_sha256 == ref_sha
+    assert "skipping checkpoint step_00000006" in res.logs[0]
+    assert complete_steps(root) == [2, 4, 6] and (root / "step_00000006.corrupt").is_dir()
+
+
+def test_damaged_metadata_and_a_truncated_shard_fall_back_two_steps(
+        saved_run: tuple[Path, str | None], tmp_path: Path) -> None:
+    """The issue's cases: step 6 lost DCP's .metadata (the saver used to call that directory
+    committed and crash with FileExistsError), step 4 has a truncated shard."""
+    saved, ref_sha = saved_run
+    root = _copy(saved, tmp_path)
+    (step_dir(root, 6) / ".metadata").unlink()
+    shard = step_dir(root, 4) / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:-7])
+    res = _resume(root)
+    assert res.metrics["resumed_from_step"] == 2
+    assert [(f["checkpoint"], f["file"], f["check"]) for f in res.metrics["checkpoint_fallback"]
+            ] == [("step_00000006", ".metadata", "missing"), ("step_00000004", "__0_0.distcp",
+                                                            "size")]
+    assert sorted(res.metrics["checkpoints_moved_aside"]) == ["step_00000004.corrupt",
+                                                              "step_00000006.corrupt"]
+    assert len(res.losses) == 6 and res.params_sha256 == ref_sha
+
+
+def test_only_damaged_checkpoints_refuse_naming_the_file_and_the_check(
+        saved_run: tuple[Path, str | None], tmp_path: Path) -> None:
+    saved, _ = saved_run
+    root = _copy(saved, tmp_path)
+    for step in (2, 4, 6):
+        _flip(step_dir(root, step) / ".metadata", 100)
+    with pytest.raises(RunFailed) as err:
+        _resume(root)
+    msg = err.value.failure.message
+    assert "CheckpointError: no checkpoint under" in msg
+    assert "step_00000002/.metadata failed the sha256 check" in msg, msg
+
+
+def _load_step(ctx: RankContext, root: str, step: int) -> float:
+    state = {"model": {k: torch.zeros_like(v) for k, v in _mlp_state().items()}}
+    load(ctx, root, step, state)
+    return float(sum(v.abs().sum() for v in state["model"].values()))
+
+
+def _mlp_state() -> dict[str, torch.Tensor]:
+    from labkit.training import build_mlp
+
+    return dict(build_mlp(labkit.ModelConfig(), 0).state_dict())
+
+
+def test_load_refuses_a_damaged_checkpoint_before_reading_it(tmp_path: Path) -> None:
+    """The library's own load(): a flipped byte in a shard is never loaded, on any rank."""
+    root = str(tmp_path / "ck")
+    labkit.launch(_save_model, 2, root, timeout_s=60, trace=False)
+    _flip(step_dir(root, 1) / "__0_0.distcp", 3000)
+    with pytest.raises(RunFailed) as err:
+        labkit.launch(_load_step, 2, root, 1, timeout_s=60, trace=False)
+    assert "CheckpointError" in err.value.failure.message
+    assert "__0_0.distcp failed the sha256 check" in err.value.failure.message
+
+
+def _save_model(ctx: RankContext, root: str) -> None:
+    save(ctx, root, 1, {"model": _mlp_state()})

@@ -84,3 +84,79 @@ def test_config_json_is_plain():
 def test_inject_fault_as_a_dict_means_the_same_as_the_text() -> None:
     as_dict = RunConfig(strategy="ddp", inject_fault={"rank": 1, "step": 2, "kind": "raise"})
     assert as_dict.inject_fault == FaultSpec.parse("1:2:raise")
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"world_size": 2.0}, "world_size (2.0) must be an integer >= 1, not float"),
+    ({"world_size": 2.5}, "world_size (2.5) must be an integer >= 1, not float"),
+    ({"world_size": "2"}, "world_size ('2') must be an integer >= 1, not str"),
+    ({"world_size": True}, "world_size (True) must be an integer >= 1, not bool"),
+    ({"steps": 2.5}, "steps (2.5) must be an integer >= 1 and <= 100000, not float"),
+    ({"steps": 10**9}, "steps (1000000000) must be >= 1 and <= 100000"),
+    ({"seed": 1.5}, "seed (1.5) must be an integer >= 0 and <= 4294967295, not float"),
+    ({"seed": 10**20}, "seed (100000000000000000000) must be >= 0 and <= 4294967295"),
+    ({"seed": -1}, "seed (-1) must be >= 0"),
+    ({"lr": "0.1"}, "lr ('0.1') must be a number > 0 and <= 100, not str"),
+    ({"lr": float("inf")}, "lr (inf) must be a finite number > 0 and <= 100"),
+    ({"lr": float("nan")}, "lr (nan) must be a finite number > 0"),
+    ({"lr": True}, "lr (True) must be a number > 0 and <= 100, not bool"),
+    ({"timeout_s": float("inf")}, "timeout_s (inf) must be a finite number > 0 and <= 604800"),
+    ({"timeout_s": "60"}, "timeout_s ('60') must be a number > 0"),
+    ({"batch_size": 1e6}, "batch_size (1000000.0) must be an integer >= 1 and <= 65536"),
+    ({"threads_per_rank": 0.5}, "threads_per_rank (0.5) must be an integer >= 1"),
+    ({"trace": "yes"}, "trace ('yes') must be True or False, not str"),
+    ({"check_reference": 1}, "check_reference (1) must be True or False, not int"),
+    ({"progress": "auto"}, "progress ('auto') must be True, False or None, not str"),
+    ({"optimizer": 3}, "optimizer 3 must be one of sgd"),
+    ({"backend": 3}, "backend 3 must be one of auto, gloo, nccl"),
+    ({"strategy": ["ddp"]}, "strategy ['ddp'] is not registered"),
+    ({"model": {"wdth": 64}},
+     "model has unknown key(s) wdth; known: kind, in_dim, width, depth, out_dim"),
+    ({"model": [64]},
+     "model ([64]) must be a ModelConfig, a kind (mlp, gpt, digits) or a dict of its fields, "
+     "not list"),
+    ({"model": {"width": 1_000_000}}, "model.width (1000000) must be >= 1 and <= 65536"),
+    ({"model": {"width": 2.5}}, "model.width (2.5) must be an integer >= 1 and <= 65536"),
+    ({"model": {"width": 16384, "depth": 4}}, "parameters; it must have <= 250,000,000"),
+    ({"inject_fault": {"rank": "1", "step": 2, "kind": "raise"}},
+     "inject_fault rank ('1') must be an integer >= 0, not str"),
+    ({"inject_fault": {"rank": 1, "step": 2.0, "kind": "raise"}},
+     "inject_fault step (2.0) must be an integer >= 0, not float"),
+    ({"inject_fault": "1.5:2:raise"}, "must look like RANK:STEP:KIND"),
+    ({"options": {"checkpoint_dir": "ck", "checkpoint_every": 2.5}},
+     "checkpoint_every (2.5) must be an integer >= 0, not float (steps; 0: never save)"),
+    ({"options": {"checkpoint_dir": 3}}, "checkpoint_dir (3) must be a path (str) or None"),
+    ({"options": {"checkpoint_dir": "ck", "resume": "yes"}}, "resume ('yes') must be True or"),
+])
+def test_types_and_sizes_are_checked_with_their_rule(kwargs, fragment):
+    """Issue 14: every field's type and range, named with the rule, before any process."""
+    with pytest.raises(ConfigError) as err:
+        RunConfig(**{"strategy": "ddp", **kwargs})
+    assert fragment in str(err.value), str(err.value)
+
+
+def test_wrong_types_are_reported_together_not_as_a_bare_type_error():
+    with pytest.raises(ConfigError) as err:
+        RunConfig(strategy="ddp", world_size="2", steps=2.5, lr="0.1", seed=1.5,
+                  inject_fault="1:3:raise")
+    assert len(err.value.problems) == 4, err.value.problems
+
+
+def test_a_model_given_as_a_dict_becomes_a_model_config():
+    cfg = RunConfig(strategy="ddp", model={"width": 64, "depth": 2})
+    assert cfg.model == ModelConfig(width=64, depth=2)
+    assert cfg.to_json()["model"]["width"] == 64
+
+
+def test_numpy_numbers_count_as_the_python_numbers_they_hold():
+    import numpy as np
+
+    cfg = RunConfig(strategy="ddp", world_size=np.int64(2), lr=np.float32(0.5), seed=np.uint8(3))
+    assert type(cfg.world_size) is int and type(cfg.lr) is float and type(cfg.seed) is int
+
+
+def test_model_parameters_count_the_mlp():
+    from labkit.training import build_mlp
+
+    m = ModelConfig(in_dim=5, width=7, depth=3, out_dim=2)
+    assert m.parameters() == sum(p.numel() for p in build_mlp(m, 0).parameters())
