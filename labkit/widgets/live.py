@@ -51,7 +51,7 @@ def warm_runner(runner: Any, world_size: int) -> Any:
     """``runner`` if given (anything with ``.run(**kwargs)``), else the kernel's pool."""
     if runner is not None:
         return runner
-    from labkit.pool import pool
+    from labkit.warmpool import pool
 
     return pool(world_size)
 
