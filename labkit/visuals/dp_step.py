@@ -276,7 +276,7 @@ def step_table_html(story: StepStory) -> str:
     after the all-reduce, its update, the bytes each bucket carried."""
     rows = []
     for r in story.records:
-        rows.append(f"<tr><td>rank {r['rank']}</td><td>{r['loss']:.4f}</td>"
+        rows.append(f"<tr style='text-align:left'><td>rank {r['rank']}</td><td>{r['loss']:.4f}</td>"
                     f"<td>{r['grad_norms_local'][0]:.4f}</td>"
                     f"<td>{r['grad_norms_synced'][0]:.4f}</td>"
                     f"<td>{r['update_norms'][0]:.6f}</td>"
@@ -285,6 +285,9 @@ def step_table_html(story: StepStory) -> str:
                       if s.op == Op.ALL_REDUCE and s.rank == 0}, key=lambda b: b[0] or 0)
     sizes = ", ".join(f"b{b}: {(nbytes or 0) / 1e3:.1f} kB" for b, nbytes in buckets)
     name = html.escape(story.records[0]["param_names"][0])
-    return (f"<table><tr><th></th><th>loss (own shard)</th><th>|grad {name}| local</th>"
-            f"<th>after all-reduce</th><th>|Δw {name}|</th><th>params sha256</th></tr>"
-            f"{''.join(rows)}</table><div>all-reduced per rank this step: {sizes}</div>")
+    head = "".join(f"<th style='padding:2px 12px;text-align:left'>{h}</th>" for h in (
+        "", "loss (own shard)", f"|grad {name}| local", "after all-reduce", f"|Δw {name}|",
+        "params sha256 after the update"))
+    return (f"<table style='font-size:12px;border-collapse:collapse'><tr>{head}</tr>"
+            f"{''.join(rows)}</table><div style='font-size:12px'>all-reduced per rank this "
+            f"step: {sizes}</div>")

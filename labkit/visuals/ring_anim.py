@@ -28,6 +28,7 @@ PHASE_COLORS = {"reduce-scatter": "#E15759", "all-gather": "#4C9BE8"}
 CHUNK_COLORS = ("#F28E2B", "#59A14F", "#B07AA1", "#76B7B2", "#EDC948", "#9C755F")
 PHASES = {"RS": "reduce-scatter", "AG": "all-gather"}
 FIGSIZE = (7.0, 5.0)
+ANIMATION_DPI = 85  # every frame is an embedded PNG: readable, and the notebook stays small
 
 
 def traced_transfers(timeline: Any) -> list[dict[str, Any]]:
@@ -166,9 +167,10 @@ def draw_ring_state(ax: Axes, record: dict[str, Any], stage: int,
     title = stage_title(record, stage)
     if counted is not None:
         source = "traced sends" if record.get("traced") else "sends"
-        title += (f"\n{source}: up to {max(counted)} B per rank so far; predicted in all: "
-                  f"2(n-1)/n x {record['tensor_bytes']} B = "
-                  f"{record['predicted_bytes_per_rank']:.1f} B")
+        so_far = (f"up to {max(counted)} B per rank so far" if max(counted)
+                  else "nothing sent yet")
+        title += (f"\n{source}: {so_far}; predicted in all: 2(n-1)/n x "
+                  f"{record['tensor_bytes']} B = {record['predicted_bytes_per_rank']:.1f} B")
     ax.set_title(title, fontsize=9)
 
 
@@ -201,7 +203,7 @@ def ring_animation(record: dict[str, Any], interval_ms: int = 350,
     import matplotlib.pyplot as plt
     from matplotlib.animation import FuncAnimation
 
-    fig, ax = plt.subplots(figsize=FIGSIZE, dpi=72)
+    fig, ax = plt.subplots(figsize=FIGSIZE, dpi=ANIMATION_DPI)
     frames = ring_frames(record, travel_frames)
     anim = FuncAnimation(fig, lambda k: draw_ring_state(ax, record, *frames[k]),
                          frames=len(frames), interval=interval_ms, repeat=True)

@@ -2,7 +2,7 @@
 
 * ``train_step_widget``: seed 001's "Train Step" visualizer, on real ranks. Each click
   trains the seeded model one step further on the kernel's warm pool (click k trains steps
-  0..k-1 from the same seed, which the pool makes a fraction of a second, and which is
+  0..k from the same seed, which the pool makes a fraction of a second, and which is
   exactly the run that continued one step) and replays step k from its trace
   (``labkit.visuals.dp_step``): forward on each rank, backward with the buckets leaving
   for the wire, the last all-reduces, the update, and the replicas' parameter hashes equal
@@ -20,7 +20,7 @@ from IPython.display import display
 
 from labkit.visuals.dp import plot_train_step
 from labkit.visuals.ring_anim import plot_ring_state
-from labkit.widgets.live import timed_run, warm_runner
+from labkit.widgets.live import FigureView, timed_run, warm_runner
 
 
 def ring_stepper(record: Mapping[str, Any]) -> w.VBox:
@@ -49,6 +49,9 @@ class TrainStepPanel:
     small model and small buckets, so a step has several buckets to overlap.
     """
 
+    READY = ("Click <b>Train Step</b>: the ranks train one more real step, and it is replayed "
+             "here from its trace.")
+
     def __init__(self, runner: Any = None, *, world_size: int = 2,
                  strategy: str = "ddp-bucketed", max_steps: int = 40,
                  **run_kwargs: Any):
@@ -64,16 +67,14 @@ class TrainStepPanel:
         self.steps = 0
         self.result: Any = None
         self.story: Any = None
-        self.last_figure: Any = None
         self.button = w.Button(description="Train Step", button_style="primary",
                                icon="play")
         self.replay_button = w.Button(description="Replay", disabled=True)
         self.reset_button = w.Button(description="Reset")
-        self.status = w.HTML("Click <b>Train Step</b>: the ranks train one real step and it "
-                             "is replayed here from its trace.")
+        self.status = w.HTML(self.READY)
         self.stage = w.HTML()
         self.numbers = w.HTML()
-        self.figure = w.Output()
+        self.figure = FigureView()
         self.button.on_click(lambda _b: self.train_step())
         self.replay_button.on_click(lambda _b: self.replay())
         self.reset_button.on_click(lambda _b: self.reset())
@@ -81,24 +82,27 @@ class TrainStepPanel:
     @property
     def widget(self) -> w.VBox:
         return w.VBox([w.HBox([self.button, self.replay_button, self.reset_button]),
-                       self.status, self.stage, self.numbers, self.figure])
+                       self.status, self.stage, self.numbers, self.figure.widget])
 
     def train_step(self) -> None:
-        """Train one step further (from the start again after ``max_steps``) and replay it."""
+        """Train one step further (from the start again after ``max_steps``) and replay it.
+
+        Step 0 is trained but never shown: it pays the one-off costs (first allocations,
+        the first use of each connection) that would drown the step's own story."""
         self.steps = self.steps % self.max_steps + 1
-        self.status.value = f"running step {self.steps - 1} on {self.world_size} ranks ..."
+        self.status.value = f"running step {self.steps} on {self.world_size} ranks ..."
         runner = warm_runner(self._runner, self.world_size)
         result, seconds, error = timed_run(runner, strategy=self.strategy,
-                                           world_size=self.world_size, steps=self.steps,
+                                           world_size=self.world_size, steps=self.steps + 1,
                                            **self.run_kwargs)
         if error is not None:
             self.steps -= 1
             self.status.value = f"<span style='color:#c00'>the run failed: {error}</span>"
             return
         self.result = result
-        self.status.value = (f"step {self.steps - 1}: trained {self.steps} step(s) from the "
-                             f"seed on {self.world_size} warm ranks in {seconds:.2f} s; "
-                             f"mean loss {result.losses[-1]:.4f}")
+        self.status.value = (f"step {self.steps}: trained steps 0-{self.steps} from the seed on "
+                             f"{self.world_size} warm ranks in {seconds:.2f} s; mean loss "
+                             f"{result.losses[-1]:.4f} (step 0 warms up and is not shown)")
         self.show()
 
     def show(self) -> None:
@@ -108,10 +112,7 @@ class TrainStepPanel:
         self.story = step_story(self.result.timeline, records)
         self.replay()
         self.numbers.value = step_table_html(self.story)
-        self.last_figure = plot_train_step(records)
-        self.figure.clear_output(wait=True)
-        with self.figure:
-            display(self.last_figure)
+        self.figure.show(plot_train_step(records))
 
     def replay(self) -> None:
         """Play the step's animation again (a new drawing restarts its clock)."""
@@ -125,8 +126,8 @@ class TrainStepPanel:
         self.steps, self.result, self.story = 0, None, None
         self.stage.value = self.numbers.value = ""
         self.replay_button.disabled = True
-        self.figure.clear_output()
-        self.status.value = "reset: the next click trains step 0 again, from the seed."
+        self.figure.clear()
+        self.status.value = "reset: " + self.READY
 
 
 def train_step_widget(runner: Any = None, *, world_size: int = 2,

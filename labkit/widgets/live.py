@@ -5,11 +5,16 @@ runs on the kernel's warm pool (``labkit.pool``), where a small job takes a frac
 second. Dragging a slider fires an event per position, so runs are *debounced*: each event
 (re)arms a short timer on the kernel's event loop, and only the last one runs, once the
 hand is still. Without a running event loop (a plain script, a test) the run happens at once.
+
+A debounced run happens outside the message that moved the slider, where an
+``ipywidgets.Output`` can no longer capture a display (the front end has closed that
+message), so its figure is shown by value: ``FigureView`` sends the PNG as widget state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +23,7 @@ from labkit.errors import LabError
 
 DEBOUNCE_S = 0.3
 """How long the controls must rest before a run starts."""
+
 
 
 class Debouncer:
@@ -63,3 +69,27 @@ def timed_run(runner: Any, **run_kwargs: Any) -> tuple[Any, float, str | None]:
         return runner.run(**run_kwargs), time.monotonic() - t0, None
     except LabError as err:
         return None, time.monotonic() - t0, f"{type(err).__name__}: {err}"
+
+
+class FigureView:
+    """A matplotlib figure shown as an ``ipywidgets.Image``: ``show(fig)`` works from any
+    callback and swaps the picture in place (no flicker of a cleared output)."""
+
+    def __init__(self) -> None:
+        import ipywidgets as w
+
+        self.widget = w.Image(format="png", layout=w.Layout(max_width="100%", height="auto",
+                                                           align_self="flex-start"))
+        self.figure: Any = None
+
+    def show(self, fig: Any) -> None:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=fig.dpi, bbox_inches="tight")  # as inline figures
+        png = buf.getvalue()
+        self.figure = fig
+        self.widget.width = str(int.from_bytes(png[16:20], "big"))  # its own size, not stretched
+        self.widget.value = png
+
+    def clear(self) -> None:
+        self.figure = None
+        self.widget.value = b""

@@ -21,7 +21,7 @@ from typing import Any
 from labkit.errors import ConfigError
 from labkit.theory import fits
 from labkit.theory.memory import MEMORY_TERMS
-from labkit.widgets.live import Debouncer, timed_run, warm_runner
+from labkit.widgets.live import Debouncer, FigureView, timed_run, warm_runner
 
 RUN_PRECISION = {"mixed": "bf16", "fp32": "fp32"}
 """The calculator's precision -> the precision option of ``labkit run zero``."""
@@ -118,7 +118,7 @@ class MeasuredMemoryPanel:
         self.run_kwargs = {"steps": 2, "batch_size": 32, "lr": 0.01, "progress": False,
                            "timeout_s": 60, **run_kwargs}
         self.status = w.HTML()
-        self.out = w.Output()
+        self.measured = FigureView()
         self.results: dict[tuple[Any, ...], Any] = {}
         self.rerun = Debouncer(self.run)
         for control in (stage, precision, optimizer, self.width, self.depth):
@@ -132,7 +132,8 @@ class MeasuredMemoryPanel:
         head = w.HTML(f"<b>Measured</b>: the stage, precision and optimizer above, on a small "
                       f"MLP trained for real on {self.world_size} warm ranks (filled: "
                       f"measured, outline: predicted; left: stage 0 of the same model)")
-        return w.VBox([head, w.HBox([self.width, self.depth]), self.status, self.out])
+        return w.VBox([head, w.HBox([self.width, self.depth]), self.status,
+                       self.measured.widget])
 
     def _measure(self, stage: int) -> tuple[Any, float, str | None]:
         from labkit.config import ModelConfig
@@ -153,8 +154,6 @@ class MeasuredMemoryPanel:
 
     def run(self) -> None:
         """Measure the chosen stage (and the stage-0 baseline once) and redraw."""
-        from IPython.display import display
-
         from labkit.visuals.memory import plot_memory_bars
 
         stage = self.stage.value
@@ -176,6 +175,4 @@ class MeasuredMemoryPanel:
             f"{current.metrics['num_params']:,} params: rank 0 keeps <b>{kept / 1e3:.1f} kB"
             f"</b> of model states, predicted {predicted / 1e3:.1f} kB &nbsp; "
             f"(measured in {time.monotonic() - t0:.2f} s)")
-        self.out.clear_output(wait=True)
-        with self.out:
-            display(plot_memory_bars(runs))
+        self.measured.show(plot_memory_bars(runs))

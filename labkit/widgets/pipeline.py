@@ -22,7 +22,7 @@ from IPython.display import display
 
 from labkit.errors import LabError
 from labkit.schedules import SCHEDULES
-from labkit.widgets.live import Debouncer, warm_runner
+from labkit.widgets.live import Debouncer, FigureView, warm_runner
 
 
 class PipelinePanel:
@@ -30,9 +30,11 @@ class PipelinePanel:
 
     def __init__(self, stages: int = 2, microbatches: int = 4, schedule: str = "1f1b",
                  run_kwargs: dict[str, Any] | None = None, runner: Any = None):
-        self.schedule = widgets.Dropdown(options=list(SCHEDULES),
-                                         value=schedule, description="schedule")
-        slider = {"continuous_update": False}  # one event when the hand lets go
+        self.schedule = widgets.Dropdown(options=list(SCHEDULES), value=schedule,
+                                         description="schedule",
+                                         style={"description_width": "110px"})
+        slider = {"continuous_update": False,  # one event when the hand lets go
+                  "style": {"description_width": "110px"}}
         self.stages = widgets.IntSlider(value=stages, min=1, max=4, description="stages p",
                                         **slider)
         self.microbatches = widgets.IntSlider(value=microbatches, min=1, max=16,
@@ -44,7 +46,7 @@ class PipelinePanel:
                                      indent=False)
         self.plan_out = widgets.Output()
         self.status = widgets.HTML()
-        self.run_out = widgets.Output()
+        self.measured = FigureView()
         self.plan: Any = None
         self.result: Any = None
         self.run_kwargs = dict(run_kwargs or {})
@@ -61,7 +63,7 @@ class PipelinePanel:
                                  widgets.VBox([self.microbatches, self.virtual])])
         return widgets.VBox([controls, self.plan_out,
                              widgets.HBox([self.run_button, self.live]), self.status,
-                             self.run_out])
+                             self.measured.widget])
 
     def changed(self) -> None:
         """A control moved: redraw the plan now; rerun it (debounced) once it has run."""
@@ -124,9 +126,7 @@ class PipelinePanel:
             f"<b>{plan.schedule}, p={plan.stages}, m={plan.microbatches}</b>: bubble fraction "
             f"(share of total) predicted {m['bubble_fraction_predicted']:.3f}, measured "
             f"<b>{m['bubble_fraction']:.3f}</b> &nbsp; (ran in {time.monotonic() - t0:.2f} s)")
-        self.run_out.clear_output(wait=True)
-        with self.run_out:
-            display(plot_planned_vs_measured(plan, self.result.timeline))
+        self.measured.show(plot_planned_vs_measured(plan, self.result.timeline))
 
 
 def pipeline_explorer(stages: int = 2, microbatches: int = 4, schedule: str = "1f1b",

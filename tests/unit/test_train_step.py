@@ -110,15 +110,17 @@ def test_train_step_widget_runs_a_step_per_click() -> None:
     panel = TrainStepPanel(runner)
     panel.button.click()
     panel.button.click()
-    assert [c["steps"] for c in runner.calls] == [1, 2]
+    assert [c["steps"] for c in runner.calls] == [2, 3]  # step 0 warms up, unshown
     assert runner.calls[0]["strategy"] == "ddp-bucketed" and runner.calls[0]["world_size"] == 2
-    assert "step 1" in panel.status.value and ">b1<" in panel.stage.value
+    assert "step 2:" in panel.status.value and ">b1<" in panel.stage.value
     assert "0.0265" in panel.numbers.value and "identical" in panel.stage.value
-    assert "(step 1)" in panel.last_figure.axes[0].get_title()  # plot_train_step of it
+    assert "(step 2)" in panel.figure.figure.axes[0].get_title()  # plot_train_step of it
+    assert bytes(panel.figure.widget.value).startswith(b"\x89PNG")
     panel.reset_button.click()
     assert panel.stage.value == "" and panel.replay_button.disabled
+    assert bytes(panel.figure.widget.value) == b""
     panel.button.click()
-    assert runner.calls[-1]["steps"] == 1
+    assert runner.calls[-1]["steps"] == 2
 
 
 def test_train_step_widget_shows_a_failed_run() -> None:
