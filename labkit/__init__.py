@@ -6,6 +6,9 @@ Start here::
     result = labkit.run(strategy="ddp", world_size=2, steps=10)
     labkit.plot_timeline(result.timeline)
 
+    pool = labkit.pool(2)                  # warm ranks: the next runs skip the start-up
+    again = pool.run(strategy="ddp", world_size=2, steps=10)
+
 Names are imported lazily, so ``import labkit`` is instant and the supervisor process never
 pays for torch; the ranks import what they need.
 """
@@ -19,7 +22,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "run": "labkit.runner", "launch": "labkit.runner", "RunResult": "labkit.runner",
-    "LaunchResult": "labkit.runner",
+    "LaunchResult": "labkit.runner", "Pool": "labkit.warmpool", "pool": "labkit.warmpool",
     "RunConfig": "labkit.config", "ModelConfig": "labkit.config", "FaultSpec": "labkit.config",
     "Timeline": "labkit.timeline", "Event": "labkit.events", "Lane": "labkit.events",
     "Op": "labkit.events", "SCHEMA_VERSION": "labkit.events",

@@ -4,7 +4,9 @@ A rank (1) limits its torch threads so N ranks share the cores, (2) seeds its RN
 (3) joins the process group through the store the supervisor (or torchrun) gave it, with a
 timeout so a dead peer can never block it for 30 minutes, (4) waits at a barrier and sets
 its clock origin so every rank's spans share one time axis, (5) runs the strategy or the
-student's function, and (6) returns its events and results as plain data.
+student's function, and (6) returns its events and results as plain data. Steps 2-6 live
+in ``labkit.rankgroup`` (``RankGroup``), shared with the warm ranks of ``labkit.Pool``,
+which join the group once and run job after job.
 
 This module imports torch lazily: the supervisor imports it to find the child entry point
 and must not pay for torch.
@@ -13,10 +15,8 @@ and must not pay for torch.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from labkit.events import ABORTED, Event, Op
@@ -255,98 +255,23 @@ def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = N
     every rank's report to rank 0 there). ``ranks_per_node`` (torchrun's LOCAL_WORLD_SIZE)
     tells hierarchical collectives where the node boundaries are. ``existing_group``: the
     launcher already made the default process group through its own env:// rendezvous (Ray
-    Train's ``TorchConfig``); the rank uses it and leaves its teardown to the launcher.
+    Train's ``TorchConfig``); the rank uses it and leaves its teardown to the launcher. A
+    warm pool rank runs its jobs the same way (``labkit.rankgroup``), keeping the group open
+    between them.
     """
     limit_threads(job.threads)
-    import torch
-    import torch.distributed as dist
+    from labkit.rankgroup import RankGroup
 
-    from labkit.comm import Comm
-    from labkit.tracer import CudaTracer, Tracer
-
-    torch.set_num_threads(job.threads)
-    local_rank = rank if local_rank is None else local_rank
-    torch.manual_seed(job.seed * 1000 + rank)
-    if job.backend == "nccl":
-        from labkit.devices import claim_gpu
-
-        claim_gpu(local_rank)  # one GPU per rank; a clear error when it is missing or busy
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
-    timeout = timedelta(seconds=job.timeout_s + 30)
-    kw: dict[str, Any] = {"backend": job.backend, "rank": rank, "world_size": world_size,
-                          "timeout": timeout}
-    if store is not None:
-        kw["store"] = store
-    else:
-        kw["init_method"] = "env://"
-    if not existing_group:
-        dist.init_process_group(**kw)
+    group = (RankGroup.adopt(job.backend, rank, world_size, local_rank=local_rank)
+             if existing_group else
+             RankGroup.open(job.backend, rank, world_size, timeout_s=job.timeout_s + 30,
+                            local_rank=local_rank, store=store))
     try:
-        tracer = CudaTracer(rank, job.trace) if job.backend == "nccl" else Tracer(rank, job.trace)
-        grid = job.grid
-        active = grid.active_axes() if grid is not None else []
-        comm = Comm(tracer, rank, world_size, status=status,
-                    axis=active[0] if len(active) == 1 else None)
-        axis_comms = build_axis_comms(comm, grid) if grid is not None else {}
-        offset = _align_clocks(tracer, rank, world_size)
-        cfg = job.config
-        spool = None
-        if spool_dir is not None and job.trace and type(tracer) is Tracer:
-            from labkit.spool import Spool, spool_path
-
-            spool = Spool(spool_path(spool_dir, rank), tracer, offset)
-        ctx = RankContext(rank=rank, world_size=world_size, local_rank=local_rank,
-                          backend=job.backend, device=device, tracer=tracer, comm=comm,
-                          config=cfg, seed=job.seed, progress=progress,
-                          fault=cfg.inject_fault if cfg is not None else None, spool=spool,
-                          grid=grid, axis_comms=axis_comms, ranks_per_node=ranks_per_node)
-        try:
-            if job.fn is not None:
-                output = job.fn(ctx, *job.args)
-            else:
-                from labkit import strategies
-
-                assert cfg is not None
-                output = strategies.load_entry(strategies.get(cfg.strategy).entry)(ctx)
-        except BaseException:
-            if spool is not None:  # everything up to the error, for err.timeline
-                spool.write()
-            raise
-        comm.drain()  # every async op's span recorded before the events are handed in
-        events = tracer.events(offset)
-        report = RankReport(rank=rank, host=socket.gethostname(), events=events, output=output)
-        if before_destroy is not None:
-            before_destroy(report)
+        return group.run(job, status=status, progress=progress, before_destroy=before_destroy,
+                         spool_dir=spool_dir, ranks_per_node=ranks_per_node)
     finally:
         if not existing_group:
-            dist.destroy_process_group()
-    return report
-
-
-def build_axis_comms(world: Comm, grid: Grid) -> dict[str, Comm]:
-    """One ``Comm`` per axis of ``grid``, each on its own process group, built once.
-
-    An axis holding every rank reuses the world group; an axis of size 1 gets a ``Comm``
-    over this rank alone (its collectives return at once and record nothing). Every rank
-    creates every group of a split axis, in the same order (a rule of ``new_group``).
-    """
-    import torch.distributed as dist
-
-    from labkit.grid import AXES
-
-    out: dict[str, Comm] = {}
-    for axis in AXES:
-        size = grid.size(axis)
-        if size == world.world_size:
-            out[axis] = world.on(axis, None, list(range(world.world_size)))
-        elif size == 1:
-            out[axis] = world.on(axis, "solo", [world.rank])
-        else:
-            mine, _ = dist.new_subgroups_by_enumeration(grid.groups(axis))
-            out[axis] = world.on(axis, mine, grid.group(axis, world.rank))
-    return out
+            group.close()
 
 
 def build_node_comms(world: Comm, node_size: int) -> tuple[Comm, Comm]:
@@ -388,24 +313,3 @@ def torchrun_store(rank: int, world_size: int, job: int = 0) -> Any:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     prefix = f"labkit/attempt_{attempt}" + (f"/job_{job}" if job else "")
     return dist.PrefixStore(prefix, store)
-
-
-def _align_clocks(tracer: Tracer, rank: int, world_size: int) -> int:
-    """Agree on time zero: right after a barrier, rank 0's clock reading.
-
-    Ranks on rank 0's host share its monotonic clock, so their offsets are exact. Ranks on
-    other hosts cannot read that clock; they assume they left the barrier at the same
-    instant as rank 0 (error: the barrier's skew, typically tens of microseconds).
-    Returns the offset (ns) to add to this rank's local times.
-    """
-    import torch.distributed as dist
-
-    dist.barrier()
-    tracer.align()
-    mine = (socket.gethostname(), int(tracer.origin_ns))
-    gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, mine)
-    host0, t0 = gathered[0]
-    if mine[0] == host0:
-        return int(mine[1] - t0)
-    return 0

@@ -86,7 +86,7 @@ def _warn_oversubscribed(world_size: int, backend: str) -> None:
 
         warnings.warn(f"world_size ({world_size}) > CPU cores ({cores}): ranks share cores, so "
                       f"timings include waiting for a core; results are still correct",
-                      stacklevel=3)
+                      stacklevel=4)
 
 
 def _interactive() -> bool:
@@ -106,26 +106,48 @@ def _progress_bar(total: int, enabled: bool | None, desc: str) -> Any:
     return tqdm(total=total, desc=desc, unit="step", delay=0 if enabled else 2.0, leave=False)
 
 
+Executor = Callable[[Job, int, float, Any], "tuple[list[RankReport], list[str]]"]
+"""Runs a job on N ranks: ``(job, world_size, timeout_s, on_progress) -> (reports, logs)``
+or ``RunFailed``. ``supervise`` starts fresh ranks; ``labkit.Pool`` hands it to warm ones."""
+
+
 def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
     """Run a strategy on real ranks: ``labkit.run(strategy="ddp", world_size=2)``."""
-    if config is None:
-        config = RunConfig(**kwargs)
-    elif kwargs:
-        config = config.replace(**kwargs)
-    too_many = local_world_size_problem(config.world_size)  # every rank starts on this host
-    if too_many is not None:
-        raise ConfigError(too_many)
+    config = make_config(config, kwargs)
     if config.launcher == "ray":  # Ray Train starts the same ranks (labkit.rayrun.launcher)
+        _check_local(config)
         from labkit.rayrun.launcher import run_on_ray
 
         return run_on_ray(config)  # type: ignore[no-any-return]
-    backend = config.resolved_backend()
-    _warn_oversubscribed(config.world_size, backend)
     if config.nodes > 1:  # emulated nodes: one torchrun agent per network namespace
+        _check_local(config)
         from labkit.cluster.launcher import run_cluster
 
+        backend = config.resolved_backend()
+        _warn_oversubscribed(config.world_size, backend)
         return run_cluster(config, backend)  # type: ignore[no-any-return]
-    job = job_for(config, backend)
+    return run_config(config, supervise)
+
+
+def _check_local(config: RunConfig) -> None:
+    too_many = local_world_size_problem(config.world_size)  # every rank starts on this host
+    if too_many is not None:
+        raise ConfigError(too_many)
+
+
+def make_config(config: RunConfig | None, kwargs: dict[str, Any]) -> RunConfig:
+    """``RunConfig(**kwargs)``, or ``config`` with ``kwargs`` replaced (validated either way)."""
+    if config is None:
+        return RunConfig(**kwargs)
+    return config.replace(**kwargs) if kwargs else config
+
+
+def run_config(config: RunConfig, execute: Executor, threads: int | None = None) -> RunResult:
+    """Run a validated config through ``execute``, with a progress bar where one can show."""
+    _check_local(config)
+    backend = config.resolved_backend()
+    _warn_oversubscribed(config.world_size, backend)
+    job = job_for(config, backend, threads)
     total = config.steps * config.world_size
     bar = _progress_bar(total, config.progress, f"{config.strategy} x{config.world_size}")
     on_progress = None
@@ -134,7 +156,7 @@ def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
             bar.update(done - bar.n)
     t0 = time.monotonic()
     try:
-        reports, logs = supervise(job, config.world_size, config.timeout_s, on_progress)
+        reports, logs = execute(job, config.world_size, config.timeout_s, on_progress)
     except RunFailed as err:
         if err.timeline is not None:  # what the ranks recorded before the failure
             err.timeline.meta.update({"config": config.to_json(), "backend": backend})
@@ -215,15 +237,28 @@ def launch(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: str
     or tensors (of any size: results travel by value). A rank that returns nothing but
     exits (``os._exit``, ``sys.exit``) is reported as that rank's failure.
     """
+    job = launch_job(fn, world_size, args, backend=backend, timeout_s=timeout_s, seed=seed,
+                     threads_per_rank=threads_per_rank, trace=trace)
+    return launch_with(job, world_size, supervise)
+
+
+def launch_job(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], *,
+               backend: str, timeout_s: float, seed: int, threads_per_rank: int | None,
+               trace: bool) -> Job:
+    """The validated job of a ``launch`` (``ConfigError`` before any process starts)."""
     problems = launch_problems(fn, world_size, backend, timeout_s, seed, threads_per_rank,
                                trace)
     if problems:
         raise ConfigError(problems)
     threads = threads_per_rank or devices.default_threads_per_rank(world_size)
-    job = Job(fn=fn, args=args, backend=backend, threads=threads, timeout_s=timeout_s,
-              seed=seed, trace=trace)
+    return Job(fn=fn, args=args, backend=backend, threads=threads, timeout_s=timeout_s,
+               seed=seed, trace=trace)
+
+
+def launch_with(job: Job, world_size: int, execute: Executor) -> LaunchResult:
+    """Run a launch's job through ``execute`` and merge what the ranks returned."""
     t0 = time.monotonic()
-    reports, logs = supervise(job, world_size, timeout_s)
+    reports, logs = execute(job, world_size, job.timeout_s, None)
     events = sorted((e for r in reports for e in r.events), key=lambda e: (e.start_ns, e.rank))
     return LaunchResult([r.output for r in reports], Timeline(events, world_size),
                         time.monotonic() - t0, logs)

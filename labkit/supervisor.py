@@ -32,7 +32,6 @@ The supervisor process never imports torch: start-up cost stays in the ranks.
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import signal
 import subprocess
@@ -47,6 +46,7 @@ from typing import Any
 from labkit.board import Board
 from labkit.errors import RankFailure, RunFailed, RunTimeout
 from labkit.rank import Job, RankReport
+from labkit.rankmsg import decode
 from labkit.reaper import (
     PARENT_ENV,
     RUN_ID_ENV,
@@ -62,8 +62,6 @@ from labkit.verdict import hang, pick_failure, silent_death
 
 _GRACE_S = 0.5  # after a failure, how long to wait for the other ranks' reports
 _TERM_GRACE_S = 2.0  # at shutdown, SIGTERM first; SIGKILL whatever is left after this
-# First byte of a rank's message on its pipe (the rest is a pickle): see labkit._rank_main.
-RESULT, ERROR = b"R", b"E"
 
 
 def child_env() -> dict[str, str]:
@@ -79,9 +77,17 @@ def child_env() -> dict[str, str]:
 
 
 class Supervisor:
-    """Runs one job on ``world_size`` spawned ranks; use ``supervise(...)``."""
+    """Runs one job on ``world_size`` spawned ranks; use ``supervise(...)``.
 
-    def __init__(self, job_bytes: bytes, world_size: int, timeout_s: float,
+    ``labkit.warmpool.PoolSupervisor`` reuses all of it for ranks that stay up between jobs:
+    it spawns ``entry`` with a command pipe more (``_spawn``'s extra arguments), keeps the
+    ranks after a job (``_reap_finished``) and spools each job apart (``spool_dir``).
+    """
+
+    entry = "labkit._rank_main"
+    """The module every rank runs (``python -m ENTRY RUN_DIR RANK WORLD_SIZE RESULT_FD ...``)."""
+
+    def __init__(self, job_bytes: bytes | None, world_size: int, timeout_s: float,
                  on_progress: Any = None):
         self.job_bytes = job_bytes
         self.world_size = world_size
@@ -90,6 +96,8 @@ class Supervisor:
         # named now, created inside run()'s try: nothing exists that the cleanup could miss
         self.run_id = f"labkit-run-{uuid.uuid4().hex[:12]}"
         self.tmpdir = Path(tempfile.gettempdir()) / self.run_id
+        self.spool_dir = self.tmpdir
+        """Where the ranks spool the current job's events (``labkit.spool``)."""
         self.procs: list[subprocess.Popen[bytes]] = []
         self.pidfds: dict[int, int] = {}
         self.conns: dict[int, Connection] = {}
@@ -106,16 +114,25 @@ class Supervisor:
         """Start the ranks, watch them, clean up: one ``try/finally`` owns every child."""
         try:
             self.start()
+            return self.watch_job()
+        finally:
+            self.shutdown_now()
+
+    def watch_job(self) -> list[RankReport]:
+        """The reports of the job the ranks run, or ``RunFailed`` with its partial timeline."""
+        try:
             return self._watch()
         except RunFailed as err:  # RunTimeout too: keep what the ranks recorded so far
             err.timeline = self._partial_timeline()
             raise
-        finally:
-            try:
-                self.shutdown()
-            except KeyboardInterrupt:  # arrived before shutdown() could hold it back
-                self.shutdown()  # idempotent: finish the cleanup, then stop as asked
-                raise
+
+    def shutdown_now(self) -> None:
+        """``shutdown``, finished even when a Ctrl-C arrives before it could hold it back."""
+        try:
+            self.shutdown()
+        except KeyboardInterrupt:
+            self.shutdown()  # idempotent: finish the cleanup, then stop as asked
+            raise
 
     def start(self) -> None:
         """Create the run directory and spawn every rank (called by ``run``)."""
@@ -123,7 +140,8 @@ class Supervisor:
         self.board = Board.create(str(self.tmpdir / "board"), self.world_size)
         self.status = [self.board.status(r) for r in range(self.world_size)]
         self.progress = [self.board.progress(r) for r in range(self.world_size)]
-        (self.tmpdir / "job.pkl").write_bytes(self.job_bytes)
+        if self.job_bytes is not None:  # a pool's ranks get their jobs on a pipe instead
+            (self.tmpdir / "job.pkl").write_bytes(self.job_bytes)
         env = child_env()
         env[RUN_ID_ENV] = self.run_id  # inherited by every descendant (labkit.reaper)
         env[PARENT_ENV] = str(os.getpid())
@@ -136,15 +154,17 @@ class Supervisor:
                     f"{exc} ({len(self.procs)} rank(s) started were stopped); free "
                     f"resources (`ulimit -n`, memory) or use a smaller world_size")) from exc
 
-    def _spawn(self, rank: int, env: dict[str, str]) -> None:
+    def _spawn(self, rank: int, env: dict[str, str], extra_args: tuple[str, ...] = (),
+               extra_fds: tuple[int, ...] = ()) -> None:
+        """Start one rank; ``extra_fds`` are passed to it too (the caller closes its copies)."""
         read_fd, write_fd = os.pipe()
         self.conns[rank] = Connection(read_fd, writable=False)  # owns read_fd from here
         try:
             with open(self.tmpdir / f"rank-{rank}.log", "wb") as log:
                 p = subprocess.Popen(
-                    [sys.executable, "-m", "labkit._rank_main", str(self.tmpdir), str(rank),
-                     str(self.world_size), str(write_fd)],
-                    pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=log,
+                    [sys.executable, "-m", self.entry, str(self.tmpdir), str(rank),
+                     str(self.world_size), str(write_fd), *extra_args],
+                    pass_fds=(write_fd, *extra_fds), stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
         finally:
             os.close(write_fd)
@@ -153,7 +173,7 @@ class Supervisor:
 
     def _partial_timeline(self) -> Timeline:
         """The events every rank spooled before the failure (see ``labkit.spool``)."""
-        return Timeline(read_spools(self.tmpdir, self.world_size), self.world_size,
+        return Timeline(read_spools(self.spool_dir, self.world_size), self.world_size,
                         {"failed": True})
 
     def shutdown(self) -> None:
@@ -208,30 +228,18 @@ class Supervisor:
 
     def _on_message(self, rank: int) -> bool:
         """Read one message; True if it reports a failure (an error, or a result that
-        cannot be rebuilt here)."""
+        cannot be rebuilt here: ``labkit.rankmsg``)."""
         conn = self.conns[rank]
         try:
             data = conn.recv_bytes()
         except (EOFError, OSError):
             self.conns.pop(rank).close()
             return False
-        kind, body = data[:1], memoryview(data)[1:]
-        if kind == RESULT:
-            try:
-                self.reports[rank] = pickle.loads(body)
-                return False
-            except Exception as exc:  # noqa: BLE001 - any decoding error is this rank's failure
-                import traceback
-
-                failure = RankFailure(
-                    rank, "result", f"rank {rank} finished, but the supervisor could not "
-                    f"rebuild the result it sent ({len(body)} bytes): {type(exc).__name__}: "
-                    f"{exc}; return plain values, numpy arrays or tensors",
-                    traceback.format_exc())
-                self.errors.append((time.monotonic_ns(), failure))
-                return True
-        _, t_ns, message, tb = pickle.loads(body)  # plain strings and ints: always loads
-        self.errors.append((t_ns, RankFailure(rank, "exception", message, tb)))
+        report, error = decode(rank, data)
+        if error is None:
+            self.reports[rank] = report
+            return False
+        self.errors.append(error)
         return True
 
     def _on_exit(self, rank: int) -> bool:

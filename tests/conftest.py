@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
+RANK_ENTRIES = (b"labkit._rank_main", b"labkit._pool_main")
+"""The modules rank processes run: a fresh run's ranks, a warm pool's ranks."""
+
 
 def rank_children() -> list[int]:
-    """PIDs of live ``labkit._rank_main`` processes whose parent is this process."""
+    """PIDs of live rank processes (fresh or pool ranks) whose parent is this process."""
     me = os.getpid()
     out = []
     for proc in Path("/proc").iterdir():
@@ -23,7 +26,7 @@ def rank_children() -> list[int]:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         state = stat.rsplit(")", 1)[1].split()[0]
-        if ppid == me and b"labkit._rank_main" in cmd and state != "Z":
+        if ppid == me and any(e in cmd for e in RANK_ENTRIES) and state != "Z":
             out.append(int(proc.name))
     return out
 

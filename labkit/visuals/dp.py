@@ -126,18 +126,20 @@ def plot_train_step(records: Sequence[Mapping[str, Any]]) -> Figure:
     loss_ax, grad_ax, upd_ax = axes[0]
     loss_ax.bar([f"rank {r['rank']}" for r in recs], [r["loss"] for r in recs],
                 color="#4C9BE8")
-    loss_ax.set_title("1. forward: loss on each rank's own shard")
+    step = recs[0].get("step")
+    loss_ax.set_title("1. loss on each rank's own shard"
+                      + (f" (step {step})" if step is not None else ""), fontsize=10)
     for r in recs:
         grad_ax.plot(layers, r["grad_norms_local"], "o-", label=f"rank {r['rank']} local")
     grad_ax.plot(layers, recs[0]["grad_norms_synced"], "k*--", markersize=10,
                  label="after all-reduce (all ranks)")
-    grad_ax.set_title("2-3. gradient norm per tensor: local vs averaged")
+    grad_ax.set_title("2-3. |grad| per tensor: local vs averaged", fontsize=10)
     grad_ax.set_xticks(list(layers))
     grad_ax.set_xticklabels(names, rotation=70, fontsize=6)
     grad_ax.legend(fontsize=7)
     for r in recs:
         upd_ax.plot(layers, r["update_norms"], "o-", label=f"rank {r['rank']}")
-    upd_ax.set_title("4. optimizer step: |Δw| per tensor (identical)")
+    upd_ax.set_title("4. update |Δw| per tensor (identical)", fontsize=10)
     upd_ax.set_xticks(list(layers))
     upd_ax.set_xticklabels(names, rotation=70, fontsize=6)
     upd_ax.legend(fontsize=7)

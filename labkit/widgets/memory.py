@@ -1,17 +1,30 @@
-"""An ipywidgets explorer over the memory calculator (``labkit.theory.fits``).
+"""The memory explorer of lesson 05: the calculator, and the same rules measured live.
 
-Move the sliders (parameters, GPUs, GPU size, ZeRO stage, precision, optimizer, tensor /
-pipeline degrees, activation memory) and read whether training fits, with the binding
-term named and a bar of the per-GPU bytes. Pure prediction: no process is started.
+Top: the memory calculator (``labkit.theory.fits``). Move the sliders (parameters, GPUs,
+GPU size, ZeRO stage, precision, optimizer, tensor / pipeline degrees, activation memory)
+and read whether training fits, with the binding term named and a bar of the per-GPU
+bytes. Pure prediction.
+
+Bottom (``measure=True``): the same ZeRO stage, precision and optimizer -- the very same
+controls -- applied to a small model trained for real by ``labkit run zero`` on the
+kernel's warm pool (``labkit.pool``). Every change reruns it, debounced (one run once the
+controls rest, ``labkit.widgets.live``), and redraws measured bytes per rank beside the
+prediction (``labkit.visuals.memory.plot_memory_bars``), with plain data parallelism
+(stage 0) of the same model as the baseline. A run takes well under a second on warm ranks.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from labkit.errors import ConfigError
 from labkit.theory import fits
 from labkit.theory.memory import MEMORY_TERMS
+from labkit.widgets.live import Debouncer, FigureView, timed_run, warm_runner
+
+RUN_PRECISION = {"mixed": "bf16", "fp32": "fp32"}
+"""The calculator's precision -> the precision option of ``labkit run zero``."""
 
 
 def memory_figure(report: Any) -> Any:
@@ -35,25 +48,32 @@ def memory_figure(report: Any) -> Any:
     return fig
 
 
-def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0) -> Any:
-    """Sliders over ``fits``; defaults are the seeds' exercise (3B params, 4 x 24 GB)."""
+def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0, *,
+                    measure: bool = False, runner: Any = None, world_size: int = 2) -> Any:
+    """Sliders over ``fits``; defaults are the seeds' exercise (3B params, 4 x 24 GB).
+
+    ``measure=True`` adds the live measurement (see the module docstring) on ``runner``
+    (default: the kernel's ``labkit.pool(world_size)``).
+    """
     import ipywidgets as w
     from IPython.display import display
 
+    slider = {"continuous_update": False}  # one event when the hand lets go
     controls = {
         "params_b": w.FloatLogSlider(value=params / 1e9, base=10, min=-1, max=3, step=0.05,
-                                     description="params (B)"),
-        "gpus": w.IntSlider(value=gpus, min=1, max=512, description="GPUs"),
-        "gpu_gb": w.FloatSlider(value=gpu_gb, min=8, max=192, step=8, description="GB / GPU"),
-        "stage": w.IntSlider(value=0, min=0, max=3, description="ZeRO stage"),
+                                     description="params (B)", **slider),
+        "gpus": w.IntSlider(value=gpus, min=1, max=512, description="GPUs", **slider),
+        "gpu_gb": w.FloatSlider(value=gpu_gb, min=8, max=192, step=8, description="GB / GPU",
+                                **slider),
+        "stage": w.IntSlider(value=0, min=0, max=3, description="ZeRO stage", **slider),
         "precision": w.Dropdown(options=["mixed", "fp32"], value="mixed",
                                 description="precision"),
         "optimizer": w.Dropdown(options=["adam", "momentum", "sgd"], value="adam",
                                 description="optimizer"),
-        "tp": w.IntSlider(value=1, min=1, max=8, description="tensor par."),
-        "pp": w.IntSlider(value=1, min=1, max=8, description="pipeline par."),
+        "tp": w.IntSlider(value=1, min=1, max=8, description="tensor par.", **slider),
+        "pp": w.IntSlider(value=1, min=1, max=8, description="pipeline par.", **slider),
         "activation_gb": w.FloatSlider(value=0.0, min=0, max=80, step=0.5,
-                                       description="activ. GB"),
+                                       description="activ. GB", **slider),
     }
     out = w.Output()
 
@@ -72,5 +92,87 @@ def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0) ->
             display(memory_figure(report))
 
     w.interactive_output(update, controls)
-    return w.VBox([w.HBox([w.VBox(list(controls.values())[:5]),
-                           w.VBox(list(controls.values())[5:])]), out])
+    calculator = w.VBox([w.HBox([w.VBox(list(controls.values())[:5]),
+                                 w.VBox(list(controls.values())[5:])]), out])
+    if not measure:
+        return calculator
+    panel = MeasuredMemoryPanel(controls["stage"], controls["precision"],
+                                controls["optimizer"], runner=runner, world_size=world_size)
+    return w.VBox([calculator, panel.widget])
+
+
+class MeasuredMemoryPanel:
+    """A small model trained with ``labkit run zero`` at the chosen stage, precision and
+    optimizer; measured bytes per rank beside the prediction, rerun on every change."""
+
+    def __init__(self, stage: Any, precision: Any, optimizer: Any, *, runner: Any = None,
+                 world_size: int = 2, width: int = 256, depth: int = 2, **run_kwargs: Any):
+        import ipywidgets as w
+
+        self.stage, self.precision, self.optimizer = stage, precision, optimizer
+        self.width = w.IntSlider(value=width, min=64, max=1024, step=64,
+                                 description="width", continuous_update=False)
+        self.depth = w.IntSlider(value=depth, min=1, max=6, description="depth",
+                                 continuous_update=False)
+        self.world_size, self._runner = world_size, runner
+        self.run_kwargs = {"steps": 2, "batch_size": 32, "lr": 0.01, "progress": False,
+                           "timeout_s": 60, **run_kwargs}
+        self.status = w.HTML()
+        self.measured = FigureView()
+        self.results: dict[tuple[Any, ...], Any] = {}
+        self.rerun = Debouncer(self.run)
+        for control in (stage, precision, optimizer, self.width, self.depth):
+            control.observe(lambda _change: self.rerun.trigger(), names="value")
+        self.run()
+
+    @property
+    def widget(self) -> Any:
+        import ipywidgets as w
+
+        head = w.HTML(f"<b>Measured</b>: the stage, precision and optimizer above, on a small "
+                      f"MLP trained for real on {self.world_size} warm ranks (filled: "
+                      f"measured, outline: predicted; left: stage 0 of the same model)")
+        return w.VBox([head, w.HBox([self.width, self.depth]), self.status,
+                       self.measured.widget])
+
+    def _measure(self, stage: int) -> tuple[Any, float, str | None]:
+        from labkit.config import ModelConfig
+
+        key = (stage, self.precision.value, self.optimizer.value, self.width.value,
+               self.depth.value)
+        if key in self.results:
+            return self.results[key], 0.0, None
+        result, seconds, error = timed_run(
+            warm_runner(self._runner, self.world_size), strategy="zero",
+            world_size=self.world_size, optimizer=self.optimizer.value,
+            model=ModelConfig(width=self.width.value, depth=self.depth.value),
+            options={"stage": stage, "precision": RUN_PRECISION[self.precision.value]},
+            **self.run_kwargs)
+        if result is not None:
+            self.results[key] = result
+        return result, seconds, error
+
+    def run(self) -> None:
+        """Measure the chosen stage (and the stage-0 baseline once) and redraw."""
+        from labkit.visuals.memory import plot_memory_bars
+
+        stage = self.stage.value
+        self.status.value = f"measuring stage {stage} on {self.world_size} warm ranks ..."
+        t0 = time.monotonic()
+        runs = {}
+        for s in sorted({0, stage}):
+            result, _seconds, error = self._measure(s)
+            if error is not None:
+                self.status.value = f"<span style='color:#c00'>the run failed: {error}</span>"
+                return
+            runs[f"stage {s}" + (" (DDP)" if s == 0 else "")] = result
+        current = runs[next(reversed(runs))]
+        kept = sum(current.metrics["per_rank_bytes"][0].values())
+        predicted = sum(v for k, v in current.metrics["predicted_bytes"].items()
+                        if k in ("params", "grads", "optimizer"))
+        self.status.value = (
+            f"stage {stage}, {self.precision.value}, {self.optimizer.value}, "
+            f"{current.metrics['num_params']:,} params: rank 0 keeps <b>{kept / 1e3:.1f} kB"
+            f"</b> of model states, predicted {predicted / 1e3:.1f} kB &nbsp; "
+            f"(measured in {time.monotonic() - t0:.2f} s)")
+        self.measured.show(plot_memory_bars(runs))

@@ -6,6 +6,10 @@ machine's Jupyter state leaks in), then, for every ``notebooks/NN_*.ipynb``, ope
 runs its cells through the UI, saves it, and checks what a student would see:
 
 * no cell produced an error output (read from the saved notebook, exactly);
+* the live widgets work on real ranks: lesson 01's Train Step is clicked twice, lesson 03's
+  pipeline explorer runs and then follows a slider, lesson 05's memory explorer follows its
+  stage slider; each time the widget's figure must change (its PNG compared before and
+  after) and no error may appear (``LIVE_WIDGETS``);
 * every matplotlib figure rendered as an ``img``; a cell showing one of labkit's widgets
   renders a live widget view, and no widget says "Error displaying widget" (progress bars
   are widgets that close themselves when the run ends); every jshtml animation (the ring)
@@ -52,6 +56,7 @@ ALWAYS_FULL = {"00_welcome", "08_quick_test"}
 WIDGET_CALLS = ("labkit.widgets", "timeline_viewer(", "quiz_widget(", "_viewer(", "_widget(")
 NOTEBOOK_TIMEOUT_S = 240
 CELL_TIMEOUT_S = 180
+LIVE_TIMEOUT_S = 120  # a widget's run: the first one starts the kernel's pool
 
 _missing = [why for cond, why in (
     (not Path(CHROMIUM).exists(), f"no chromium at {CHROMIUM} (apt-get install -y chromium)"),
@@ -236,6 +241,109 @@ def _shoot(locator: Any, path: Path) -> None:
     locator.screenshot(path=str(path))
 
 
+# ---- driving the live widgets -----------------------------------------------------------
+def _run_cell_with(page: Any, marker: str) -> Any:
+    """Run the one code cell whose source contains ``marker``; returns that cell."""
+    cell = page.locator(".jp-Notebook .jp-CodeCell").filter(
+        has=page.locator(".jp-InputArea", has_text=marker)).first
+    cell.scroll_into_view_if_needed()
+    cell.locator(".jp-InputPrompt").first.click()
+    page.keyboard.press("Escape")
+    done = _executed(page)
+    page.keyboard.press("Control+Enter")
+    deadline = time.monotonic() + CELL_TIMEOUT_S
+    while _executed(page) <= done and "[*]" not in "".join(_prompts(page)):
+        assert time.monotonic() < deadline, f"the cell with {marker!r} did not start"
+        page.wait_for_timeout(200)
+    _wait_idle(page, CELL_TIMEOUT_S)
+    cell.locator(".jupyter-widgets").first.wait_for(timeout=30_000)
+    return cell
+
+
+def _wait_text(view: Any, text: str, what: str) -> None:
+    """Until ``text`` shows in the widget view; fail at once on a shown failure."""
+    deadline = time.monotonic() + LIVE_TIMEOUT_S
+    while text not in view.inner_text():
+        shown = view.inner_text()
+        assert "failed" not in shown and "Error" not in shown, f"{what}: {shown[-800:]}"
+        assert time.monotonic() < deadline, f"{what}: no {text!r} after {LIVE_TIMEOUT_S} s"
+        view.page.wait_for_timeout(250)
+
+
+def _figure(view: Any) -> bytes:
+    """The widget's (last) figure as the browser draws it: a screenshot of that image."""
+    imgs = view.locator("img")
+    imgs.first.wait_for(timeout=30_000)  # drawn just after the status line
+    img = imgs.nth(imgs.count() - 1)
+    img.scroll_into_view_if_needed()
+    return bytes(img.screenshot())
+
+
+def _wait_new_figure(view: Any, old: bytes, what: str) -> None:
+    """Until the widget's figure looks different from ``old`` (it is redrawn just after
+    the status line changes)."""
+    deadline = time.monotonic() + 30
+    while _figure(view) == old:
+        assert time.monotonic() < deadline, f"the figure did not change: {what}"
+        view.page.wait_for_timeout(300)
+
+
+def _set_slider(view: Any, label: str, value: int) -> None:
+    """Type a value into an ipywidgets slider's readout (as a student can) and commit it."""
+    slider = view.locator(".widget-slider").filter(has=view.page.locator(
+        ".widget-label", has_text=label)).first
+    readout = slider.locator(".widget-readout")
+    readout.click()
+    view.page.keyboard.press("Control+a")
+    view.page.keyboard.type(str(value))
+    view.page.keyboard.press("Enter")
+
+
+def _drive_train_step(page: Any, cell: Any, stem: str) -> None:
+    """Two clicks, two real steps: the replay and the figure show step 1, then step 2."""
+    view = cell.locator(".jp-OutputArea-output").first
+    button = view.locator("button", has_text="Train Step")
+    button.click()
+    _wait_text(view, "step 1:", "Train Step (first click)")
+    assert view.locator("svg rect.bar").count() > 0, "the step's replay was not drawn"
+    first = _figure(view)
+    page.wait_for_timeout(2500)  # mid-replay: buckets on their way to the wire
+    _shoot(view, SHOTS / f"{stem}-train-step.png")
+    button.click()
+    _wait_text(view, "step 2:", "Train Step (second click)")
+    _wait_new_figure(view, first, "after a second Train Step")
+
+
+def _follow_slider(view: Any, label: str, value: int, shown: str, shot: Path) -> None:
+    """Move a slider: the widget must rerun on the pool and redraw its (last) figure."""
+    first = _figure(view)
+    _set_slider(view, label, value)
+    _wait_text(view, shown, f"{label} = {value}")
+    _wait_new_figure(view, first, f"the measured figure after {label} = {value}")
+    _shoot(view, shot)
+
+
+def _drive_pipeline(page: Any, cell: Any, stem: str) -> None:
+    """Run it for real, then move m: the measured figure follows the slider."""
+    view = cell.locator(".jp-OutputArea-output").first
+    view.locator("button", has_text="Run it for real").click()
+    _wait_text(view, "measured", "pipeline explorer (Run it for real)")
+    _follow_slider(view, "microbatches", 8, "m=8", SHOTS / f"{stem}-pipeline-live.png")
+
+
+def _drive_memory(page: Any, cell: Any, stem: str) -> None:
+    """Move the ZeRO stage: the measured bars (the last figure) are rerun and redrawn."""
+    view = cell.locator(".jp-OutputArea-output").first
+    _wait_text(view, "rank 0 keeps", "memory explorer (first measurement)")
+    _follow_slider(view, "ZeRO stage", 3, "stage 3,", SHOTS / f"{stem}-memory-live.png")
+
+
+LIVE_WIDGETS = {"01_data_parallelism": ("train_step_widget(", _drive_train_step),
+                "03_pipeline_parallelism": ("pipeline_explorer(", _drive_pipeline),
+                "05_memory_and_zero": ("memory_explorer(", _drive_memory)}
+"""Lessons whose live widget the test runs and drives after their first figure."""
+
+
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem,
                                                marks=getattr(pytest.mark, f"lesson{p.name[:2]}"))
                                   for p in NOTEBOOKS])
@@ -259,6 +367,10 @@ def test_lesson_renders_in_jupyterlab(lab: Lab, browser: Any, path: Path) -> Non
         else:
             ran = _run_until_rendered(page, ".anim-buttons" if animates else "img")
             mode = f"first {ran} cells (until the first {'animation' if animates else 'figure'})"
+        if stem in LIVE_WIDGETS:
+            marker, drive = LIVE_WIDGETS[stem]
+            drive(page, _run_cell_with(page, marker), stem)
+            mode += f", then its live widget ({marker[:-1]})"
         page.wait_for_timeout(1500)  # let widget views and images finish drawing
         page.screenshot(path=str(SHOTS / f"{stem}.png"))
         cells = _saved_cells(lab, page, path.name)

@@ -40,10 +40,12 @@ def test_ring_record_and_frames() -> None:
     rec = ring_record(_ring_results())
     assert rec["expected"] == [11, 22] and len(rec["transfers"]) == 2
     assert [t["src"] for t in rec["transfers"][0]] == [0, 1]
+    assert rec["bytes_sent"] == [[0, 0], [4, 4], [8, 8]] and not rec["traced"]
+    assert rec["predicted_bytes_per_rank"] == 8.0  # 2(n-1)/n x 8 bytes
     fig = plot_ring_state(rec, 1)
     ax = fig.axes[0]
     texts = [t.get_text() for t in ax.texts]
-    assert any("rank 0" in t and "c1: 22 ✓" in t for t in texts)
+    assert any("rank 0" in t and "c1: 22 ✓" in t and "sent 4 B" in t for t in texts)
     assert "reduce-scatter" in ax.get_title()
     assert len([c for c in ax.get_children() if type(c).__name__ == "Annotation"]) == 2
     assert "all-gather" in stage_title(rec, 2)
@@ -51,11 +53,54 @@ def test_ring_record_and_frames() -> None:
         plot_ring_state(rec, 3)
 
 
+def _ring_sends() -> Timeline:
+    """The trace of the same all-reduce: each rank's two sends (RS0 then AG0), 4 B each."""
+    ev = []
+    for rank, (rs_chunk, ag_chunk) in enumerate(((0, 1), (1, 0))):
+        ev += [Event(rank, Lane.COMM, Op.SEND, 100, 50, peer=1 - rank, bytes=4,
+                     chunk=rs_chunk, name="RS0"),
+               Event(rank, Lane.COMM, Op.RECV, 100, 60, peer=1 - rank, bytes=4,
+                     chunk=rs_chunk, name="RS0"),
+               Event(rank, Lane.COMM, Op.SEND, 300, 50, peer=1 - rank, bytes=4,
+                     chunk=ag_chunk, name="AG0")]
+    return Timeline(sorted(ev, key=lambda e: (e.start_ns, e.rank)), 2)
+
+
+def test_ring_chunks_on_the_wire_come_from_the_trace() -> None:
+    """With the run's trace, every chunk on the wire is a traced send (not a rank's own
+    note), and the frames in between move it along the ring carrying its values."""
+    from types import SimpleNamespace
+
+    from labkit.visuals.ring_anim import draw_ring_state, ring_frames, traced_transfers
+
+    sends = traced_transfers(_ring_sends())
+    assert [(t["phase"], t["src"], t["dst"], t["bytes"]) for t in sends] == [
+        ("reduce-scatter", 0, 1, 4), ("reduce-scatter", 1, 0, 4), ("all-gather", 0, 1, 4),
+        ("all-gather", 1, 0, 4)]
+    results = _ring_results()
+    for r in results:
+        r["transfers"] = []  # nothing noted by the ranks: only the trace can supply chunks
+    rec = ring_record(SimpleNamespace(results=results, timeline=_ring_sends()))
+    assert rec["traced"] and rec["bytes_sent"][-1] == [8, 8]
+    assert ring_frames(rec, 3) == [(0, None), (1, 1 / 3), (1, 2 / 3), (1, None), (2, 1 / 3),
+                                   (2, 2 / 3), (2, None)]
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    draw_ring_state(ax, rec, 1, 0.5)  # mid-flight: chunks carry the sender's values
+    texts = [t.get_text() for t in ax.texts]
+    assert "c0: 1\n4 B" in texts and "c1: 20\n4 B" in texts
+    assert any(t.startswith("rank 0") and "c1: 2\n" in t for t in texts)  # not yet added
+    assert "traced sends: up to 4 B" in ax.get_title()
+    plt.close(fig)
+
+
 def test_ring_animation_plays_without_a_kernel() -> None:
-    """One frame per stage; the jshtml string embeds the frames."""
+    """A start frame, then per ring stage the chunks in flight and their arrival; the
+    jshtml string embeds every frame."""
     rec = ring_record(_ring_results())
-    html = ring_animation_html(rec, interval_ms=200)
-    assert "<script" in html and html.count("data:image/png;base64") == 3
+    html = ring_animation_html(rec, interval_ms=200, travel_frames=2)
+    assert "<script" in html and html.count("data:image/png;base64") == 1 + 2 * 2
 
 
 def test_plot_bench_measured_and_predicted() -> None:
@@ -131,21 +176,3 @@ def test_experiment_plots() -> None:
     fig = dp.plot_duplicates(res)
     assert "4 of 4 samples" in fig.axes[0].get_title()
     assert fig.axes[0].images[0].get_array().sum() == 8
-
-
-def test_train_step_widget_walks_the_phases() -> None:
-    """Each click advances one phase and shows that phase's recorded numbers."""
-    from labkit.widgets.dp import train_step_widget
-
-    recs = [{"rank": r, "loss": 1.0, "samples": [r], "param_names": ["0.weight"],
-             "grad_norms_local": [1.0 + r], "grad_norms_synced": [1.5],
-             "update_norms": [0.1]} for r in range(2)]
-    box = train_step_widget(recs)
-    button, text = box.children[0], box.children[1]
-    button.click()
-    assert "forward" in text.value
-    button.click()
-    assert "1.0000" in text.value and "2.0000" in text.value
-    button.click()
-    button.click()
-    assert text.value.count("1.5000") == 2

@@ -116,25 +116,36 @@ def test_metrics_table_lists_predicted_and_measured() -> None:
 
 
 def test_widget_rebuilds_the_plan_and_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Controls rebuild the plan; invalid choices show the rule; the button runs it."""
+    """Controls rebuild the plan; invalid choices show the rule; the button runs it on the
+    runner; once it has run, every valid change reruns it (at once here: no event loop)."""
     from labkit.strategies.pipeline import lab
     from labkit.widgets.pipeline import PipelinePanel
 
-    panel = PipelinePanel(stages=2, microbatches=4, schedule="gpipe")
+    warm = object()
+    panel = PipelinePanel(stages=2, microbatches=4, schedule="gpipe", runner=warm)
     assert panel.plan is not None and panel.plan.schedule == "gpipe"
-    panel.schedule.value = "interleaved"
-    panel.microbatches.value = 3
-    assert panel.plan is None  # 3 is not a multiple of 2
-    panel.microbatches.value = 4
-    assert panel.plan.virtual == 2
-    calls = {}
+    calls: list[dict[str, object]] = []
 
     def fake_run(schedule: str, stages: int, micro: int, **kw: object) -> object:
-        calls.update(schedule=schedule, stages=stages, micro=micro, virtual=kw.get("virtual"))
+        calls.append({"schedule": schedule, "stages": stages, "micro": micro,
+                      "virtual": kw.get("virtual"), "runner": kw.get("runner")})
         return SimpleNamespace(metrics={"bubble_fraction_predicted": 0.1,
                                         "bubble_fraction": 0.2}, timeline=_fake_run())
 
     monkeypatch.setattr(lab, "run_pipeline", fake_run)
+    panel.schedule.value = "interleaved"
+    panel.microbatches.value = 3
+    assert panel.plan is None and calls == []  # 3 is not a multiple of 2; nothing ran yet
+    panel.microbatches.value = 4
+    assert panel.plan.virtual == 2 and calls == []
     panel.run_button.click()
-    assert calls == {"schedule": "interleaved", "stages": 2, "micro": 4, "virtual": 2}
-    assert panel.result is not None
+    assert calls == [{"schedule": "interleaved", "stages": 2, "micro": 4, "virtual": 2,
+                      "runner": warm}]
+    assert panel.result is not None and "measured <b>0.200</b>" in panel.status.value
+    panel.microbatches.value = 8  # live: reruns with the new plan
+    assert calls[-1]["micro"] == 8 and len(calls) == 2
+    panel.microbatches.value = 5  # not allowed for interleaved: no run
+    assert len(calls) == 2
+    panel.live.value = False
+    panel.microbatches.value = 6
+    assert len(calls) == 2

@@ -25,3 +25,44 @@ def test_memory_figure_stacks_the_four_terms_against_capacity() -> None:
 def test_memory_explorer_builds_with_the_seed_defaults() -> None:
     box = memory_explorer()
     assert len(box.children) == 2
+
+
+class FakeZeroRunner:
+    """Answers ``run(**kw)`` with the metrics a ZeRO run reports (bytes shrink with stage)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def run(self, **kw: object) -> object:
+        from types import SimpleNamespace
+
+        self.calls.append(kw)
+        stage = kw["options"]["stage"]  # type: ignore[index]
+        per_rank = {"params": 400, "grads": 400, "optimizer": 800 // (2 if stage else 1)}
+        return SimpleNamespace(metrics={
+            "per_rank_bytes": [per_rank, per_rank], "num_params": 100,
+            "predicted_bytes": {"params": 400, "grads": 400, "optimizer": per_rank["optimizer"]}})
+
+
+def test_measured_explorer_reruns_on_the_runner_as_controls_move() -> None:
+    """The calculator's own stage / precision / optimizer controls drive a real-run panel:
+    stage 0 (the baseline) and the chosen stage, each measured once and then cached."""
+    from labkit.widgets.memory import MeasuredMemoryPanel
+
+    runner = FakeZeroRunner()
+    box = memory_explorer(measure=True, runner=runner)
+    assert len(box.children) == 2
+    assert [c["options"] for c in runner.calls] == [{"stage": 0, "precision": "bf16"}]
+    calc = box.children[0].children[0]
+    stage = calc.children[0].children[3]
+    stage.value = 2  # no event loop here: the debounced rerun happens at once
+    assert runner.calls[-1]["options"] == {"stage": 2, "precision": "bf16"}
+    assert runner.calls[-1]["world_size"] == 2 and runner.calls[-1]["strategy"] == "zero"
+    stage.value = 0
+    stage.value = 2
+    assert len(runner.calls) == 2  # both measured already: nothing reruns
+    panel = MeasuredMemoryPanel(stage, calc.children[0].children[4],
+                                calc.children[1].children[0], runner=runner)
+    panel.width.value = 128
+    assert runner.calls[-1]["model"].width == 128
+    assert "rank 0 keeps <b>1.2 kB</b>" in panel.status.value

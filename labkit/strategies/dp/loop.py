@@ -6,8 +6,10 @@ gradients into the average over ranks, and (5) steps its optimizer. Because ever
 starts equal and applies the same averaged gradient, the replicas stay identical, and equal
 to one process training on the global batch (``labkit.training.reference_train``).
 
-At ``RECORD_STEP`` the loop also keeps what the "Train Step" visualizer replays: this rank's
-loss, the norm of every local gradient before averaging and after, and the update size.
+At its last step the loop also keeps what the "Train Step" visualizer replays: this rank's
+loss, the norm of every local gradient before averaging and after, the update size, and the
+hash of this replica's parameters after the update (equal on every rank: the proof that the
+replicas are in sync again).
 """
 
 from __future__ import annotations
@@ -20,9 +22,7 @@ from torch import nn
 from labkit.loop import TrainLoop
 from labkit.rank import RankContext, RankOutput
 from labkit.strategies.dp import DPMetrics
-from labkit.training import build_model
-
-RECORD_STEP = 0
+from labkit.training import build_model, params_sha256
 
 
 class GradSync(Protocol):
@@ -55,32 +55,35 @@ class DataParallelLoop(TrainLoop[DPMetrics]):
         grad_sync.attach(ctx, self.named)
         self.train_record: dict[str, Any] = {}
         self._before: list[torch.Tensor] = []
+        self.record_step = self.cfg.steps - 1
+        """The step the "Train Step" visualizer replays: the last one."""
 
     def begin_step(self, step: int) -> None:
         self.grad_sync.begin_step(step)
 
     def sync(self, step: int) -> None:
-        if step == RECORD_STEP:
+        if step == self.record_step:
             self.train_record["grad_norms_local"] = _norms(self.named)
             self._before = [p.detach().clone() for _, p in self.named]
         self.grad_sync.finish(step)
-        if step == RECORD_STEP:
+        if step == self.record_step:
             self.train_record["grad_norms_synced"] = _norms(self.named)
 
     def update(self, step: int) -> None:
         super().update(step)
-        if step == RECORD_STEP:
+        if step == self.record_step:
             ctx, b = self.ctx, self.cfg.batch_size
             self.train_record["update_norms"] = [float((p.detach() - w).norm())
                                                  for (_, p), w in zip(self.named, self._before)]
             self.train_record.update(
                 step=step, rank=ctx.rank, param_names=[n for n, _ in self.named],
+                params_sha256=params_sha256(self.named),
                 samples=self.task.indices(step, self.global_batch())
                 [ctx.rank * b:(ctx.rank + 1) * b].tolist())
 
     def train_step(self, step: int) -> None:
         super().train_step(step)
-        if step == RECORD_STEP:
+        if step == self.record_step:
             self.train_record["loss"] = self.losses[-1]
 
     def fill_record(self) -> None:

@@ -23,11 +23,13 @@ LESSON_MODEL = ModelConfig(width=1024, depth=8)
 def run_pipeline(schedule: str = "1f1b", stages: int = 2, microbatches: int = 4, *,
                  virtual: int | None = None, steps: int = 3, batch_size: int = 64,
                  model: ModelConfig = LESSON_MODEL, layer_costs: tuple[int, ...] = (),
-                 balance: str = "count", **run_kwargs: Any) -> RunResult:
-    """Train the lesson model with one schedule on ``stages`` real ranks."""
+                 balance: str = "count", runner: Any = None, **run_kwargs: Any) -> RunResult:
+    """Train the lesson model with one schedule on ``stages`` real ranks (fresh ones, or
+    ``runner``'s: a ``labkit.Pool`` of ``stages`` warm ranks)."""
     run_kwargs.setdefault("timeout_s", 120)
     run_kwargs.setdefault("progress", False)
-    return run(strategy="pipeline", world_size=stages, steps=steps, batch_size=batch_size,
+    start = run if runner is None else runner.run
+    return start(strategy="pipeline", world_size=stages, steps=steps, batch_size=batch_size,
                model=model, options={"schedule": schedule, "stages": stages,
                                      "microbatches": microbatches, "virtual": virtual,
                                      "layer_costs": layer_costs, "balance": balance},
