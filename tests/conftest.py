@@ -59,15 +59,29 @@ def _private_labkit_home(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def ray_session():
     """Ray started once for every Ray test (about 3 s), shut down at the end of the session;
-    fails the session if any Ray process it started (raylet, gcs_server, ray::...) survives."""
-    from labkit.rayrun import ensure_ray, ray_processes, shutdown_ray
+    fails the session if any Ray process it started (raylet, gcs_server, ray::...) survives.
+    Ray's processes inherit this process's environment, so a marker set here finds exactly
+    them, whatever else runs Ray on the machine meanwhile (a lesson's kernel, another
+    pytest worker)."""
+    import time
+    import uuid
 
-    before = {pid for pid, _ in ray_processes()}
+    from labkit.rayrun import ensure_ray, ray_processes, shutdown_ray
+    from labkit.reaper import tagged
+
+    marker = uuid.uuid4().hex
+    os.environ["LABKIT_RAY_SESSION_MARK"] = marker
     ray = ensure_ray()
     yield ray
     shutdown_ray()
-    left = [(pid, name) for pid, name in ray_processes() if pid not in before]
+    deadline = time.monotonic() + 10
+    while (left := [(pid, name) for pid, name in ray_processes()
+                    if pid in tagged("LABKIT_RAY_SESSION_MARK", marker)]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert left == [], f"Ray processes survived the tests: {left}"
+
+
 class Contained:
     """A private temp dir and an environment marker every rank (and its descendants)
     inherits, so a test can count what a run left behind without seeing other runs on the
@@ -107,3 +121,29 @@ def contained(tmp_path_factory, monkeypatch):
     box = Contained(tmp, marker)
     yield box
     box.assert_clean()
+
+
+# ---- running the suite on several workers (pytest-xdist, `make test`) -------------------
+XDIST_GROUPS = {
+    "cluster": ("tests/distributed/test_cluster.py", "tests/distributed/test_torchrun.py",
+                "test_notebook_runs_top_to_bottom[10_multi_node]"),
+    "ray": ("tests/distributed/test_ray.py", "test_notebook_runs_top_to_bottom[12_ray]"),
+    "browser": ("tests/browser/",),
+}
+"""Tests that share machine-wide state run on one worker, one after another: emulated
+clusters (their leftover checks count every labkit namespace on the host), Ray (one
+session's cluster at a time) and the browser suite (one JupyterLab for all lessons)."""
+
+
+def xdist_group_of(nodeid: str) -> str | None:
+    for group, keys in XDIST_GROUPS.items():
+        if any(nodeid.startswith(k) or nodeid.endswith(k) for k in keys):
+            return group
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = xdist_group_of(item.nodeid)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

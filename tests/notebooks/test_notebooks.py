@@ -8,6 +8,7 @@ on the first cell that raises (the error names the notebook and the cell).
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 
 import nbformat
@@ -26,15 +27,20 @@ def lesson_marker(path: Path) -> pytest.MarkDecorator:
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=lesson_marker(p))
                                   for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
-    """The lesson executes without an error output, inside its time budget."""
+def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lesson executes without an error output, inside its time budget, and every Ray
+    process its kernel started (they inherit the kernel's environment, so a marker there
+    finds them, and only them, even while other tests run Ray) is gone afterwards."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert not cell.get("outputs"), f"{path.name} is committed with outputs; clear them"
     from labkit.rayrun import ray_processes
+    from labkit.reaper import tagged
 
-    ray_before = {pid for pid, _ in ray_processes()}
+    marker = uuid.uuid4().hex
+    monkeypatch.setenv("LABKIT_NOTEBOOK_MARK", marker)
     client = NotebookClient(nb, timeout=BUDGET_S, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
     start = time.monotonic()
@@ -49,5 +55,9 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
                   and "image/png" not in o["data"]]
     assert not unrendered, f"{path.name}: a figure shows as text, not an image: {unrendered[0]}"
     assert elapsed < BUDGET_S, f"{path.name} took {elapsed:.0f} s (budget {BUDGET_S} s)"
-    ray_left = [p for p in ray_processes() if p[0] not in ray_before]
+    deadline = time.monotonic() + 10  # Ray's daemons take a moment to exit after shutdown
+    while (ray_left := [p for p in ray_processes()
+                        if p[0] in tagged("LABKIT_NOTEBOOK_MARK", marker)]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert not ray_left, f"{path.name} left Ray processes behind: {ray_left}"
