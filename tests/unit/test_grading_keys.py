@@ -43,13 +43,15 @@ def hidden_values() -> list[str]:
     ps1 = instructor.load("ps1_numbers", REPO)
     ps3 = instructor.load("ps3_build_it", REPO)
     ps4 = instructor.load("ps4_reasoning", REPO)
-    assert ps1 is not None and ps3 is not None and ps4 is not None
+    ps5 = instructor.load("ps5_3d", REPO)
+    assert ps1 is not None and ps3 is not None and ps4 is not None and ps5 is not None
     out = [ps1.SECRET, repr(ps3.PIPELINE_CASES), repr(ps3.BUCKET_SIZES), "def cases(",
            "HIDDEN_CASES", "HIDDEN_SCENARIOS", "HIDDEN_CHALLENGES"]
     for name in ps1.KEYS:
         for _, expected in ps1.cases(name):
             out += distinctive(expected)
     out += list(ps4.HIDDEN_SCENARIOS) + list(ps4.HIDDEN_CHALLENGES)
+    out += list(ps5.HIDDEN_STATE) + list(ps5.HIDDEN_LAYOUTS) + ["HIDDEN_LAYOUTS", "HIDDEN_STATE"]
     for path in (instructor.folder(REPO) / "ps4_traces").glob("*.json"):
         events = json.loads(path.read_text())["events"]
         out.append(json.dumps(events[len(events) // 2], separators=(",", ":")))
