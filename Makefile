@@ -8,10 +8,6 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
-# Test workers (pytest-xdist). Most tests wait on process start-up, rendezvous and kernels,
-# so two workers fill two cores; tests sharing machine-wide state (emulated clusters, Ray,
-# the browser) stay on one worker (tests/conftest.py, XDIST_GROUPS). TEST_WORKERS=0: serial.
-TEST_WORKERS ?= 2
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
 .PHONY: lab test setup clean-course exercises
@@ -29,7 +25,7 @@ lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest
 
 exercises: $(VENV)/.installed
 	$(VENV)/bin/labkit course release

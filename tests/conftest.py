@@ -122,28 +122,3 @@ def contained(tmp_path_factory, monkeypatch):
     yield box
     box.assert_clean()
 
-
-# ---- running the suite on several workers (pytest-xdist, `make test`) -------------------
-XDIST_GROUPS = {
-    "cluster": ("tests/distributed/test_cluster.py", "tests/distributed/test_torchrun.py",
-                "test_notebook_runs_top_to_bottom[10_multi_node]"),
-    "ray": ("tests/distributed/test_ray.py", "test_notebook_runs_top_to_bottom[12_ray]"),
-    "browser": ("tests/browser/",),
-}
-"""Tests that share machine-wide state run on one worker, one after another: emulated
-clusters (their leftover checks count every labkit namespace on the host), Ray (one
-session's cluster at a time) and the browser suite (one JupyterLab for all lessons)."""
-
-
-def xdist_group_of(nodeid: str) -> str | None:
-    for group, keys in XDIST_GROUPS.items():
-        if any(nodeid.startswith(k) or nodeid.endswith(k) for k in keys):
-            return group
-    return None
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        group = xdist_group_of(item.nodeid)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
