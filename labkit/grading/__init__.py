@@ -9,6 +9,7 @@
 * ``code_checks``, ``sync_checks``, ``rank_checks``, ``rank_side``: student code on real
   ranks (ring all-reduce, bucketed sync, ZeRO-1); ``plan_code``: a hand-written 1F1B plan
 * ``layout3d``: problem set 5 (a GPT's model state per rank, a 3D layout under a budget)
+* ``async_ps``: problem set 6 (the SSP gate, a straggler's effects, Ray's by-value pitfall)
 * ``reasoning``, ``traces``: problem set 4 (strategy choice, the mini challenge, reading
   recorded timelines) and the recorder of its traces
 * ``sandbox``: where autograding runs the student's code (a box) and how the checks reach it

@@ -44,7 +44,8 @@ def hidden_values() -> list[str]:
     ps3 = instructor.load("ps3_build_it", REPO)
     ps4 = instructor.load("ps4_reasoning", REPO)
     ps5 = instructor.load("ps5_3d", REPO)
-    assert ps1 is not None and ps3 is not None and ps4 is not None and ps5 is not None
+    ps6 = instructor.load("ps6_async", REPO)
+    assert None not in (ps1, ps3, ps4, ps5, ps6)
     out = [ps1.SECRET, repr(ps3.PIPELINE_CASES), repr(ps3.BUCKET_SIZES), "def cases(",
            "HIDDEN_CASES", "HIDDEN_SCENARIOS", "HIDDEN_CHALLENGES"]
     for name in ps1.KEYS:
@@ -52,6 +53,7 @@ def hidden_values() -> list[str]:
             out += distinctive(expected)
     out += list(ps4.HIDDEN_SCENARIOS) + list(ps4.HIDDEN_CHALLENGES)
     out += list(ps5.HIDDEN_STATE) + list(ps5.HIDDEN_LAYOUTS) + ["HIDDEN_LAYOUTS", "HIDDEN_STATE"]
+    out += list(ps6.HIDDEN_PROGRAMS) + ["HIDDEN_PROGRAMS", "HIDDEN_STRAGGLERS", "hidden_gate_cases"]
     for path in (instructor.folder(REPO) / "ps4_traces").glob("*.json"):
         events = json.loads(path.read_text())["events"]
         out.append(json.dumps(events[len(events) // 2], separators=(",", ":")))
