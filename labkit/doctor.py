@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from labkit import devices
+from labkit import devices, forkserver
 
 
 def _version(dist_name: str) -> str | None:
@@ -41,6 +41,8 @@ class DoctorReport:
     notes: list[str] = field(default_factory=list)
     cluster: dict[str, Any] = field(default_factory=dict)
     """Emulated nodes: available, mode, reason, tbf / netem, leftovers of dead runs."""
+    rank_start: str = "forked"
+    """How ranks start: ``forked`` from the warm fork server, or ``exec`` (switched off)."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -61,6 +63,10 @@ class DoctorReport:
         for name, ver in self.packages.items():
             lines.append(f"  {name:<15} {ver or 'not installed'}")
         lines.append("  strategies      " + ", ".join(self.strategies))
+        lines.append("  ranks start     " + (
+            "forked from a warm fork server (torch imported once; LABKIT_FORKSERVER=0 execs "
+            "each rank)" if self.rank_start == "forked" else
+            "exec'd, each importing torch (LABKIT_FORKSERVER=0; unset it to fork them)"))
         lines += _cluster_lines(self.cluster)
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -150,4 +156,5 @@ def doctor(clean: bool = False) -> DoctorReport:
         backends=backends, cpu_cores=cores, gpus=gpus, suggested_world_sizes=sizes,
         packages={p: _version(p) for p in ("jupyterlab", "ipywidgets", "nbgrader",
                                             "matplotlib")},
-        strategies=strategies.names(), notes=notes, cluster=cluster_status(clean))
+        strategies=strategies.names(), notes=notes, cluster=cluster_status(clean),
+        rank_start="forked" if forkserver.enabled() else "exec")

@@ -14,7 +14,10 @@ previous one misses (see ``setpgid(2)``, ``prctl(2)`` PR_SET_PDEATHSIG, ``proc(5
    one that left the group with ``setsid``; at shutdown the supervisor looks for it in
    ``/proc/*/environ`` and SIGKILLs whatever still carries it. Only a process that both
    leaves the group and replaces its whole environment escapes (a cgroup would catch that
-   too, but needs privileges a student's laptop does not grant).
+   too, but needs privileges a student's laptop does not grant). A rank forked by
+   ``labkit.forkserver`` shows the server's environment there instead (Linux keeps the copy
+   made at ``exec``); its own is in its run directory's ``environ`` file, which it holds
+   open and every fork of it inherits, and ``tagged`` reads that file too.
 
 Also here: ``interrupts_deferred``, which holds back a second Ctrl-C (or the notebook's
 stop button) while the cleanup runs, so a student pressing stop twice cannot leave ranks
@@ -53,6 +56,33 @@ def _live(pid: int | str) -> bool:
     return st is not None and st[0] not in ("Z", "X")
 
 
+ENVIRON_FILE = "environ"
+"""In a run directory: the environment its ranks were given, ``/proc/PID/environ``'s format."""
+FORKSERVER_ENV = "LABKIT_FORKSERVER_PID"
+"""In a fork server's environment (``labkit.forkserver``), so every process it forked shows it
+in ``/proc/PID/environ``: the hint to look for the run's ``ENVIRON_FILE`` too."""
+
+
+def environ_entries(proc: Path) -> list[bytes]:
+    """``KEY=VALUE`` entries of a process's environment. For a process forked by the fork
+    server, also those of every run ``environ`` file it holds open (see the docstring)."""
+    entries = (proc / "environ").read_bytes().split(b"\0")
+    if not any(e.startswith(f"{FORKSERVER_ENV}=".encode()) for e in entries):
+        return entries
+    try:
+        fds = list((proc / "fd").iterdir())
+    except OSError:
+        return entries
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+            if target.removesuffix(" (deleted)").endswith(os.sep + ENVIRON_FILE):
+                entries += fd.read_bytes().split(b"\0")
+        except OSError:
+            continue
+    return entries
+
+
 def tagged(marker: str, value: str) -> list[int]:
     """Live (non-zombie) processes whose environment holds ``marker=value``."""
     entry = f"{marker}={value}".encode()
@@ -62,12 +92,17 @@ def tagged(marker: str, value: str) -> list[int]:
         if not proc.name.isdigit() or int(proc.name) == me:
             continue
         try:
-            environ = (proc / "environ").read_bytes()
+            environ = environ_entries(proc)
         except OSError:  # gone, or another user's process
             continue
-        if entry in environ.split(b"\0") and _live(proc.name):
+        if entry in environ and _live(proc.name):
             out.append(int(proc.name))
     return out
+
+
+def environ_bytes(env: dict[str, str]) -> bytes:
+    """``env`` as an ``ENVIRON_FILE`` holds it."""
+    return b"\0".join(f"{k}={v}".encode(errors="surrogateescape") for k, v in env.items())
 
 
 def _leftovers(run_id: str, pgids: set[int], seen: set[int]) -> list[int]:
@@ -115,15 +150,20 @@ def kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def exited(pid: int) -> bool:
-    """Whether child ``pid`` has exited, without reaping it (it stays a zombie)."""
+def exited(proc: Any) -> bool:
+    """Whether a rank process (a ``Popen`` or a ``labkit.forkserver.ForkedRank``) has
+    exited, without reaping it: until it is reaped, its group id cannot be reused."""
+    if proc.returncode is not None:
+        return True
+    if hasattr(proc, "exited"):
+        return bool(proc.exited())
     try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
 
 
-def stop_leaders(procs: list[subprocess.Popen[bytes]], stop: Deferred, grace_s: float) -> None:
+def stop_leaders(procs: list[Any], stop: Deferred, grace_s: float) -> None:
     """Stop every rank still running: SIGTERM its group, wait up to ``grace_s`` (cut short
     by a second Ctrl-C, ``stop.hit``), then SIGKILL the group *before* reaping its leader,
     so the group id cannot have been reused by then."""
@@ -131,9 +171,9 @@ def stop_leaders(procs: list[subprocess.Popen[bytes]], stop: Deferred, grace_s: 
     for p in live:
         kill_group(p.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    waiting = {p.pid for p in live}
+    waiting = list(live)
     while waiting and not stop.hit and time.monotonic() < deadline:
-        waiting = {pid for pid in waiting if not exited(pid)}
+        waiting = [p for p in waiting if not exited(p)]
         time.sleep(0.02)
     for p in live:
         kill_group(p.pid, signal.SIGKILL)

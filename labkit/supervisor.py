@@ -6,8 +6,10 @@ traceback; the parent polls and kills the rest on the first failure), never on a
 
 1. *No collisions.* Ranks meet through a ``FileStore`` in a private temp directory, so any
    number of students on one host can run at once (no "find a free port and hope").
-   Ranks are plain ``python -m labkit._rank_main`` subprocesses: they never re-import the
-   caller's script, so no ``if __name__ == "__main__"`` guard is needed anywhere.
+   Ranks run ``python -m labkit._rank_main``, forked from a warm fork server that imported
+   torch once (``labkit.forkserver``; ``LABKIT_FORKSERVER=0`` execs each instead): they
+   never re-import the caller's script, so no ``if __name__ == "__main__"`` guard is
+   needed anywhere, and they start in milliseconds.
 2. *The first failure wins.* A rank's exception reaches the caller as its own traceback,
    labelled with its rank; a rank that dies by ``os._exit`` or a signal is reported with
    its exit code or signal -- code 0 too, when it never handed in its result. Peers'
@@ -26,7 +28,8 @@ traceback; the parent polls and kills the rest on the first failure), never on a
    them as shared memory owned by a rank that is about to exit). A result the parent
    cannot rebuild is that rank's failure, with the reason.
 
-The supervisor process never imports torch: start-up cost stays in the ranks.
+The supervisor process never imports torch: start-up cost stays in the ranks (and in the
+fork server, which pays it once per process).
 """
 
 from __future__ import annotations
@@ -43,13 +46,16 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from labkit import forkserver
 from labkit.board import Board
 from labkit.errors import RankFailure, RunFailed, RunTimeout
 from labkit.rank import Job, RankReport
 from labkit.rankmsg import decode
 from labkit.reaper import (
+    ENVIRON_FILE,
     PARENT_ENV,
     RUN_ID_ENV,
+    environ_bytes,
     exited,
     interrupts_deferred,
     kill_group,
@@ -98,7 +104,9 @@ class Supervisor:
         self.tmpdir = Path(tempfile.gettempdir()) / self.run_id
         self.spool_dir = self.tmpdir
         """Where the ranks spool the current job's events (``labkit.spool``)."""
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[Any] = []
+        """Each rank's process: a ``subprocess.Popen``, or a ``forkserver.ForkedRank``."""
+        self.forks: forkserver.Client | None = None
         self.pidfds: dict[int, int] = {}
         self.conns: dict[int, Connection] = {}
         self.board: Board | None = None
@@ -145,6 +153,8 @@ class Supervisor:
         env = child_env()
         env[RUN_ID_ENV] = self.run_id  # inherited by every descendant (labkit.reaper)
         env[PARENT_ENV] = str(os.getpid())
+        (self.tmpdir / ENVIRON_FILE).write_bytes(environ_bytes(env))  # forked ranks hold it
+        self.forks = forkserver.connect(env)
         for rank in range(self.world_size):
             try:
                 self._spawn(rank, env)
@@ -159,17 +169,24 @@ class Supervisor:
         """Start one rank; ``extra_fds`` are passed to it too (the caller closes its copies)."""
         read_fd, write_fd = os.pipe()
         self.conns[rank] = Connection(read_fd, writable=False)  # owns read_fd from here
+        args = [str(self.tmpdir), str(rank), str(self.world_size), str(write_fd), *extra_args]
         try:
-            with open(self.tmpdir / f"rank-{rank}.log", "wb") as log:
-                p = subprocess.Popen(
-                    [sys.executable, "-m", self.entry, str(self.tmpdir), str(rank),
-                     str(self.world_size), str(write_fd), *extra_args],
-                    pass_fds=(write_fd, *extra_fds), stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            with open(self.tmpdir / f"rank-{rank}.log", "wb") as log, interrupts_deferred():
+                # a rank is in self.procs before a Ctrl-C can land: shutdown will find it
+                if self.forks is not None:  # forked from the warm server (labkit.forkserver)
+                    p: Any = self.forks.spawn(self.entry, args, env=env, stdout=log.fileno(),
+                                              pass_fds=(write_fd, *extra_fds),
+                                              environ_file=str(self.tmpdir / ENVIRON_FILE))
+                else:
+                    p = subprocess.Popen([sys.executable, "-m", self.entry, *args],
+                                         pass_fds=(write_fd, *extra_fds),
+                                         stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+                self.procs.append(p)
+                self.pidfds[rank] = os.pidfd_open(p.pid)
         finally:
             os.close(write_fd)
-        self.procs.append(p)
-        self.pidfds[rank] = os.pidfd_open(p.pid)
 
     def _partial_timeline(self) -> Timeline:
         """The events every rank spooled before the failure (see ``labkit.spool``)."""
@@ -189,6 +206,9 @@ class Supervisor:
                 os.close(fd)
             self.conns.clear()
             self.pidfds.clear()
+            if self.forks is not None:  # the server kills and reaps anything still ours
+                self.forks.close()
+                self.forks = None
             for rank in range(len(self.procs)):
                 path = self.tmpdir / f"rank-{rank}.log"
                 if path.exists():
@@ -279,7 +299,7 @@ class Supervisor:
         """Ask every rank still running for its Python stack (SIGUSR1), then name the one
         the others wait for."""
         running = [r for r, p in enumerate(self.procs)
-                   if p.returncode is None and not exited(p.pid) and r not in self.reports]
+                   if not exited(p) and r not in self.reports]
         for r in running:
             try:
                 os.kill(self.procs[r].pid, signal.SIGUSR1)

@@ -113,7 +113,7 @@ class PoolSupervisor(Supervisor):
 
     def alive(self) -> bool:
         """Whether every rank is still up (or not started yet)."""
-        return all(p.returncode is None and not exited(p.pid) for p in self.procs)
+        return all(not exited(p) for p in self.procs)
 
     def _reap_finished(self) -> None:
         """The job is done, the ranks are not: they wait for the next one."""
@@ -143,7 +143,7 @@ class PoolSupervisor(Supervisor):
         self.commands.clear()
         deadline = time.monotonic() + CLOSE_GRACE_S
         while time.monotonic() < deadline and not all(
-                p.returncode is not None or exited(p.pid) for p in self.procs):
+                exited(p) for p in self.procs):
             time.sleep(0.02)
         self.shutdown_now()
 

@@ -1,7 +1,10 @@
 """What students actually do to the supervisor (issue 14), on real ranks: return tensors,
 exit 0 without a word, press stop during start-up (twice), run out of file descriptors,
 fork and daemonize, kill the notebook kernel. Each test checks that the caller gets the
-right answer or the right rank's failure, and that no process and no temp dir survive."""
+right answer or the right rank's failure, and that no process and no temp dir survive.
+
+Every test runs twice: with ranks forked by the fork server (``labkit.forkserver``, the
+default) and with ranks exec'd as plain subprocesses (``LABKIT_FORKSERVER=0``)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,14 @@ import labkit
 from labkit.errors import RunFailed
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson00, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(autouse=True, params=["fork", "exec"])
+def start(request, monkeypatch) -> str:
+    """How ranks start: forked by the fork server, or exec'd (the server switched off)."""
+    if request.param == "exec":
+        monkeypatch.setenv("LABKIT_FORKSERVER", "0")
+    return str(request.param)
 
 
 def _alive(pid: int) -> bool:
@@ -167,22 +178,25 @@ def test_a_second_interrupt_during_shutdown_still_cleans_up(contained, tmp_path:
     contained.assert_clean()
 
 
-def test_a_failed_spawn_stops_the_ranks_already_started(contained, monkeypatch) -> None:
-    """Popen failing with EMFILE at rank 2 of 4: a clear error naming rank 2, and ranks 0-1
-    (already started) are gone, with the temp dir."""
+def test_a_failed_spawn_stops_the_ranks_already_started(contained, monkeypatch,
+                                                       start: str) -> None:
+    """Starting rank 2 of 4 fails with EMFILE (in Popen, or in the fork server's spawn): a
+    clear error naming rank 2, and ranks 0-1 (already started) are gone, with the temp dir."""
     import errno
 
-    from labkit import supervisor
+    from labkit import forkserver, supervisor
 
-    real_popen, calls = subprocess.Popen, []
+    owner, name = ((supervisor.subprocess, "Popen") if start == "exec"
+                   else (forkserver.Client, "spawn"))
+    real, calls = getattr(owner, name), []
 
-    def popen(*args, **kwargs):
+    def failing(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:
             raise OSError(errno.EMFILE, "Too many open files")
-        return real_popen(*args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(supervisor.subprocess, "Popen", popen)
+    monkeypatch.setattr(owner, name, failing)
     with pytest.raises(RunFailed) as err:
         labkit.launch(_sleepy, 4, timeout_s=60)
     assert (err.value.rank, err.value.kind) == (2, "start"), str(err.value)
@@ -242,9 +256,12 @@ def test_forks_and_daemons_of_a_rank_die_with_the_run(contained, monkeypatch, tm
 
 # ---- ranks still die with their parent ----------------------------------------------------
 
-def test_ranks_die_when_the_parent_is_killed(contained, tmp_path: Path) -> None:
+def test_ranks_die_when_the_parent_is_killed(contained, tmp_path: Path, start: str) -> None:
     """Each rank has its own session now; the parent-death signal must still take it down
-    when the kernel running labkit is killed (kill -9, "Restart kernel")."""
+    when the kernel running labkit is killed (kill -9, "Restart kernel"). Forked ranks go
+    with their fork server, which goes with the kernel."""
+    from labkit.reaper import FORKSERVER_ENV, tagged
+
     ready = tmp_path / "ready"
     ready.mkdir()
     script = ("import time, labkit\n"
@@ -258,12 +275,16 @@ def test_ranks_die_when_the_parent_is_killed(contained, tmp_path: Path) -> None:
         while len(os.listdir(ready)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(contained.processes()) >= 3  # the parent and its two ranks
+        served = tagged(FORKSERVER_ENV, str(parent.pid))  # its fork server and what it forked
+        assert len(served) == (3 if start == "fork" else 0), served
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 10
-        while contained.processes() and time.monotonic() < deadline:
+        while (contained.processes() or tagged(FORKSERVER_ENV, str(parent.pid))) \
+                and time.monotonic() < deadline:
             time.sleep(0.05)
         assert contained.processes() == []
+        assert tagged(FORKSERVER_ENV, str(parent.pid)) == [], "the fork server survived"
     finally:
         parent.kill()
         parent.wait()

@@ -1,0 +1,91 @@
+"""Ranks forked by the fork server (``labkit.forkserver``) are the ranks an exec would start:
+the caller's environment, directory and temp dir as of each run, the same weights, and the
+same cleanup -- also when the server is killed. (A killed caller, and everything else the
+supervisor promises, is in ``test_supervisor_hardening.py``, which runs forked and exec'd.)"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import labkit
+from labkit import forkserver
+from labkit.errors import RunFailed
+
+pytestmark = [pytest.mark.distributed, pytest.mark.lesson00, pytest.mark.timeout(120)]
+
+
+def _where(ctx):
+    import os
+    import tempfile
+
+    return {"ppid": os.getppid(), "cwd": os.getcwd(), "tmp": tempfile.gettempdir(),
+            "flavour": os.environ.get("LAB_FLAVOUR"), "pgid": os.getpgid(0), "pid": os.getpid()}
+
+
+def test_a_forked_rank_sees_the_callers_environment_of_this_run(monkeypatch, tmp_path):
+    """Runs from one server: each rank sees the variables, TMPDIR and working directory the
+    caller had at that run, and leads its own process group."""
+    monkeypatch.setenv("LAB_FLAVOUR", "vanilla")
+    first = labkit.launch(_where, 2).results
+    server = forkserver.server_pid()
+    assert server is not None and all(r["ppid"] == server for r in first)
+    assert {r["flavour"] for r in first} == {"vanilla"}
+    monkeypatch.setenv("LAB_FLAVOUR", "mint")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    second = labkit.launch(_where, 2).results
+    assert forkserver.server_pid() == server, "a new server for variables nothing imports"
+    for r in second:
+        assert (r["flavour"], r["tmp"], r["ppid"]) == ("mint", str(tmp_path), server), r
+        assert r["pgid"] == r["pid"], f"rank {r['pid']} does not lead its own process group"
+    monkeypatch.chdir(tmp_path)  # the import path starts here now: maybe a new server
+    assert {r["cwd"] for r in labkit.launch(_where, 2).results} == {str(tmp_path)}
+
+
+def test_forked_and_execed_ranks_train_the_same_weights(monkeypatch):
+    forked = labkit.run(strategy="ddp", world_size=2, steps=5, progress=False)
+    monkeypatch.setenv(forkserver.SWITCH_ENV, "0")
+    execed = labkit.run(strategy="ddp", world_size=2, steps=5, progress=False)
+    assert forked.params_sha256 == execed.params_sha256
+    assert forked.losses == execed.losses
+
+
+def test_switched_off_ranks_are_the_callers_children(monkeypatch):
+    monkeypatch.setenv(forkserver.SWITCH_ENV, "0")
+    assert {r["ppid"] for r in labkit.launch(_where, 2).results} == {os.getpid()}
+
+
+def _kill_the_server(ctx, server):
+    import os
+    import signal
+    import time
+
+    if ctx.rank == 0:
+        os.kill(server, signal.SIGKILL)
+    time.sleep(30)
+
+
+def test_a_killed_server_fails_the_run_at_once_and_the_next_run_starts_a_new_one(contained):
+    labkit.launch(_where, 2)
+    server = forkserver.server_pid()
+    start = time.monotonic()
+    with pytest.raises(RunFailed) as err:
+        labkit.launch(_kill_the_server, 2, server, timeout_s=60)
+    assert (err.value.kind, "SIGKILL" in err.value.failure.message) == ("signal", True), \
+        str(err.value)
+    assert time.monotonic() - start < 20, "found at the timeout, not when the ranks died"
+    again = labkit.launch(_where, 2).results
+    assert forkserver.server_pid() not in (None, server)
+    assert {r["ppid"] for r in again} == {forkserver.server_pid()}
+    contained.assert_clean()
+
+
+def test_a_server_that_cannot_start_falls_back_to_exec_with_one_warning(monkeypatch):
+    forkserver.close_all()
+    monkeypatch.setenv("LABKIT_FORKSERVER_PRELOAD", "labkit_no_such_module")
+    with pytest.warns(UserWarning, match="fork server is off"):
+        first = labkit.launch(_where, 2).results
+    assert {r["ppid"] for r in first} == {os.getpid()}
+    forkserver.close_all()  # forget the failure: later tests get a server again
