@@ -1,8 +1,9 @@
 """The all-reduce benchmark run on every rank (``labkit run allreduce-bench``).
 
 Follows nccl-tests (``doc/PERFORMANCE.md``): for each size, ``warmup`` untimed calls, then
-``iters`` timed calls; time = mean per call, taken as the slowest rank's (an all-reduce is
-done only when every rank is done). algbw = size / time; busbw = algbw x 2(n-1)/n, the
+``iters`` timed calls; time = the median call (nccl-tests: the mean over many more calls;
+see ``time_allreduce``), taken as the slowest rank's (an all-reduce is done only when every
+rank is done). algbw = size / time; busbw = algbw x 2(n-1)/n, the
 bytes each link really carried, comparable across world sizes. Then an alpha-beta line is
 fitted to the measured times (``labkit.theory.fit_alpha_beta``) and its prediction for each
 size is reported beside the measurement. Bandwidths in GB/s (1e9 bytes per second).
@@ -10,6 +11,7 @@ size is reported beside the measurement. Bandwidths in GB/s (1e9 bytes per secon
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -34,22 +36,29 @@ def _one_call(ctx: RankContext, impl: str, tensor: torch.Tensor, step: int) -> N
 
 def time_allreduce(ctx: RankContext, impl: str, size_bytes: int, iters: int, warmup: int,
                    step: int = 0) -> float:
-    """Mean seconds per all-reduce of ``size_bytes`` (the slowest rank's mean)."""
+    """Median seconds per all-reduce of ``size_bytes`` (the slowest rank's median).
+
+    The median, not the mean: on a shared laptop the scheduler stalls one call now and then
+    (a few ms, more than a small message takes), and with a handful of iterations one stall
+    would double a size's mean -- enough to make small messages look slower than large ones
+    and the alpha-beta fit impossible. nccl-tests reports the mean over far more iterations.
+    """
     tensor = torch.ones(size_bytes // 4, dtype=torch.float32, device=ctx.device)
     # 1. warm up: first messages pay for connection set-up and page faults
     for _ in range(warmup):
         _one_call(ctx, impl, tensor, step)
-    # 2. start together, 3. time the loop, 4. report the slowest rank
+    # 2. start together, 3. time every call, 4. report the slowest rank's median
     ctx.comm.barrier(step=step)
-    t0 = time.perf_counter()
+    calls = []
     for _ in range(iters):
+        t0 = time.perf_counter()
         _one_call(ctx, impl, tensor, step)
-    if ctx.device.type == "cuda":
-        torch.cuda.synchronize()
-    mean = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64,
-                        device=ctx.device)
-    ctx.comm.all_reduce(mean, op="max", step=step, name="timing")
-    return float(mean.item())
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+        calls.append(time.perf_counter() - t0)
+    median = torch.tensor([statistics.median(calls)], dtype=torch.float64, device=ctx.device)
+    ctx.comm.all_reduce(median, op="max", step=step, name="timing")
+    return float(median.item())
 
 
 def results_table(sizes: list[int], times: list[float], world_size: int) -> list[dict[str, Any]]:
