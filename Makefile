@@ -1,6 +1,7 @@
 # Two commands do all set-up (see README):
 #   make lab   — create .venv, install everything, open JupyterLab on notebooks/
-#   make test  — same set-up when needed, then the whole test suite
+#   make test  — same set-up when needed, then the whole test suite (on PYTEST_WORKERS
+#                pytest-xdist workers; PYTEST_WORKERS=0 runs it in one process)
 # torch is pinned and installed *before* the project so the project's torch>=… range is
 # already satisfied (no multi-GB CUDA download on CPU machines).
 
@@ -8,6 +9,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
+PYTEST_WORKERS ?= 2
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
 .PHONY: lab test setup clean-course exercises
@@ -25,7 +27,7 @@ lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 exercises: $(VENV)/.installed
 	$(VENV)/bin/labkit course release
