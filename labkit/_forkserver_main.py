@@ -17,9 +17,9 @@ keeps every promise of a freshly exec'd rank, is ``labkit.forkserver``. The step
    ends everything;
 4. in the child: a new session (its own process group, as ``start_new_session``), the
    client's file descriptors at the numbers the client gave them (as ``pass_fds``), its
-   output to the rank's log, the caller's working directory and whole environment, the run's
-   environment file held open (``labkit.reaper`` reads it), then the rank's module's
-   ``main(args)``; the child never returns into this loop.
+   output to the rank's log, the caller's working directory, the caller's whole environment
+   read from the run's environment file (which it keeps open: ``labkit.reaper`` reads it
+   there), then the rank's module's ``main(args)``; the child never returns into this loop.
 
 The server reaps a rank only when asked (or when its client is gone), so until then the
 rank's pid -- and its process group id -- cannot be reused: the caller may signal the group
@@ -100,16 +100,19 @@ class Server:
 
     def answer(self, sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
         op = message.get("op")
-        if op == "spawn":
-            reply = self.spawn(sock, message, fds)
-        elif op == "reap":
-            reply = {"code": self.reap(sock, message["pid"])}
-        elif op == "close":
-            self.kill_and_reap(self.owned.get(sock, set()))
-            self.owned[sock] = set()
-            reply = {"closed": True}
-        else:
-            reply = {"error": f"unknown request {op!r}"}
+        try:
+            if op == "spawn":
+                reply = self.spawn(sock, message, fds)
+            elif op == "reap":
+                reply = {"code": self.reap(sock, message["pid"])}
+            elif op == "close":
+                self.kill_and_reap(self.owned.get(sock, set()))
+                self.owned[sock] = set()
+                reply = {"closed": True}
+            else:
+                reply = {"error": f"unknown request {op!r}"}
+        except Exception as exc:  # noqa: BLE001 - one bad request must not end the server
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
         try:
             send(sock, reply)
         except OSError:
@@ -209,13 +212,14 @@ def become_rank(message: dict[str, Any], fds: list[int], sockets: list[socket.so
         place_fds(passed, message["pass_fds"])
         os.chdir(message["cwd"])
         sys.path[0] = message["cwd"]  # what ``python -m`` puts first
-        os.environ.clear()
-        os.environ.update(message["env"])
+        held = os.open(message["environ_file"], os.O_RDONLY)  # for life: see labkit.reaper
+        environ = os.pread(held, os.fstat(held).st_size, 0)
+        os.environb.clear()
+        os.environb.update(entry.partition(b"=")[::2] for entry in environ.split(b"\0")
+                           if b"=" in entry)
         from labkit.reaper import PARENT_ENV
 
         os.environ[PARENT_ENV] = str(os.getppid())  # our parent is this server
-        if message.get("environ_file"):
-            os.open(message["environ_file"], os.O_RDONLY)  # held for life: see labkit.reaper
         import tempfile
 
         tempfile.tempdir = None  # the caller's TMPDIR, not ours

@@ -113,12 +113,14 @@ class Client:
                 return None
         return answer  # type: ignore[no-any-return]
 
-    def spawn(self, module: str, args: list[str], *, env: dict[str, str], stdout: int,
-              pass_fds: tuple[int, ...], environ_file: str | None) -> ForkedRank:
-        """Fork ``python -m MODULE ARGS`` (as the server's child). An interrupt meanwhile is
-        raised only once the rank is known, so no rank can start unseen."""
+    def spawn(self, module: str, args: list[str], *, environ_file: str, stdout: int,
+              pass_fds: tuple[int, ...]) -> ForkedRank:
+        """Fork ``python -m MODULE ARGS`` (as the server's child) with the environment held in
+        ``environ_file`` (``labkit.reaper.ENVIRON_FILE``) and this process's working
+        directory. An interrupt meanwhile is raised only once the rank is known, so no rank
+        can start unseen."""
         with interrupts_deferred():
-            answer = self._ask({"op": "spawn", "module": module, "args": args, "env": env,
+            answer = self._ask({"op": "spawn", "module": module, "args": args,
                                 "cwd": os.getcwd(), "pass_fds": list(pass_fds),
                                 "environ_file": environ_file}, (stdout, *pass_fds))
             if answer is None:

@@ -174,9 +174,9 @@ class Supervisor:
             with open(self.tmpdir / f"rank-{rank}.log", "wb") as log, interrupts_deferred():
                 # a rank is in self.procs before a Ctrl-C can land: shutdown will find it
                 if self.forks is not None:  # forked from the warm server (labkit.forkserver)
-                    p: Any = self.forks.spawn(self.entry, args, env=env, stdout=log.fileno(),
-                                              pass_fds=(write_fd, *extra_fds),
-                                              environ_file=str(self.tmpdir / ENVIRON_FILE))
+                    p: Any = self.forks.spawn(self.entry, args, stdout=log.fileno(),
+                                              environ_file=str(self.tmpdir / ENVIRON_FILE),
+                                              pass_fds=(write_fd, *extra_fds))
                 else:
                     p = subprocess.Popen([sys.executable, "-m", self.entry, *args],
                                          pass_fds=(write_fd, *extra_fds),

@@ -33,12 +33,12 @@ def test_a_forked_rank_sees_the_callers_environment_of_this_run(monkeypatch, tmp
     server = forkserver.server_pid()
     assert server is not None and all(r["ppid"] == server for r in first)
     assert {r["flavour"] for r in first} == {"vanilla"}
-    monkeypatch.setenv("LAB_FLAVOUR", "mint")
+    monkeypatch.setenv("LAB_FLAVOUR", "menthe crème")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     second = labkit.launch(_where, 2).results
     assert forkserver.server_pid() == server, "a new server for variables nothing imports"
     for r in second:
-        assert (r["flavour"], r["tmp"], r["ppid"]) == ("mint", str(tmp_path), server), r
+        assert (r["flavour"], r["tmp"], r["ppid"]) == ("menthe crème", str(tmp_path), server), r
         assert r["pgid"] == r["pid"], f"rank {r['pid']} does not lead its own process group"
     monkeypatch.chdir(tmp_path)  # the import path starts here now: maybe a new server
     assert {r["cwd"] for r in labkit.launch(_where, 2).results} == {str(tmp_path)}
