@@ -82,23 +82,11 @@ def pick_failure(rank_logs: dict[int, str], agent_logs: list[str], host_code: in
 
 def timeout_failure(timeout_s: float, stacks: dict[int, str],
                     status: dict[int, tuple[int, int]]) -> RunTimeout:
-    """A timed-out run; names the rank that stopped outside communication while the others
-    waited inside it (the supervisor's rule, on the same status board). ``stacks``: the
-    ranks still running and their Python stacks; ``status``: rank -> (step, in comm)."""
+    """A timed-out run, named by the supervisor's rule (``labkit.verdict.hang``) from the same
+    status board. ``stacks``: the ranks still running and their Python stacks; ``status``:
+    rank -> (step, in comm)."""
+    from labkit.verdict import hang
+
     running = sorted(stacks)
-    stuck = [r for r in running if status.get(r, (0, 0))[1] == 0]
-    waiting = [r for r in running if r not in stuck]
-    suspect: int | None = None
-    if stuck and waiting:
-        suspect = stuck[0]
-        why = (f"rank {suspect} stopped making progress at step {status[suspect][0]} "
-               f"outside any communication call, while rank(s) "
-               f"{', '.join(map(str, waiting))} waited for it")
-    else:
-        suspect = running[0] if len(running) == 1 else None
-        why = "no rank made progress"
-    body = "\n\n".join(f"--- rank {r} (step {status.get(r, (0, 0))[0]}) ---\n"
-                        f"{stacks[r].strip()}" for r in running)
-    return RunTimeout(RankFailure(suspect, "timeout", f"run timed out after {timeout_s:g} s: "
-                                  f"{why}; ranks still running: "
-                                  f"{', '.join(map(str, running)) or 'none'}", body))
+    return hang(timeout_s, running, {r: status.get(r, (0, 0))[1] != 0 for r in running},
+                {r: status.get(r, (0, 0))[0] for r in running}, stacks)
