@@ -23,7 +23,10 @@ from tests.conftest import processes_holding
 
 pytestmark = [pytest.mark.grading, pytest.mark.lesson08]
 REPO = Path(__file__).resolve().parents[2]
-ISOLATING = [m for m in ("bwrap", "unshare") if boxes.available(m)]
+UNDER_TMP = any(Path(d) in REPO.parents for d in ("/tmp", "/var/tmp", "/dev/shm"))
+ISOLATING = [pytest.param(m, marks=pytest.mark.skipif(
+    m == "unshare" and UNDER_TMP, reason=f"the unshare box hides {REPO} (under a temp dir)"))
+    for m in ("bwrap", "unshare") if boxes.available(m)]
 
 PROBE = f'''import os
 course = {str(REPO)!r}
@@ -100,6 +103,14 @@ def test_a_cell_that_ignores_ctrl_c_is_killed_and_the_box_rebuilt() -> None:
         assert "42" in session.run_cell("print(x + 1)")["stdout"]  # replayed
     finally:
         session.close()
+
+
+def test_unshare_refuses_a_course_under_a_temp_dir_with_the_way_out(tmp_path: Path) -> None:
+    """Its box mounts an empty /tmp: a course there would vanish, so it says so up front."""
+    from labkit.grading.sandbox.modes import unshare_cmd
+
+    with pytest.raises(ConfigError, match=r"would vanish inside it.*install bubblewrap"):
+        unshare_cmd(tmp_path)
 
 
 def test_bad_mode_is_refused_before_anything_starts() -> None:

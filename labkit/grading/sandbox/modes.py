@@ -129,7 +129,18 @@ def hidden_paths(course_root: Path | None) -> list[Path]:
     return out
 
 
+PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
+"""Replaced by empty, private mounts inside an ``unshare`` box."""
+
+
 def unshare_cmd(course_root: Path | None) -> list[str]:
+    inside = [str(p) for p in [*_needed_paths(), course_root] if p is not None
+              and any(Path(d) == p or Path(d) in p.resolve().parents for d in PRIVATE_TMP)]
+    if inside:
+        raise ConfigError(f"the unshare sandbox gives the box an empty /tmp, /var/tmp and "
+                          f"/dev/shm, so {', '.join(inside)} would vanish inside it: keep the "
+                          f"course and its Python environment outside those folders, or "
+                          f"install bubblewrap (apt-get install bubblewrap; LABKIT_SANDBOX=bwrap)")
     mounts = []
     for path in hidden_paths(course_root):
         if path.is_dir() and not path.is_symlink():
@@ -143,7 +154,7 @@ def unshare_cmd(course_root: Path | None) -> list[str]:
         "  case \"$m\" in /proc*|/sys*|/dev*) ;;",
         "  *) mount -o remount,bind,ro \"$m\" 2>/dev/null || true;; esac",
         "done",
-        "for d in /tmp /var/tmp /dev/shm; do [ -d \"$d\" ] && mount -t tmpfs none \"$d\"; done",
+        f"for d in {' '.join(PRIVATE_TMP)}; do [ -d \"$d\" ] && mount -t tmpfs none \"$d\"; done",
         *mounts, "mkdir -p /tmp/home", 'exec "$@"'])
     return ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
             "--kill-child", "--net", "--ipc", "--uts", "--mount-proc", "sh", "-c", script, "box"]
