@@ -259,6 +259,10 @@ def main(argv: list[str]) -> None:
         if threading.active_count() != 1:
             raise RuntimeError(f"{threading.active_count()} Python threads after the imports: "
                                f"forking could copy a held lock")
+        import torch
+
+        if torch.cuda.is_initialized():  # a forked child cannot use a parent's CUDA context
+            raise RuntimeError(f"CUDA was initialised while importing {PRELOAD_ENV} modules")
     except BaseException:  # noqa: BLE001 - reported to the caller, which falls back
         send(control, {"error": traceback.format_exc()})
         os._exit(1)
