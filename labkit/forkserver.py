@@ -48,7 +48,7 @@ import warnings
 from typing import Any
 
 from labkit._forkserver_main import recv, send
-from labkit.reaper import FORKSERVER_ENV, interrupts_deferred
+from labkit.reaper import FORKSERVER_ENV
 
 SWITCH_ENV = "LABKIT_FORKSERVER"
 """Set to 0 to exec every rank as a plain subprocess instead."""
@@ -82,9 +82,6 @@ class ForkedRank:
             return True
         return bool(select.select([self.pidfd], [], [], 0)[0])
 
-    def poll(self) -> int | None:
-        return self.wait(0) if self.exited() else None
-
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is not None:
             return self.returncode
@@ -117,17 +114,16 @@ class Client:
               pass_fds: tuple[int, ...]) -> ForkedRank:
         """Fork ``python -m MODULE ARGS`` (as the server's child) with the environment held in
         ``environ_file`` (``labkit.reaper.ENVIRON_FILE``) and this process's working
-        directory. An interrupt meanwhile is raised only once the rank is known, so no rank
-        can start unseen."""
-        with interrupts_deferred():
-            answer = self._ask({"op": "spawn", "module": module, "args": args,
-                                "cwd": os.getcwd(), "pass_fds": list(pass_fds),
-                                "environ_file": environ_file}, (stdout, *pass_fds))
-            if answer is None:
-                raise OSError("the fork server is gone")
-            if "pid" not in answer:
-                raise OSError(answer.get("errno", 0), answer.get("error", "fork failed"))
-            return ForkedRank(answer["pid"], self)
+        directory. Call it with Ctrl-C held back (``reaper.interrupts_deferred``, as the
+        supervisor does) until the rank is recorded, or an interrupt could leave it unseen."""
+        answer = self._ask({"op": "spawn", "module": module, "args": args, "cwd": os.getcwd(),
+                            "pass_fds": list(pass_fds), "environ_file": environ_file},
+                           (stdout, *pass_fds))
+        if answer is None:
+            raise OSError("the fork server is gone")
+        if "pid" not in answer:
+            raise OSError(answer.get("errno", 0), answer.get("error", "fork failed"))
+        return ForkedRank(answer["pid"], self)
 
     def reap(self, pid: int) -> int | None:
         answer = self._ask({"op": "reap", "pid": pid})
@@ -227,24 +223,31 @@ def connect(env: dict[str, str]) -> Client | None:
     wanted = server_env(env)
     wanted[FORKSERVER_ENV] = str(os.getpid())  # also makes the key this process's
     key = (sys.executable, tuple(sorted(wanted.items())))
-    try:
-        with _lock:
-            server = _servers.get(key)
-            if server is None or not server.alive():
-                idle = [k for k, s in _servers.items() if s.clients == 0]
-                for old in [_servers.pop(k) for k in idle]:  # one warm server at a time
-                    old.close()
-                server = _servers[key] = ForkServer(wanted)
-        return server.connect()
-    except OSError as exc:
-        _broken.append(str(exc))
-        with _lock:
-            dead = _servers.pop(key, None)
-        if dead is not None:
-            dead.close()
-        warnings.warn(f"labkit's fork server is off for this process ({exc}); ranks start as "
-                      f"plain subprocesses, a few seconds slower each", stacklevel=3)
-        return None
+    for _ in range(2):  # a server that served before and died since is replaced once
+        server, served_before = None, False
+        try:
+            with _lock:
+                server = _servers.get(key)
+                if server is None or not server.alive():
+                    idle = [k for k, s in _servers.items() if s.clients == 0]
+                    for old in [_servers.pop(k) for k in idle]:  # one warm server at a time
+                        old.close()
+                    server = None
+                    server = _servers[key] = ForkServer(wanted)
+            served_before = server.ready
+            return server.connect()
+        except OSError as exc:
+            with _lock:
+                _servers.pop(key, None)
+            if server is not None:
+                server.close()
+            if not served_before:  # it never started: say why once, then exec ranks
+                _broken.append(str(exc))
+                warnings.warn(f"labkit's fork server is off for this process ({exc}); ranks "
+                              f"start as plain subprocesses, a few seconds slower each",
+                              stacklevel=3)
+                return None
+    return None
 
 
 @atexit.register
