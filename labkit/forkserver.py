@@ -82,6 +82,10 @@ class ForkedRank:
             return True
         return bool(select.select([self.pidfd], [], [], 0)[0])
 
+    def poll(self) -> int | None:
+        """The exit code if it has exited (reaping it), else None -- as ``Popen.poll``."""
+        return self.wait(0) if self.exited() else None
+
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is not None:
             return self.returncode

@@ -10,25 +10,26 @@ import pytest
 
 RANK_ENTRIES = (b"labkit._rank_main", b"labkit._pool_main")
 """The modules rank processes run: a fresh run's ranks, a warm pool's ranks."""
+FORK_SERVER = b"labkit._forkserver_main"
+"""What this process's fork server runs; every process it forks is a rank."""
 
 
 def rank_children() -> list[int]:
-    """PIDs of live rank processes (fresh or pool ranks) whose parent is this process."""
-    me = os.getpid()
-    out = []
+    """PIDs of live rank processes (fresh or pool ranks) this process started: exec'd ones
+    (its children) and forked ones (children of its fork server, ``labkit.forkserver``)."""
+    procs = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            stat = (proc / "stat").read_text()
-            cmd = (proc / "cmdline").read_bytes()
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            procs[int(proc.name)] = (int(stat[1]), stat[0], (proc / "cmdline").read_bytes())
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        state = stat.rsplit(")", 1)[1].split()[0]
-        if ppid == me and any(e in cmd for e in RANK_ENTRIES) and state != "Z":
-            out.append(int(proc.name))
-    return out
+    me = os.getpid()
+    servers = {pid for pid, (ppid, _, cmd) in procs.items() if ppid == me and FORK_SERVER in cmd}
+    return [pid for pid, (ppid, state, cmd) in procs.items() if state != "Z" and (
+        (ppid == me and any(e in cmd for e in RANK_ENTRIES)) or ppid in servers)]
 
 
 def processes_holding(token: str) -> list[str]:

@@ -89,3 +89,14 @@ def test_a_server_that_cannot_start_falls_back_to_exec_with_one_warning(monkeypa
         first = labkit.launch(_where, 2).results
     assert {r["ppid"] for r in first} == {os.getpid()}
     forkserver.close_all()  # forget the failure: later tests get a server again
+
+
+def test_the_leftover_check_of_the_tests_sees_forked_ranks():
+    """``no_leftover_ranks`` (``rank_children``) must count forked ranks, or it could not
+    fail: a pool's two ranks are counted while it is open, none after it closed."""
+    from tests.conftest import rank_children
+
+    with labkit.Pool(world_size=2) as pool:
+        pool.launch(_where)
+        assert len(rank_children()) == 2
+    assert rank_children() == []
