@@ -33,12 +33,17 @@ def rank_children() -> list[int]:
 
 
 def processes_holding(token: str) -> list[str]:
-    """PIDs of live processes whose environment contains ``token`` (a test's marker)."""
+    """PIDs of processes whose environment contains ``token`` (a test's marker), forked
+    ranks included (their environment is the run's ``environ`` file: ``labkit.reaper``).
+    A fork server carries only the variables that configure libraries, never a marker: it
+    dies with the process that started it (``test_ranks_die_when_the_parent_is_killed``)."""
+    from labkit.reaper import environ_entries
+
     out = []
-    for env in Path("/proc").glob("[0-9]*/environ"):
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            if token.encode() in env.read_bytes():
-                out.append(env.parent.name)
+            if any(token.encode() in entry for entry in environ_entries(proc)):
+                out.append(proc.name)
         except OSError:
             continue
     return out
