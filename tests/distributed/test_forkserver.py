@@ -82,6 +82,19 @@ def test_a_killed_server_fails_the_run_at_once_and_the_next_run_starts_a_new_one
     contained.assert_clean()
 
 
+def _has_module(ctx, name):
+    import sys
+
+    return name in sys.modules
+
+
+def test_preloaded_modules_are_already_imported_in_every_rank(monkeypatch):
+    """LABKIT_FORKSERVER_PRELOAD: the server imports them once, every fork has them."""
+    assert labkit.launch(_has_module, 2, "wave").results == [False, False]
+    monkeypatch.setenv("LABKIT_FORKSERVER_PRELOAD", "wave, colorsys")
+    assert labkit.launch(_has_module, 2, "wave").results == [True, True]
+
+
 def test_a_server_that_cannot_start_falls_back_to_exec_with_one_warning(monkeypatch):
     forkserver.close_all()
     monkeypatch.setenv("LABKIT_FORKSERVER_PRELOAD", "labkit_no_such_module")
