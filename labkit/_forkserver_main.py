@@ -37,6 +37,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -154,8 +155,6 @@ class Server:
         self.reap_orphans(wait_s=2.0)
 
     def reap_orphans(self, wait_s: float = 0.0) -> None:
-        import time
-
         deadline = time.monotonic() + wait_s
         while self.orphans:
             for pid in list(self.orphans):

@@ -133,9 +133,15 @@ PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 """Replaced by empty, private mounts inside an ``unshare`` box."""
 
 
+def under_private_tmp(path: Path) -> bool:
+    """Whether ``path`` is (inside) one of ``PRIVATE_TMP``: it would vanish in the box."""
+    resolved = path.resolve()
+    return any(Path(d) == resolved or Path(d) in resolved.parents for d in PRIVATE_TMP)
+
+
 def unshare_cmd(course_root: Path | None) -> list[str]:
-    inside = [str(p) for p in [*_needed_paths(), course_root] if p is not None
-              and any(Path(d) == p or Path(d) in p.resolve().parents for d in PRIVATE_TMP)]
+    inside = [str(p) for p in [*_needed_paths(), course_root]
+              if p is not None and under_private_tmp(p)]
     if inside:
         raise ConfigError(f"the unshare sandbox gives the box an empty /tmp, /var/tmp and "
                           f"/dev/shm, so {', '.join(inside)} would vanish inside it: keep the "
