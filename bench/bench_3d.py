@@ -8,7 +8,7 @@
 2. Traffic per axis, measured from the trace vs ``labkit.theory.parallel_layout``, for
    every factorisation of 4 and of 8 ranks (4 and 8 ranks share 2 cores: bytes only).
 3. MFU of each strategy training the same GPT on 2 ranks (model FLOPs per second over this
-   machine's measured peak matmul FLOP/s, ``labkit.calibrate``).
+   machine's measured peak matmul FLOP/s, ``labkit.analysis.calibrate``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import argparse
 import statistics
 
 import labkit
-from labkit.calibrate import calibrate
-from labkit.strategies.hybrid.lab import LESSON_GPT, factorisations
+from labkit.analysis.calibrate import calibrate
+from labkit.lessons.parallel3d import LESSON_GPT, factorisations
 
 GPT = {"kind": "gpt", "width": 128, "depth": 4, "heads": 4, "seq_len": 64}
 

@@ -24,10 +24,10 @@ import subprocess
 import sys
 import time
 
-from labkit.cluster import comm_experiments as cx
-from labkit.cluster import experiments as ex
-from labkit.cluster import leftovers
-from labkit.cluster.support import support
+from labkit.base.netsupport import support
+from labkit.launchers.cluster import leftovers
+from labkit.lessons import cluster as ex
+from labkit.lessons import cluster_comm as cx
 
 
 def check(ok: bool) -> str:
@@ -40,7 +40,7 @@ def ddp_section(fast: str, slow: str, world_size: int, steps: int) -> dict:
         d = ex.ddp_across_links((fast, slow), steps=steps)
     else:  # 2 nodes x 2 ranks: compare with the 1-node run of the same 4 ranks
         import labkit
-        from labkit.cluster import predict
+        from labkit.lessons import cluster_predict as predict
 
         kw = dict(strategy="ddp", steps=steps, batch_size=256, model=ex.DDP_MODEL,
                   threads_per_rank=1, timeout_s=300, progress=False)

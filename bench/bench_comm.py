@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.config import ModelConfig
-from labkit.strategies.compression import experiments as ex
+from labkit.config.run import ModelConfig
+from labkit.lessons import compression as ex
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ Usage: .venv/bin/python bench/bench_dp.py   (about a minute on 2 cores)
 from __future__ import annotations
 
 import labkit
-from labkit.config import ModelConfig
+from labkit.config.run import ModelConfig
 
 
 def bench_ring(repeats: int = 3) -> None:

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import labkit
-from labkit.errors import RunFailed
-from labkit.reaper import tagged
+from labkit.base.errors import RunFailed
+from labkit.launchers.reaper import tagged
 
 _MARK = "LABKIT_BENCH_MARK"
 
@@ -49,7 +49,7 @@ def survivors(since_pids: set[int]) -> list[int]:
                 stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if b"labkit._rank_main" in cmd and stat[0] != "Z" and int(stat[1]) in (me, 1):
+            if b"labkit.launchers.rank_main" in cmd and stat[0] != "Z" and int(stat[1]) in (me, 1):
                 out.append(int(proc.name))
     return out
 

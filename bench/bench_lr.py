@@ -11,7 +11,7 @@ import argparse
 import math
 import time
 
-from labkit.strategies.scaling.experiments import lr_experiment
+from labkit.lessons.scaling import lr_experiment
 
 
 def main() -> int:

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.config import ModelConfig
-from labkit.devices import cpu_count
-from labkit.runner import RunResult
-from labkit.strategies.pipeline.lab import balance_demo, bubble_breakdown, run_pipeline
+from labkit.base.devices import cpu_count
+from labkit.config.run import ModelConfig
+from labkit.launchers.runner import RunResult
+from labkit.lessons.pipeline import balance_demo, bubble_breakdown, run_pipeline
 from labkit.strategies.pipeline.metrics import op_times_ms
 from labkit.theory import pipeline_speedup
 

@@ -1,7 +1,7 @@
 """The parameter-server race of lesson 11: with a straggler, does ASP reach the target loss
 sooner in wall-clock time than BSP? And how stale do gradients get?
 
-Runs lesson 11's experiment (``labkit.strategies.ps.experiments.consistency_experiment``:
+Runs lesson 11's experiment (``labkit.lessons.async_ps.consistency_experiment``:
 BSP, ASP and SSP(K), without and with the last worker ``--factor`` times slower; 1 server
 and 2 workers unless ``--workers`` says otherwise) ``--rounds`` times, and prints per run
 its table (updates per second, staleness mean and max, time to the target loss, final loss,
@@ -20,7 +20,7 @@ import os
 import statistics
 import sys
 
-from labkit.strategies.ps.experiments import (
+from labkit.lessons.async_ps import (
     TARGET_LOSS,
     consistency_experiment,
     straggler_predictions,

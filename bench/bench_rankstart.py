@@ -1,7 +1,7 @@
 """Rank start-up: ranks forked from the warm fork server vs ranks exec'd afresh.
 
 In one Python process (as in a notebook kernel), the same runs are timed with ranks forked
-by ``labkit.forkserver`` (the default) and with ``LABKIT_FORKSERVER=0`` (every rank a new
+by ``labkit.launchers.forkserver`` (the default) and with ``LABKIT_FORKSERVER=0`` (every rank a new
 interpreter that imports torch, and ``torch._dynamo`` as soon as it builds an optimizer or
 a DDP). The two are alternated round by round so a noisy neighbour hits both alike, and
 the medians compared; forked and exec'd runs must train the same parameters. Also shown:
@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import labkit
-from labkit import forkserver
+from labkit.launchers import forkserver
 
 GOAL = 0.25
 

@@ -1,7 +1,7 @@
 """Ray in numbers: by value vs by reference through the object store, and what launching
 labkit's ranks through Ray Train costs compared with labkit's own supervisor.
 
-1. By value vs by reference (``labkit.rayrun.lessons.by_value_vs_by_reference``): the same
+1. By value vs by reference (``labkit.lessons.ray_tasks.by_value_vs_by_reference``): the same
    payload handed to the same number of tasks, serialized once per task or ``ray.put`` once;
    median of ``--repeats`` alternating measurements, for each payload size and task count.
 2. Start-up, cold: ``labkit run ddp --world-size 2 --steps 20 --json`` with and without
@@ -43,7 +43,7 @@ def timed(cmd: list[str]) -> tuple[float, str]:
 
 
 def object_store(repeats: int) -> None:
-    from labkit.rayrun.lessons import by_value_vs_by_reference
+    from labkit.lessons.ray_tasks import by_value_vs_by_reference
 
     print("1. by value vs by reference (median of alternating repeats)")
     for mb, tasks in SIZES:
@@ -55,7 +55,7 @@ def object_store(repeats: int) -> None:
 
 
 def cold_start(rounds: int) -> None:
-    from labkit.rayrun import ray_processes
+    from labkit.launchers.ray import ray_processes
 
     before = {pid for pid, _ in ray_processes()}
     walls: dict[str, list[float]] = {"labkit": [], "ray": []}
@@ -79,7 +79,7 @@ def cold_start(rounds: int) -> None:
 
 def warm_start(rounds: int) -> None:
     import labkit
-    from labkit.rayrun import ensure_ray, shutdown_ray
+    from labkit.launchers.ray import ensure_ray, shutdown_ray
 
     t0 = time.perf_counter()
     ensure_ray()
@@ -103,7 +103,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     print(f"{os.cpu_count()} CPUs")
-    from labkit.rayrun import ensure_ray, shutdown_ray
+    from labkit.launchers.ray import ensure_ray, shutdown_ray
 
     ensure_ray()
     object_store(args.repeats)

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 import labkit
-from labkit.checkpoint import complete_steps, load, save
-from labkit.errors import RunFailed
-from labkit.rank import RankContext
+from labkit.base.errors import RunFailed
+from labkit.rank.context import RankContext
+from labkit.train.checkpoint import complete_steps, load, save
 
 STEPS = 12
 SHAPE = (4096, 2048)  # 32 MB: a save lasts long enough for a kill to land inside it

@@ -24,10 +24,10 @@ def _bench(ctx, steps: int, rounds: int, width: int, depth: int) -> dict:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 
-    from labkit.config import ModelConfig
-    from labkit.events import Op
+    from labkit.base.events import Op
+    from labkit.config.run import ModelConfig
     from labkit.strategies.ddp.torch_ddp import StepRef, traced_allreduce_hook
-    from labkit.training import BackwardClock, SyntheticTask, build_mlp, traced_backward
+    from labkit.train.training import BackwardClock, SyntheticTask, build_mlp, traced_backward
 
     model = build_mlp(ModelConfig(width=width, depth=depth), 0)
     ddp = DistributedDataParallel(model)

@@ -18,7 +18,7 @@ Run: ``.venv/bin/python bench/bench_zero.py`` (about 3-5 minutes on 2 cores).
 from __future__ import annotations
 
 import labkit
-from labkit.config import ModelConfig, RunConfig
+from labkit.config.run import ModelConfig, RunConfig
 
 MODEL = ModelConfig(width=513, depth=3)  # odd width: padding is exercised
 TERMS = ("params", "grads", "optimizer")

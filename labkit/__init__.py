@@ -21,14 +21,17 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "run": "labkit.runner", "launch": "labkit.runner", "RunResult": "labkit.runner",
-    "LaunchResult": "labkit.runner", "Pool": "labkit.warmpool", "pool": "labkit.warmpool",
-    "RunConfig": "labkit.config", "ModelConfig": "labkit.config", "FaultSpec": "labkit.config",
-    "Timeline": "labkit.timeline", "Event": "labkit.events", "Lane": "labkit.events",
-    "Op": "labkit.events", "SCHEMA_VERSION": "labkit.events",
-    "LabError": "labkit.errors", "ConfigError": "labkit.errors", "RunFailed": "labkit.errors",
-    "RunTimeout": "labkit.errors",
-    "plot_timeline": "labkit.plots", "timeline_viewer": "labkit.widgets.timeline",
+    "run": "labkit.launchers.runner", "launch": "labkit.launchers.runner",
+    "RunResult": "labkit.launchers.runner", "LaunchResult": "labkit.launchers.runner",
+    "Pool": "labkit.launchers.pool", "pool": "labkit.launchers.pool",
+    "RunConfig": "labkit.config.run", "ModelConfig": "labkit.config.run",
+    "FaultSpec": "labkit.config.run",
+    "Timeline": "labkit.analysis.timeline", "Event": "labkit.base.events",
+    "Lane": "labkit.base.events", "Op": "labkit.base.events",
+    "SCHEMA_VERSION": "labkit.base.events",
+    "LabError": "labkit.base.errors", "ConfigError": "labkit.base.errors",
+    "RunFailed": "labkit.base.errors", "RunTimeout": "labkit.base.errors",
+    "plot_timeline": "labkit.analysis.plots", "timeline_viewer": "labkit.widgets.timeline",
     "doctor": "labkit.doctor",
 }
 

@@ -1,7 +1,7 @@
 """The ``labkit`` command: doctor, run, list, calc, quiz, submit.
 
 ``labkit run STRATEGY`` takes the common flags plus one flag per field of the strategy's
-options dataclass (``labkit.runflags``, shared with the torchrun worker). Exit codes: 0 ok,
+options dataclass (``labkit.config.flags``, shared with the torchrun worker). Exit codes: 0 ok,
 1 the run failed (a rank raised, died or hung), 2 bad input.
 """
 
@@ -12,15 +12,22 @@ import importlib
 import json
 import sys
 
-from labkit.errors import ConfigError, LabError, RankFailure, RunFailed
-from labkit.runflags import add_run_flags, option_flags
+from labkit.base.errors import ConfigError, LabError, RankFailure, RunFailed
+from labkit.config.flags import add_run_flags, option_flags
 
 # Subcommands contributed by other modules: each has ``register(subparsers)``.
 _PLUGINS = ("labkit.theory.cli", "labkit.quiz.cli", "labkit.grading.cli")
 
 
 def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
-    from labkit.runflags import config_from_args, fail_input, fail_run, output_problems, report, save_partial
+    from labkit.config.flags import (
+        config_from_args,
+        fail_input,
+        fail_run,
+        output_problems,
+        report,
+        save_partial,
+    )
 
     try:
         config = config_from_args(args, extra)
@@ -29,7 +36,7 @@ def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
             raise ConfigError(problems)
     except ConfigError as err:
         return fail_input(args, str(err))
-    from labkit.runner import run
+    from labkit.launchers.runner import run
 
     try:
         result = run(config)
@@ -51,7 +58,7 @@ def _doctor_command(args: argparse.Namespace, _extra: list[str]) -> int:
 
 
 def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
-    from labkit.calibrate import cache_dir, calibrate
+    from labkit.analysis.calibrate import cache_dir, calibrate
 
     result = calibrate(args.device, refresh=True)
     if result is None:
@@ -67,10 +74,9 @@ def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
 
 
 def _list_command(args: argparse.Namespace, _extra: list[str]) -> int:
-    from labkit import strategies
-
-    for name in strategies.names():
-        spec = strategies.get(name)
+    from labkit.config import registry
+    for name in registry.names():
+        spec = registry.get(name)
         print(f"{name:<16} {spec.summary}")
     return 0
 
@@ -105,9 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _strategy_help(argv: list[str]) -> bool:
     """`labkit run ddp --help`: common flags plus that strategy's options."""
     if len(argv) >= 2 and argv[0] == "run" and ("-h" in argv or "--help" in argv):
-        from labkit import strategies
-
-        spec = strategies.lookup(argv[1])
+        from labkit.config import registry
+        spec = registry.lookup(argv[1])
         if spec is not None:
             parents = [option_flags(spec.options)] if spec.options is not None else []
             p = argparse.ArgumentParser(prog=f"labkit run {spec.name}", parents=parents,

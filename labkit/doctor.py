@@ -2,7 +2,7 @@
 
 Reports Python and torch versions, which distributed backends torch was built with, CPU
 cores and GPUs, the world sizes that make sense here, whether JupyterLab and nbgrader
-are installed, and whether emulated nodes (``labkit.cluster``: network namespaces joined
+are installed, and whether emulated nodes (``labkit.launchers.cluster``: network namespaces joined
 by a shaped link) can run here and why not — the first thing to run on a new laptop or
 GPU server. ``labkit doctor --clean`` also removes what crashed cluster runs left behind.
 """
@@ -17,7 +17,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from labkit import devices, forkserver
+from labkit.base import devices
+from labkit.launchers import forkserver
 
 
 def _version(dist_name: str) -> str | None:
@@ -100,14 +101,14 @@ def _cluster_lines(c: dict[str, Any]) -> list[str]:
 
 def cluster_status(clean: bool = False) -> dict[str, Any]:
     """Emulated nodes on this machine: can they run, how, and what dead runs left behind."""
-    from labkit.cluster import leftovers, netns
-    from labkit.cluster.support import link_shaping, support
+    from labkit.base.netsupport import link_shaping, support
+    from labkit.launchers.cluster import leftovers, netns
 
     where = support()
     out: dict[str, Any] = {"available": where.available, "mode": where.mode,
                            "reason": where.reason}
     if where.available or os.environ.get("LABKIT_CLUSTER_MODE", "") != "off":
-        from labkit.cluster.support import root_works, userns_works
+        from labkit.base.netsupport import root_works, userns_works
 
         # both ways, so an instructor sees what a non-root student would get
         out["root_namespaces"] = os.geteuid() == 0 and root_works()[0]
@@ -125,8 +126,7 @@ def cluster_status(clean: bool = False) -> dict[str, Any]:
 
 
 def doctor(clean: bool = False) -> DoctorReport:
-    from labkit import strategies
-
+    from labkit.config import registry
     notes: list[str] = []
     torch_version = _version("torch")
     backends = {"gloo": False, "nccl": False, "mpi": False}
@@ -156,5 +156,5 @@ def doctor(clean: bool = False) -> DoctorReport:
         backends=backends, cpu_cores=cores, gpus=gpus, suggested_world_sizes=sizes,
         packages={p: _version(p) for p in ("jupyterlab", "ipywidgets", "nbgrader",
                                             "matplotlib")},
-        strategies=strategies.names(), notes=notes, cluster=cluster_status(clean),
+        strategies=registry.names(), notes=notes, cluster=cluster_status(clean),
         rank_start="forked" if forkserver.enabled() else "exec")

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-RANK_ENTRIES = (b"labkit._rank_main", b"labkit._pool_main")
+RANK_ENTRIES = (b"labkit.launchers.rank_main", b"labkit.launchers.pool_main")
 """The modules rank processes run: a fresh run's ranks, a warm pool's ranks."""
-FORK_SERVER = b"labkit._forkserver_main"
+FORK_SERVER = b"labkit.launchers.forkserver_main"
 """What this process's fork server runs; every process it forks is a rank."""
 
 
 def rank_children() -> list[int]:
     """PIDs of live rank processes (fresh or pool ranks) this process started: exec'd ones
-    (its children) and forked ones (children of its fork server, ``labkit.forkserver``)."""
+    (its children) and forked ones (children of its fork server, ``labkit.launchers.forkserver``)."""
     procs = {}
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -34,10 +34,10 @@ def rank_children() -> list[int]:
 
 def processes_holding(token: str) -> list[str]:
     """PIDs of processes whose environment contains ``token`` (a test's marker), forked
-    ranks included (their environment is the run's ``environ`` file: ``labkit.reaper``).
+    ranks included (their environment is the run's ``environ`` file: ``labkit.launchers.reaper``).
     A fork server carries only the variables that configure libraries, never a marker: it
     dies with the process that started it (``test_ranks_die_when_the_parent_is_killed``)."""
-    from labkit.reaper import environ_entries
+    from labkit.launchers.reaper import environ_entries
 
     out = []
     for proc in Path("/proc").glob("[0-9]*"):
@@ -72,8 +72,8 @@ def ray_session():
     import time
     import uuid
 
-    from labkit.rayrun import ensure_ray, ray_processes, shutdown_ray
-    from labkit.reaper import tagged
+    from labkit.launchers.ray import ensure_ray, ray_processes, shutdown_ray
+    from labkit.launchers.reaper import tagged
 
     marker = uuid.uuid4().hex
     os.environ["LABKIT_RAY_SESSION_MARK"] = marker
@@ -98,7 +98,7 @@ class Contained:
 
     def processes(self) -> list[int]:
         """Live processes started from this test (they carry the marker)."""
-        from labkit.reaper import tagged
+        from labkit.launchers.reaper import tagged
 
         return tagged("LABKIT_TEST_MARK", self.marker)
 

@@ -94,7 +94,7 @@ def launch(fn: Callable[..., Any], check: str, world_size: int, args: Sequence[A
     import cloudpickle
 
     from labkit.grading import rank_side
-    from labkit.runner import launch as run_ranks
+    from labkit.launchers.runner import launch as run_ranks
 
     harness = getattr(rank_side, f"{check}_rank")
     result = run_ranks(harness, world_size, cloudpickle.dumps(fn), *args, list(forbid),

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from labkit.errors import ConfigError, LabError
+from labkit.base.errors import ConfigError, LabError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

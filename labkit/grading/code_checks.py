@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from labkit.events import Op
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Op
 from labkit.grading import calls
 from labkit.grading.checks import Verdict
 from labkit.grading.parts import FORBIDDEN_HINT, Question
@@ -43,7 +44,6 @@ from labkit.grading.sync_checks import (
     expected_buckets,
     zero1_question,
 )
-from labkit.timeline import Timeline
 
 RING_SIZES = (12, 13, 1001)  # divisible, odd, odd and larger
 WIRE_SIZE = 1 << 18  # float64 elements: 2 MB, so the loopback count is mostly payload

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import ConfigError, LabError
+from labkit.base.errors import ConfigError, LabError
 
 CONFIG = "nbgrader_config.py"
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from labkit.errors import LabError
+from labkit.base.errors import LabError
 
 FOLDER = "_grading"
 

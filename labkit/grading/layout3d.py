@@ -21,7 +21,7 @@ from typing import Any
 from labkit.grading import calls
 from labkit.grading.parts import Question
 
-# The lesson's GPT (``labkit.strategies.hybrid.lab.LESSON_GPT``: its vocabulary is the
+# The lesson's GPT (``labkit.lessons.parallel3d.LESSON_GPT``: its vocabulary is the
 # text task's 96 characters), 4 ranks on one node, SGD with momentum in fp32: 4 bytes of
 # weights, 4 of gradients and 4 of momentum per parameter.
 SEED_LAYOUT: dict[str, Any] = {

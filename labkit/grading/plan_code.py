@@ -127,7 +127,7 @@ def run_on_executor(plan: Plan, tolerance: float = 1e-5) -> Verdict:
     The plan is plain data (action strings from the student's function), so the grader
     runs it itself: no student code is involved.
     """
-    from labkit.config import ModelConfig
+    from labkit.config.run import ModelConfig
     from labkit.strategies.pipeline.executor import run_plan
 
     stages, microbatches = plan.stages, plan.microbatches

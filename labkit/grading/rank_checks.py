@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labkit.events import Lane, Op
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Lane, Op
 from labkit.grading.parts import Question
-from labkit.timeline import Timeline
 
 FORBID = ("labkit.strategies", "labkit.grading")
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from labkit.events import Op
+from labkit.base.events import Op
 from labkit.grading.sandbox.watch import CallWatch, make_dispatch_counter
-from labkit.rank import RankContext
+from labkit.rank.context import RankContext
 
 FULL_RESULT_MAX = 5000  # elements; larger results come back as a checksum and a sample
 SAMPLE = 64

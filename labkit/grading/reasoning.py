@@ -139,7 +139,7 @@ def challenge_question(fn: Callable[..., Any], points: float = 4) -> Question:
 def diagnosis_question(fn: Callable[..., Any], traces: str | Path = "traces",
                        points: float = 4) -> Question:
     """Level III: a diagnosis of each public trace, checked here for shape only."""
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
 
     q = Question("diagnose", points, ["the kind of bottleneck", "the rank or stage",
                                       "a lever that fixes it"])

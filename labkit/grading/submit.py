@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import ConfigError, LabError
+from labkit.base.errors import ConfigError, LabError
 from labkit.grading import course
 
 _MISSING = re.compile(r"Missing grade cell (\S+)")

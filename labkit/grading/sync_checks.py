@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from labkit.events import Op
+from labkit.base.events import Op
 from labkit.grading import calls
 from labkit.grading.checks import Verdict
 from labkit.grading.parts import Question

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import ConfigError
-from labkit.events import Lane, Op
-from labkit.rank import RankContext
-from labkit.timeline import Timeline
+from labkit.analysis.timeline import Timeline
+from labkit.base.errors import ConfigError
+from labkit.base.events import Lane, Op
+from labkit.rank.context import RankContext
 
 KINDS = ("slow_stage", "slow_link", "exposed_allreduce")
 SLOW_FACTOR = 4  # the slow stage's layers cost this many times the others
@@ -110,8 +110,8 @@ def slow_link_steps(ctx: RankContext, steps: int, width: int, slow_rank: int,
 
 def record(spec: TraceSpec) -> Timeline:
     """One real run with the injected cause; its timeline without labels."""
-    from labkit.config import ModelConfig, RunConfig
-    from labkit.runner import launch, run
+    from labkit.config.run import ModelConfig, RunConfig
+    from labkit.launchers.runner import launch, run
 
     if spec.kind == "slow_stage":
         costs = tuple(SLOW_FACTOR if layer // 2 == spec.rank else 1

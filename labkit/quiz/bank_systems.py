@@ -1,6 +1,6 @@
 """Quiz questions: 3D parallelism (lesson 09) and training across nodes (lesson 10).
 
-3D: ranks on a ``dp x pp x tp`` grid with tp fastest (``labkit.grid``, after picotron's
+3D: ranks on a ``dp x pp x tp`` grid with tp fastest (``labkit.base.grid``, after picotron's
 process-group manager), so a tensor-parallel group is a run of neighbouring ranks that sits
 in one node; memory per rank is ZeRO over dp of the tp x pp shard
 (``theory.zero_memory``); MFU is model FLOPs (``theory.training_flops``, Kaplan et al. 2020)
@@ -12,7 +12,7 @@ all-reduce (``theory.hierarchical_allreduce_bytes``) and why TP stays inside a n
 
 from __future__ import annotations
 
-from labkit.grid import Grid
+from labkit.base.grid import Grid
 from labkit.quiz.questions import ChoiceQuestion, Concept, NumericQuestion, Question, format_number
 from labkit.theory import (
     get_link,

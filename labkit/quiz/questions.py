@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from labkit.errors import LabError
+from labkit.base.errors import LabError
 from labkit.quiz.answers import (
     LETTERS,
     AnswerFormatError,

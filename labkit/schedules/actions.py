@@ -24,7 +24,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 
 Token = tuple[str, int, int]
 """A dependency token: (kind, stage, microbatch), kind one of "F", "G", "W"."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.schedules.actions import Action, Cells, Op, Plan, Token, format_cells
 from labkit.schedules.validate import ScheduleError
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.schedules.actions import Action, Op, Plan, Token, format_plan
 from labkit.schedules.validate import ScheduleError
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.errors import LabError
+from labkit.base.errors import LabError
 from labkit.schedules.actions import Action, Cells, Op, Plan, Token, format_cells, format_plan
 
 

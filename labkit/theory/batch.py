@@ -20,7 +20,7 @@ import math
 import numbers
 from collections.abc import Iterable, Sequence
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 
 LR_RULES = ("linear", "sqrt")
 DECAYS = ("none", "linear", "cosine")
@@ -174,7 +174,7 @@ def lars_local_lr(lr: float, weight_norm: float, grad_norm: float, *, eta: float
 
     You, Gitman and Ginsburg 2017 ("Large Batch Training of Convolutional Networks"): each
     layer's update is scaled to a fixed share (``eta``) of its own weight norm, so no layer
-    moves too far when the global LR is large. ``labkit.optim.LARS`` computes the same
+    moves too far when the global LR is large. ``labkit.train.optim.LARS`` computes the same
     ratio on tensors; LAMB (You et al. 2019) applies it to Adam's update instead of ``g``.
     """
     rate = check_number("lr", lr, "lr=0.1", allow_equal=False)

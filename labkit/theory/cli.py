@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.theory.batch import DECAYS, LR_RULES, global_batch, lr_at_step, scaled_lr
 from labkit.theory.comm import (
     busbw,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.theory.batch import check_choice, check_int, check_number
 
 NAIVE_SCHEMES = ("reduce_broadcast", "all_to_all")

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.theory.batch import check_int, check_number
 from labkit.theory.memory import zero_memory, zero_offload_traffic
 

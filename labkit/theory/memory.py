@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.theory.batch import check_choice, check_int, check_number
 
 GB = 1e9

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.theory.batch import check_choice, check_int
 from labkit.theory.memory import zero_memory
 
@@ -37,7 +37,7 @@ KINDS = ("gpt", "mlp")
 
 
 def gpt_params(vocab: int, width: int, depth: int, seq_len: int) -> dict[str, int]:
-    """Parameter counts of ``labkit.models.gpt``: ``embedding`` (token + position),
+    """Parameter counts of ``labkit.train.models.gpt``: ``embedding`` (token + position),
     one ``block`` (``12 h^2 + 13 h``), ``final`` (LayerNorm + head) and ``total``."""
     v = check_int("vocab", vocab, 1, "vocab=96")
     h = check_int("width", width, 1, "width=128")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.schedules.plans import CLOSED_FORM
 from labkit.theory.batch import check_choice, check_int, check_number
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from matplotlib.figure import Figure
 
-from labkit.plots import new_figure
+from labkit.analysis.plots import new_figure
 from labkit.theory import lr_schedule
 
 

@@ -1,7 +1,7 @@
 """Figures of lesson 10 (multi-node): the link, DDP across it, placement, hierarchy, compression.
 
 Same conventions as ``labkit.visuals.comm``: measured = solid bars, predicted = hatched bars
-(the alpha-beta model, ``labkit.cluster.predict``); rows that could not be measured (no
+(the alpha-beta model, ``labkit.lessons.cluster_predict``); rows that could not be measured (no
 emulated cluster here) show the prediction alone, labelled "not measured". Times in ms,
 rates in Mbit/s (decimal, as tc counts).
 """
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
 
 MEASURED = "#4C9BE8"
 PRED: dict[str, Any] = dict(PRED_STYLE)
@@ -148,7 +148,7 @@ def plot_compression_links(comp: dict[str, Any]) -> Figure:
 
 def plot_cluster_timeline(timeline: Timeline, steps: Sequence[int] | None = None) -> Figure:
     """The merged timeline of a multi-node run, each rank labelled with its node."""
-    from labkit.plots import plot_timeline
+    from labkit.analysis.plots import plot_timeline
 
     chosen = list(steps) if steps is not None else timeline.steps()[1:3]
     fig = plot_timeline(timeline, chosen)

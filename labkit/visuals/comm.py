@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from labkit.events import Lane
+from labkit.base.events import Lane
 from labkit.theory.comm import ring_allreduce_time
 from labkit.theory.interconnect import INTERCONNECTS, Interconnect, predict_step_time
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
 
 PRED_STYLE = {"hatch": "//", "alpha": 0.45, "edgecolor": "black"}
 
@@ -144,7 +144,7 @@ def plot_compression_tradeoff(comparison: dict[str, Any]) -> Figure:
 
 def rank_shares(timeline: Timeline) -> list[dict[str, float]]:
     """Per rank over the steady-state steps: compute, comm-only and idle shares of its span."""
-    from labkit.timeline import intersect, total, union
+    from labkit.analysis.timeline import intersect, total, union
 
     w = timeline.window()
     out = []

@@ -23,7 +23,7 @@ from labkit.visuals.ring_anim import plot_ring_state, ring_record  # noqa: F401 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
 
 
 def _fig(nrows: int = 1, ncols: int = 1, size: tuple[float, float] = (10, 4)) -> tuple[Any, Any]:
@@ -107,7 +107,7 @@ def plot_allreduce_bytes(measured: Mapping[str, Sequence[int]], size_bytes: int)
 
 def plot_dp_variants(timelines: Mapping[str, Timeline], step: int | None = None) -> Figure:
     """The variants' per-rank timelines on one time scale, one step each (default: the last)."""
-    from labkit.plots import plot_timelines
+    from labkit.analysis.plots import plot_timelines
 
     chosen = {}
     for name, tl in timelines.items():
@@ -235,7 +235,7 @@ def plot_duplicates(results: Sequence[Mapping[str, Any]], epoch: int = 0) -> Fig
 def plot_amdahl(result: Any, max_ranks: int = 8) -> Figure:
     """Amdahl's predicted speedup for the fitted parallel fraction (curve), the measured
     speedups (dots), perfect scaling (dashed) and seed 003's '8 GPUs give 6x' (star)."""
-    from labkit.plots import new_figure
+    from labkit.analysis.plots import new_figure
     from labkit.theory import amdahl_speedup
 
     fig = new_figure((7, 4))

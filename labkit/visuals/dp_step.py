@@ -29,9 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.events import Op
-from labkit.plots import COLORS
-from labkit.timeline import Timeline
+from labkit.analysis.plots import COLORS
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Op
 
 DRAWN = (Op.FORWARD, Op.BACKWARD, Op.OPTIMIZER, Op.ALL_REDUCE, Op.WAIT)
 CAPTIONS = (

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from labkit.plots import new_figure
+from labkit.analysis.plots import new_figure
 
 
 @dataclass
@@ -94,9 +94,9 @@ def story_from_runs(*, checkpoint_dir: str, steps: int, resumed_from: int,
     the step it died in from its ``timeline`` (the steps that rank finished). Where there is
     no such error to hand (a torchrun restart), pass the injected ``fault`` spec instead.
     """
-    from labkit.checkpoint import complete_steps
-    from labkit.config import FaultSpec
-    from labkit.errors import ConfigError, RunFailed
+    from labkit.base.errors import ConfigError, RunFailed
+    from labkit.config.run import FaultSpec
+    from labkit.train.checkpoint import complete_steps
 
     if isinstance(failed, RunFailed) and failed.rank is not None and failed.timeline is not None:
         done = failed.timeline.finished_steps(failed.rank)

@@ -20,7 +20,7 @@ from labkit.theory import zero_memory
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
 
 TERMS = ("params", "grads", "optimizer", "activations")
 TERM_COLORS = {"params": "#4C9BE8", "grads": "#F28E2B", "optimizer": "#59A14F",
@@ -117,7 +117,7 @@ def plot_memory_vs_dp(params: float, dps: Sequence[int] = (1, 2, 4, 8, 16, 32, 6
 def plot_zero_timeline(timeline: Timeline, step: int = 1) -> Figure:
     """One step of a ZeRO run on every rank (labels: AGi = all-gather layer i, Fi / Bi =
     forward / backward of layer i, RSi = reduce-scatter of layer i's gradient)."""
-    from labkit.plots import plot_timeline
+    from labkit.analysis.plots import plot_timeline
 
     return plot_timeline(timeline, steps=[step], links=False,
                          title=f"ZeRO step {step}: all-gather before each layer, "

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labkit.plots import AXIS_COLORS, new_figure
+from labkit.analysis.plots import AXIS_COLORS, new_figure
 from labkit.visuals.memory import TERM_COLORS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from labkit.grid import Grid
+    from labkit.base.grid import Grid
 
 
 def plot_grid(grid: Grid, title: str | None = None) -> Figure:

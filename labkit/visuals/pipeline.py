@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from labkit.events import Op as Ev
-from labkit.plots import COLORS, _units, draw_timeline
+from labkit.analysis.plots import COLORS, _units, draw_timeline
+from labkit.base.events import Op as Ev
 from labkit.schedules import DEFAULT_COSTS, Op, Plan, simulate
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
 
 ACTION_COLORS: dict[Op, str] = {Op.F: COLORS[Ev.FORWARD], Op.B: COLORS[Ev.BACKWARD],
                                 Op.I: COLORS[Ev.BACKWARD_INPUT], Op.W: COLORS[Ev.BACKWARD_WEIGHT]}

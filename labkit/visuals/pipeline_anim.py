@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labkit.plots import COLORS, _units
+from labkit.analysis.plots import COLORS, _units
 from labkit.strategies.pipeline.metrics import actions_of
 
 if TYPE_CHECKING:
     from matplotlib.animation import FuncAnimation
 
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
 
 
 def pipeline_animation(timeline: Timeline, step: int | None = None, frames: int = 40,

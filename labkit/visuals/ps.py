@@ -13,7 +13,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from labkit.plots import _legend, _units, draw_timeline, new_figure
+from labkit.analysis.plots import _legend, _units, draw_timeline, new_figure
 from labkit.strategies.ps.records import smoothed
 
 _STYLE = {"bsp": "#4C9BE8", "asp": "#E15759", "ssp": "#59A14F"}

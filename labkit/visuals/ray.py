@@ -1,6 +1,6 @@
 """Lesson 12 figure: what ran where in a Ray program.
 
-``plot_ray_calls`` draws every remote call ``labkit.rayrun.lessons.actor_parameter_server``
+``plot_ray_calls`` draws every remote call ``labkit.lessons.ray_tasks.actor_parameter_server``
 recorded: a row per process (the actor's, then each worker process Ray ran tasks in), a bar
 per call from its start to its end on the host's monotonic clock. Gradient tasks are
 coloured by the logical worker they computed for: a logical worker is not a process, and
@@ -13,7 +13,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from labkit.plots import new_figure
+from labkit.analysis.plots import new_figure
 
 _WORKER_COLORS = ("#4C9BE8", "#F28E2B", "#B07AA1", "#76B7B2", "#EDC948")
 

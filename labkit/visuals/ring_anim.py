@@ -33,7 +33,7 @@ ANIMATION_DPI = 85  # every frame is an embedded PNG: readable, and the notebook
 
 def traced_transfers(timeline: Any) -> list[dict[str, Any]]:
     """Every ring chunk on the wire, read from the trace: one per traced ``send`` span."""
-    from labkit.events import Op
+    from labkit.base.events import Op
 
     out = []
     for e in timeline.select(op=Op.SEND):

@@ -55,7 +55,7 @@ class TrainStepPanel:
     def __init__(self, runner: Any = None, *, world_size: int = 2,
                  strategy: str = "ddp-bucketed", max_steps: int = 40,
                  **run_kwargs: Any):
-        from labkit.config import ModelConfig
+        from labkit.config.run import ModelConfig
 
         self.world_size, self.strategy, self.max_steps = world_size, strategy, max_steps
         self._runner = runner

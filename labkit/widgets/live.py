@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from labkit.errors import LabError
+from labkit.base.errors import LabError
 
 DEBOUNCE_S = 0.3
 """How long the controls must rest before a run starts."""
@@ -57,7 +57,7 @@ def warm_runner(runner: Any, world_size: int) -> Any:
     """``runner`` if given (anything with ``.run(**kwargs)``), else the kernel's pool."""
     if runner is not None:
         return runner
-    from labkit.warmpool import pool
+    from labkit.launchers.pool import pool
 
     return pool(world_size)
 

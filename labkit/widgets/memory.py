@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.theory import fits
 from labkit.theory.memory import MEMORY_TERMS
 from labkit.widgets.live import Debouncer, FigureView, timed_run, warm_runner
@@ -136,7 +136,7 @@ class MeasuredMemoryPanel:
                        self.measured.widget])
 
     def _measure(self, stage: int) -> tuple[Any, float, str | None]:
-        from labkit.config import ModelConfig
+        from labkit.config.run import ModelConfig
 
         key = (stage, self.precision.value, self.optimizer.value, self.width.value,
                self.depth.value)

@@ -3,7 +3,7 @@
 Changing a control rebuilds the plan (``labkit.schedules.build_plan``) and shows its text
 table and planned figure with the predicted bubble; "Run it for real" runs it on the
 kernel's warm pool of ``p`` ranks (``labkit.pool``, through
-``labkit.strategies.pipeline.lab.run_pipeline``) and shows planned vs measured side by side.
+``labkit.lessons.pipeline.run_pipeline``) and shows planned vs measured side by side.
 From then on, with "rerun as the sliders move" ticked, every change reruns it (debounced:
 once the controls rest, ``labkit.widgets.live``), so the measured figure follows the sliders
 within about a second; changing ``p`` restarts the pool with that many ranks (a few seconds,
@@ -20,7 +20,7 @@ from typing import Any
 import ipywidgets as widgets
 from IPython.display import display
 
-from labkit.errors import LabError
+from labkit.base.errors import LabError
 from labkit.schedules import SCHEDULES
 from labkit.widgets.live import Debouncer, FigureView, warm_runner
 
@@ -102,7 +102,7 @@ class PipelinePanel:
     def run(self) -> None:
         """Run the current plan on warm ranks; show planned vs measured when it is done (the
         previous figure stays up meanwhile)."""
-        from labkit.strategies.pipeline.lab import run_pipeline
+        from labkit.lessons.pipeline import run_pipeline
         from labkit.visuals.pipeline import plot_planned_vs_measured
 
         plan = self.plan

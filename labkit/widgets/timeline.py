@@ -1,6 +1,6 @@
 """An ipywidgets viewer for a run's timeline: pick the steps and the ranks, see the Gantt.
 
-The figure itself comes from ``labkit.plots.plot_timeline``; this module only wires
+The figure itself comes from ``labkit.analysis.plots.plot_timeline``; this module only wires
 controls to it, so the viewer works wherever the plain figure does.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from labkit.plots import plot_timeline
+from labkit.analysis.plots import plot_timeline
 
 if TYPE_CHECKING:
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
 
 
 def timeline_viewer(timeline: Timeline) -> Any:

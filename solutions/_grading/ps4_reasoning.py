@@ -38,7 +38,7 @@ from labkit.grading.reasoning import (
     read_diagnosis,
     read_strategy,
 )
-from labkit.timeline import Timeline
+from labkit.analysis.timeline import Timeline
 
 HERE = Path(__file__).resolve().parent
 
@@ -156,7 +156,7 @@ def lab_runs(ch: dict[str, Any], cfgs: dict[str, dict[str, Any]]) -> dict[str, t
     loss at most 85% of the first. All configurations share one launch.
     """
     from labkit.config import RunConfig
-    from labkit.strategies.scaling.experiments import LESSON_MODEL, record_variants
+    from labkit.lessons.scaling import LESSON_MODEL, record_variants
 
     plans, ratios = {}, {}
     for name, cfg in cfgs.items():

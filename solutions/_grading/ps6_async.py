@@ -3,7 +3,7 @@
 Q1 (``may_read``): compared with labkit's own SSP gate (``labkit.strategies.ps.protocol.Gate``
 driven to the same state) on the visible cases and on 60 random ones (fixed seed).
 Q2 (``straggler_effects``): the lesson's formulas, ``((W - 1) F + 1) / W`` and
-``(W - 1) F`` (``labkit.strategies.ps.experiments.straggler_predictions``), within 1%.
+``(W - 1) F`` (``labkit.lessons.async_ps.straggler_predictions``), within 1%.
 Q3 (``serializations``): counted by ``count`` below on visible and hidden programs.
 """
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import labkit
-from labkit.checkpoint import complete_steps, load, reshard_check, save, step_dir
-from labkit.errors import RunFailed
-from labkit.rank import RankContext
+from labkit.base.errors import RunFailed
+from labkit.rank.context import RankContext
+from labkit.train.checkpoint import complete_steps, load, reshard_check, save, step_dir
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson07]
 
@@ -188,7 +188,7 @@ def _load_step(ctx: RankContext, root: str, step: int) -> float:
 
 
 def _mlp_state() -> dict[str, torch.Tensor]:
-    from labkit.training import build_mlp
+    from labkit.train.training import build_mlp
 
     return dict(build_mlp(labkit.ModelConfig(), 0).state_dict())
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit.cluster import leftovers as lo
-from labkit.cluster.support import support
-from labkit.errors import RunFailed, RunTimeout
-from labkit.events import Op
+from labkit.base.errors import RunFailed, RunTimeout
+from labkit.base.events import Op
+from labkit.base.netsupport import support
+from labkit.launchers.cluster import leftovers as lo
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson10]
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_ddp_on_two_nodes_trains_like_one_node_with_both_nodes_on_the_timeline()
     weights as labkit.run on one node; in the same job, the hierarchical all-reduce runs its
     cross-node step on groups that span the nodes (one rank per node)."""
     import labkit
-    from labkit.cluster.launcher import run_many
+    from labkit.launchers.cluster.launcher import run_many
 
     common = dict(world_size=4, steps=3, threads_per_rank=1, timeout_s=150, progress=False)
     reference = labkit.run(strategy="ddp", **common)
@@ -247,8 +247,8 @@ def test_a_sweep_kills_processes_of_dead_runs_only(tmp_path: Path,
 def test_the_unprivileged_path_measures_the_link(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inside `unshare --user --map-root-user --net --mount` (what a non-root student gets)
     the same code shapes and measures the link; its namespaces never show on the host."""
-    from labkit.cluster.launcher import measure_link
-    from labkit.cluster.support import userns_works
+    from labkit.base.netsupport import userns_works
+    from labkit.launchers.cluster.launcher import measure_link
 
     if not userns_works()[0]:
         pytest.skip(f"unprivileged user namespaces: {userns_works()[1]}")
@@ -267,7 +267,7 @@ def test_hierarchical_allreduce_equals_the_sum() -> None:
     def check(ctx):  # runs on every rank
         import torch
 
-        from labkit.rank import build_node_comms
+        from labkit.rank.context import build_node_comms
         from labkit.strategies.collectives.hierarchical import hierarchical_allreduce
 
         intra, inter = build_node_comms(ctx.comm, 2)
@@ -290,7 +290,7 @@ def test_hierarchical_allreduce_equals_the_sum() -> None:
 def test_without_a_cluster_ddp_rows_hold_the_prediction(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no namespaces can be made, lesson 10's DDP cell still runs: the one-node rows
     are measured, the cross-node row is the alpha-beta prediction and says so."""
-    from labkit.cluster import experiments as ex
+    from labkit.lessons import cluster as ex
     from labkit.visuals import cluster as vc
 
     monkeypatch.setenv("LABKIT_CLUSTER_MODE", "off")

@@ -7,7 +7,7 @@ import math
 import pytest
 
 import labkit
-from labkit.config import ModelConfig
+from labkit.config.run import ModelConfig
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson06]
 

@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from labkit.config import ModelConfig
-from labkit.events import Op
-from labkit.runner import RunResult, launch, run
-from labkit.strategies.dp.demos import all_mistakes, duplicate_report
+from labkit.base.events import Op
+from labkit.config.run import ModelConfig
+from labkit.launchers.runner import RunResult, launch, run
+from labkit.lessons.dp_demos import all_mistakes, duplicate_report
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson01]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.elastic import run_elastic
+from labkit.launchers.elastic import run_elastic
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson07]
 

@@ -1,4 +1,4 @@
-"""Ranks forked by the fork server (``labkit.forkserver``) are the ranks an exec would start:
+"""Ranks forked by the fork server (``labkit.launchers.forkserver``) are the ranks an exec would start:
 the caller's environment, directory and temp dir as of each run, the same weights, and the
 same cleanup -- also when the server is killed. (A killed caller, and everything else the
 supervisor promises, is in ``test_supervisor_hardening.py``, which runs forked and exec'd.)"""
@@ -11,8 +11,8 @@ import time
 import pytest
 
 import labkit
-from labkit import forkserver
-from labkit.errors import RunFailed
+from labkit.base.errors import RunFailed
+from labkit.launchers import forkserver
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson00, pytest.mark.timeout(120)]
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import labkit
-from labkit.events import Lane
+from labkit.base.events import Lane
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson09]
 GPT = {"kind": "gpt", "width": 64, "depth": 2, "heads": 4, "seq_len": 16}

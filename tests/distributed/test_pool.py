@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import labkit
-from labkit import runner
-from labkit.config import ModelConfig
-from labkit.errors import RunFailed, RunTimeout
-from labkit.rank import inject_fault
+from labkit.base.errors import RunFailed, RunTimeout
+from labkit.config.run import ModelConfig
+from labkit.launchers import runner
+from labkit.rank.context import inject_fault
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson01]
 

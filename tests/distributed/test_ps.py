@@ -9,9 +9,9 @@ import json
 import pytest
 
 import labkit
+from labkit.base.errors import RunFailed
+from labkit.base.events import Op
 from labkit.cli import main
-from labkit.errors import RunFailed
-from labkit.events import Op
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson11]
 

@@ -9,9 +9,9 @@ import json
 import pytest
 
 import labkit
+from labkit.base.errors import RunFailed, RunTimeout
+from labkit.base.events import Op
 from labkit.cli import main
-from labkit.errors import RunFailed, RunTimeout
-from labkit.events import Op
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson12]
 
@@ -50,7 +50,7 @@ def test_ray_launcher_honours_the_timeout_and_names_the_hung_rank(ray_session):
 def test_actor_server_with_task_workers(ray_session):
     """BSP through an actor is never stale; ASP with a slow worker is; tasks ran in worker
     processes other than the actor's."""
-    from labkit.rayrun.lessons import actor_parameter_server
+    from labkit.lessons.ray_tasks import actor_parameter_server
 
     bsp = actor_parameter_server(sync=True, workers=2, steps=3)
     asp = actor_parameter_server(sync=False, workers=2, steps=4, straggler=1, slow_s=0.2)
@@ -61,7 +61,7 @@ def test_actor_server_with_task_workers(ray_session):
 
 
 def test_by_reference_serializes_once(ray_session):
-    from labkit.rayrun.lessons import by_value_vs_by_reference
+    from labkit.lessons.ray_tasks import by_value_vs_by_reference
 
     r = by_value_vs_by_reference(payload_mb=4, tasks=4, repeats=1)
     assert r["mb_serialized_by_value"] == pytest.approx(4 * r["mb_serialized_by_reference"])
@@ -69,7 +69,7 @@ def test_by_reference_serializes_once(ray_session):
 
 
 def test_a_dead_actor_comes_back_from_its_checkpoint_and_a_dead_task_is_retried(ray_session):
-    from labkit.rayrun.faults import restart_demo
+    from labkit.lessons.ray_faults import restart_demo
 
     r = restart_demo(updates=7, checkpoint_every=3)
     assert r["actor_before"]["version"] == 7 and r["actor_after"]["version"] == 6

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from labkit.strategies.scaling.experiments import (
+from labkit.lessons.scaling import (
     accumulation_check,
     lr_experiment,
     optimizer_comparison,

@@ -10,8 +10,8 @@ import time
 import pytest
 
 import labkit
-from labkit.errors import RunFailed, RunTimeout
-from labkit.supervisor import Supervisor
+from labkit.base.errors import RunFailed, RunTimeout
+from labkit.launchers.supervisor import Supervisor
 from tests.conftest import rank_children
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson00]
@@ -93,7 +93,7 @@ def test_interrupt_reaps_every_rank():
     """The notebook's stop button raises KeyboardInterrupt in the supervisor's loop."""
     import cloudpickle
 
-    from labkit.rank import Job
+    from labkit.rank.context import Job
 
     def sleepy(ctx):
         time.sleep(60)
@@ -140,8 +140,8 @@ def test_launch_rejects_bad_input_before_starting():
 
 def test_cli_saves_the_timeline_up_to_a_failure(tmp_path, capsys, no_leftover_ranks):
     """`labkit run ... --timeline F` still writes F when a rank dies, and says so."""
+    from labkit.analysis.timeline import Timeline
     from labkit.cli import main
-    from labkit.timeline import Timeline
 
     path = tmp_path / "failed.json"
     code = main(["run", "ddp", "--steps", "6", "--inject-fault", "1:3:kill", "--timeline",

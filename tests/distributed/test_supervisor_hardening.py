@@ -3,7 +3,7 @@ exit 0 without a word, press stop during start-up (twice), run out of file descr
 fork and daemonize, kill the notebook kernel. Each test checks that the caller gets the
 right answer or the right rank's failure, and that no process and no temp dir survive.
 
-Every test runs twice: with ranks forked by the fork server (``labkit.forkserver``, the
+Every test runs twice: with ranks forked by the fork server (``labkit.launchers.forkserver``, the
 default) and with ranks exec'd as plain subprocesses (``LABKIT_FORKSERVER=0``)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.errors import RunFailed
+from labkit.base.errors import RunFailed
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson00, pytest.mark.timeout(120)]
 
@@ -184,8 +184,7 @@ def test_a_failed_spawn_stops_the_ranks_already_started(contained, monkeypatch,
     clear error naming rank 2, and ranks 0-1 (already started) are gone, with the temp dir."""
     import errno
 
-    from labkit import forkserver, supervisor
-
+    from labkit.launchers import forkserver, supervisor
     owner, name = ((supervisor.subprocess, "Popen") if start == "exec"
                    else (forkserver.Client, "spawn"))
     real, calls = getattr(owner, name), []
@@ -260,7 +259,7 @@ def test_ranks_die_when_the_parent_is_killed(contained, tmp_path: Path, start: s
     """Each rank has its own session now; the parent-death signal must still take it down
     when the kernel running labkit is killed (kill -9, "Restart kernel"). Forked ranks go
     with their fork server, which goes with the kernel."""
-    from labkit.reaper import FORKSERVER_ENV, tagged
+    from labkit.launchers.reaper import FORKSERVER_ENV, tagged
 
     ready = tmp_path / "ready"
     ready.mkdir()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 import labkit
-from labkit.config import ModelConfig, RunConfig
-from labkit.events import Op
+from labkit.base.events import Op
+from labkit.config.run import ModelConfig, RunConfig
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson05]
 MODEL = ModelConfig(width=65, depth=2)

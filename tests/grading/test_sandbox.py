@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.grading.sandbox import box as boxes
 from labkit.grading.sandbox.box import Box
 from labkit.grading.sandbox.modes import under_private_tmp

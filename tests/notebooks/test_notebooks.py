@@ -36,8 +36,8 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert not cell.get("outputs"), f"{path.name} is committed with outputs; clear them"
-    from labkit.rayrun import ray_processes
-    from labkit.reaper import tagged
+    from labkit.launchers.ray import ray_processes
+    from labkit.launchers.reaper import tagged
 
     marker = uuid.uuid4().hex
     monkeypatch.setenv("LABKIT_NOTEBOOK_MARK", marker)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.checkpoint_files import (
+from labkit.train.checkpoint_files import (
     MANIFEST,
     MARKER,
     complete_steps,

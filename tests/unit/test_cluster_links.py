@@ -1,4 +1,4 @@
-"""labkit.cluster without processes: link specs and presets, the config rules, names, tc
+"""labkit.launchers.cluster without processes: link specs and presets, the config rules, names, tc
 arguments, which rank a failed run blames, the run locks, and the no-cluster fallback."""
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from labkit.cluster import PRESETS, SCALE, links, parse_link
-from labkit.cluster import leftovers as lo
-from labkit.cluster import netns as ns
-from labkit.cluster.failures import pick_failure, timeout_failure
-from labkit.cluster.predict import flat_vs_hierarchical
-from labkit.config import RunConfig
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
+from labkit.config import links
+from labkit.config.links import PRESETS, SCALE, parse_link
+from labkit.config.run import RunConfig
+from labkit.launchers.cluster import leftovers as lo
+from labkit.launchers.cluster import netns as ns
+from labkit.launchers.cluster.failures import pick_failure, timeout_failure
+from labkit.lessons.cluster_predict import flat_vs_hierarchical
 from labkit.theory.interconnect import INTERCONNECTS, Interconnect
 
 pytestmark = pytest.mark.lesson10
@@ -83,7 +84,7 @@ def test_config_rules_name_every_problem(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_emulated_nodes_resolve_to_gloo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("labkit.cluster.rules.config_problems", lambda config: [])
+    monkeypatch.setattr("labkit.config.cluster.config_problems", lambda config: [])
     cfg = RunConfig(strategy="ddp", world_size=2, nodes=2, link="200mbit")
     assert cfg.resolved_backend() == "gloo"
     assert cfg.to_json()["nodes"] == 2 and cfg.to_json()["link"] == "200mbit"
@@ -93,10 +94,10 @@ def test_cli_flags_build_the_fields_and_the_worker_refuses_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``labkit run --nodes 2 --link X`` sets RunConfig.nodes / link; under torchrun they
     are an error (torchrun's --nnodes says how many nodes there are)."""
-    from labkit.runflags import add_run_flags, config_from_args
-    from labkit.worker import TorchrunEnv, torchrun_config
+    from labkit.config.flags import add_run_flags, config_from_args
+    from labkit.launchers.torchrun import TorchrunEnv, torchrun_config
 
-    monkeypatch.setattr("labkit.cluster.rules.config_problems", lambda config: [])
+    monkeypatch.setattr("labkit.config.cluster.config_problems", lambda config: [])
     parser = argparse.ArgumentParser()
     add_run_flags(parser)
     args, extra = parser.parse_known_args(["ddp", "--nodes", "2", "--link", "200mbit,1ms"])
@@ -234,9 +235,9 @@ def test_flat_ring_crosses_the_link_with_more_bytes_than_hierarchical() -> None:
 
 def test_without_a_cluster_the_lesson_shows_predictions(monkeypatch: pytest.MonkeyPatch) -> None:
     """No namespaces here: rows keep the preset's prediction, say why, and still plot."""
-    from labkit.cluster import comm_experiments as cx
-    from labkit.cluster import experiments as ex
     from labkit.doctor import cluster_status
+    from labkit.lessons import cluster as ex
+    from labkit.lessons import cluster_comm as cx
     from labkit.visuals import cluster as vc
 
     monkeypatch.setenv("LABKIT_CLUSTER_MODE", "off")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.comm import Comm, Handle
-from labkit.events import Op
-from labkit.tracer import Tracer
+from labkit.base.events import Op
+from labkit.trace.comm import Comm, Handle
+from labkit.trace.tracer import Tracer
 
 pytestmark = pytest.mark.lesson00
 
@@ -82,8 +82,7 @@ class FuturelessWork(FakeWork):
 
 
 def test_a_backend_without_futures_is_asked_once_per_op_kind():
-    from labkit import comm as comm_module
-
+    from labkit.trace import comm as comm_module
     comm_module._NO_FUTURE.difference_update({(FuturelessWork, Op.SEND), (FuturelessWork, Op.RECV)})
     FuturelessWork.asked = 0
     tracer = Tracer(rank=0)

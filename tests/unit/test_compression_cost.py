@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.config import RunConfig
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
+from labkit.config.run import RunConfig
 from labkit.strategies.compression.cost import powersgd_values, predicted_payload_bytes
 
 pytestmark = pytest.mark.lesson06

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.strategies.compression.experiments import fit_and_validate
+from labkit.lessons.compression import fit_and_validate
 from labkit.theory.comm import ring_allreduce_time
 from labkit.theory.interconnect import predict_step_time, this_machine
 

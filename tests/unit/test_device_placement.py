@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.config import ModelConfig
-from labkit.training import SyntheticTask, build_mlp
+from labkit.config.run import ModelConfig
+from labkit.train.training import SyntheticTask, build_mlp
 
 pytestmark = pytest.mark.lesson00
 

@@ -6,15 +6,15 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.config import RunConfig
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
+from labkit.config.run import RunConfig
+from labkit.lessons.dp_demos import duplicate_report
+from labkit.lessons.stale_sgd import stale_sgd_losses
 from labkit.strategies.collectives import AllreduceBenchOptions, format_size, parse_size
 from labkit.strategies.collectives.bench import alpha_beta_summary, results_table
 from labkit.strategies.collectives.ring import chunk_bounds
 from labkit.strategies.dp import BucketedOptions
 from labkit.strategies.dp.buckets import BucketManager
-from labkit.strategies.dp.demos import duplicate_report
-from labkit.strategies.dp.stale import stale_sgd_losses
 
 pytestmark = pytest.mark.lesson01
 

@@ -1,6 +1,6 @@
 """The GPU code paths, covered on a CPU-only machine with mocks.
 
-``labkit.devices.gpu_count`` is monkeypatched to pretend GPUs exist, and a fake
+``labkit.base.devices.gpu_count`` is monkeypatched to pretend GPUs exist, and a fake
 ``torch.cuda`` (Event / synchronize / set_device / mem_get_info) stands in for CUDA, so
 these tests pin down: ``backend="auto"`` picks NCCL with one GPU per rank (and gloo with
 too few), explicit ``nccl`` with too few GPUs or a busy GPU fails with a clear message,
@@ -14,10 +14,10 @@ import importlib
 
 import pytest
 
-from labkit import devices
-from labkit.config import RunConfig
-from labkit.errors import ConfigError
-from labkit.events import Lane, Op
+from labkit.base import devices
+from labkit.base.errors import ConfigError
+from labkit.base.events import Lane, Op
+from labkit.config.run import RunConfig
 
 pytestmark = [pytest.mark.lesson00]
 
@@ -43,7 +43,7 @@ def test_run_hands_nccl_to_the_ranks_when_auto_finds_gpus(monkeypatch):
         seen.update(backend=job.backend, world_size=world_size)
         raise Stop
 
-    run_module = importlib.import_module("labkit.runner")
+    run_module = importlib.import_module("labkit.launchers.runner")
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)
     monkeypatch.setattr(run_module, "supervise", fake_supervise)
     with pytest.raises(Stop):
@@ -82,7 +82,7 @@ def test_gpu_count_asks_torch_for_the_visible_set(monkeypatch):
 
 def test_ranks_inherit_the_students_gpu_selection(monkeypatch):
     """The supervisor passes CUDA_VISIBLE_DEVICES to every rank unchanged (isolation)."""
-    from labkit.supervisor import child_env
+    from labkit.launchers.supervisor import child_env
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
     assert child_env()["CUDA_VISIBLE_DEVICES"] == "4,5"
@@ -162,7 +162,7 @@ def test_claim_gpu_on_a_busy_gpu_names_it_and_the_way_out(monkeypatch):
 # ---- CUDA event timing ------------------------------------------------------------------
 def test_cuda_tracer_converts_event_times_to_host_nanoseconds():
     """Span edges are CUDA events; after alignment, start = GPU ms since align x 1e6 + offset."""
-    from labkit.tracer import CudaTracer
+    from labkit.trace.tracer import CudaTracer
 
     cuda = FakeCuda()
     tracer = CudaTracer(rank=3, torch_cuda=cuda)
@@ -186,7 +186,7 @@ def test_cuda_tracer_converts_event_times_to_host_nanoseconds():
 
 def test_cuda_tracer_realign_moves_time_zero():
     """align() (called after the barrier) makes that GPU instant time zero."""
-    from labkit.tracer import CudaTracer
+    from labkit.trace.tracer import CudaTracer
 
     cuda = FakeCuda()
     tracer = CudaTracer(rank=0, torch_cuda=cuda)
@@ -200,7 +200,7 @@ def test_cuda_tracer_realign_moves_time_zero():
 
 # ---- the torchrun worker picks the backend per node --------------------------------------
 def test_worker_auto_backend_counts_this_nodes_gpus(monkeypatch):
-    from labkit.worker import resolve_backend
+    from labkit.launchers.torchrun import resolve_backend
 
     monkeypatch.setattr(devices, "gpu_count", lambda: 4)
     assert resolve_backend("auto", 4) == "nccl"  # 2 nodes x 4 GPUs: 4 per node is enough
@@ -209,7 +209,7 @@ def test_worker_auto_backend_counts_this_nodes_gpus(monkeypatch):
 
 
 def test_worker_nccl_with_too_few_local_gpus_names_the_node_setting(monkeypatch):
-    from labkit.worker import resolve_backend
+    from labkit.launchers.torchrun import resolve_backend
 
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
@@ -231,7 +231,7 @@ def _real_gpus() -> int:
 def test_real_nccl_run_uses_cuda_events():
     """On a GPU machine: auto picks nccl, training runs, spans come from CUDA events."""
     n = min(_real_gpus(), 2)
-    run = importlib.import_module("labkit.runner").run
+    run = importlib.import_module("labkit.launchers.runner").run
     result = run(strategy="ddp", world_size=n, steps=4, timeout_s=180, progress=False)
     assert result.backend == "nccl"
     assert result.params_sha256 and len(result.losses) == 4

@@ -75,7 +75,7 @@ def test_an_nbgrader_run_past_its_budget_is_a_lab_error_not_a_raw_timeout(monkey
     """Issue 18: `labkit submit` used to die with subprocess.TimeoutExpired after 900 s."""
     import subprocess
 
-    from labkit.errors import LabError
+    from labkit.base.errors import LabError
     from labkit.grading import course
 
     def too_slow(*args: object, **kwargs: object) -> None:

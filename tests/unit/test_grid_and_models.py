@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.config import RunConfig
-from labkit.errors import ConfigError
-from labkit.grid import Grid
+from labkit.base.errors import ConfigError
+from labkit.base.grid import Grid
+from labkit.config.run import RunConfig
 from labkit.theory import gpt_params, parallel_layout
 
 pytestmark = pytest.mark.lesson09
@@ -26,7 +26,7 @@ def test_grid_puts_tp_fastest_and_groups_share_their_other_coordinates() -> None
 
 
 def test_gpt_param_count_matches_the_model_and_tp_slices_reassemble() -> None:
-    from labkit.models.gpt import build_gpt, shard_gpt, unshard
+    from labkit.train.models.gpt import build_gpt, shard_gpt, unshard
 
     full = build_gpt(96, 64, 2, 4, 16, seed=0)
     assert sum(p.numel() for p in full.parameters()) == gpt_params(96, 64, 2, 16)["total"]
@@ -55,7 +55,7 @@ def test_layout_traffic_follows_the_formulas() -> None:
 
 
 def test_text_and_digits_tasks_need_no_download() -> None:
-    from labkit.data import DigitsTask, TextTask
+    from labkit.train.data import DigitsTask, TextTask
 
     text = TextTask(0, 16)
     assert text.x.shape[1] == 16 and torch.equal(text.x[0, 1:], text.y[0, :-1])

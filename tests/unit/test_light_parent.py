@@ -12,11 +12,11 @@ pytestmark = pytest.mark.lesson00
 
 
 def test_registry_and_config_validation_never_import_torch():
-    code = ("import sys, labkit; from labkit import strategies; from labkit.config import "
+    code = ("import sys, labkit; from labkit.config import registry; from labkit.config.run import "
             "RunConfig\n"
-            "for name in strategies.names():\n"
+            "for name in registry.names():\n"
             "    RunConfig(strategy=name, world_size=2)\n"
-            "from labkit.supervisor import supervise\n"
+            "from labkit.launchers.supervisor import supervise\n"
             "mods = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
             "print(','.join(mods))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -31,8 +31,8 @@ def test_labkit_run_stays_the_function_after_submodule_imports():
 
     import labkit
 
-    importlib.import_module("labkit.runner")
-    from labkit.runner import launch  # noqa: F401
+    importlib.import_module("labkit.launchers.runner")
+    from labkit.launchers.runner import launch  # noqa: F401
 
     assert callable(labkit.run) and labkit.run.__name__ == "run"
     assert callable(labkit.launch)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.optim import LAMB, LARS
-from labkit.training import make_optimizer
+from labkit.train.optim import LAMB, LARS
+from labkit.train.training import make_optimizer
 
 pytestmark = pytest.mark.lesson02
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.config import ModelConfig
-from labkit.rank import RankContext
+from labkit.config.run import ModelConfig
+from labkit.rank.context import RankContext
 from labkit.schedules import build_plan
 from labkit.strategies.pipeline.executor import input_grads, run_step, tag, weight_grads
 from labkit.strategies.pipeline.model import StageModule, build_full
 from labkit.strategies.pipeline.partition import bounds_by_count
-from labkit.tracer import Tracer
-from labkit.training import SyntheticTask
+from labkit.trace.tracer import Tracer
+from labkit.train.training import SyntheticTask
 
 pytestmark = pytest.mark.lesson03
 MODEL = ModelConfig(in_dim=8, width=32, depth=4, out_dim=5)
@@ -115,7 +115,7 @@ def test_zero_bubble_i_computes_no_weight_grad_and_w_completes_them() -> None:
 
 
 def test_zero_bubble_refuses_a_stage_with_non_linear_weights() -> None:
-    from labkit.errors import ConfigError
+    from labkit.base.errors import ConfigError
     from labkit.strategies.pipeline.executor import _check_only_linears
 
     stage = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))

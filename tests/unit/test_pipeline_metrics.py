@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.events import Event, Lane, Op
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Lane, Op
 from labkit.schedules import build_plan, planned_bubble_fraction, simulate
 from labkit.strategies.pipeline.metrics import (
     bubble_summary,
@@ -15,7 +16,6 @@ from labkit.strategies.pipeline.metrics import (
     step_stats,
     timeline_bubble,
 )
-from labkit.timeline import Timeline
 
 pytestmark = pytest.mark.lesson03
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.config import ModelConfig, RunConfig
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
+from labkit.config.run import ModelConfig, RunConfig
 from labkit.schedules import build_plan
 from labkit.strategies.pipeline import PipelineOptions, orders_text, parse_orders, plan_for
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.strategies.pipeline.partition import bounds_by_cost, bounds_by_count, stage_costs
 
 pytestmark = pytest.mark.lesson03

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 import labkit
-import labkit.devices
-from labkit import warmpool
-from labkit.errors import ConfigError, LabError
+import labkit.base.devices
+from labkit.base.errors import ConfigError, LabError
+from labkit.launchers import pool as warmpool
 
 
 def test_bad_pool_arguments_are_refused_before_anything_starts() -> None:
@@ -29,7 +29,7 @@ def test_a_run_must_fit_the_pool() -> None:
         pool.run(strategy="ddp", world_size=3)
     with pytest.raises(ConfigError, match="GPU"):  # no GPUs here: refused by RunConfig
         pool.run(strategy="ddp", world_size=2, backend="nccl")
-    if labkit.devices.gpu_count() < 2:
+    if labkit.base.devices.gpu_count() < 2:
         with pytest.raises(ConfigError, match="GPU"):
             labkit.Pool(2, backend="nccl")
     with pytest.raises(ConfigError, match="fn"):

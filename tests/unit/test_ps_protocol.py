@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from labkit.config import RunConfig
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
+from labkit.config.run import RunConfig
 from labkit.strategies.ps import PSOptions
 from labkit.strategies.ps.protocol import Consistency, Gate, shard_bounds
 from labkit.strategies.ps.records import PSMetrics, smoothed, staleness_stats, time_to_loss
@@ -166,7 +166,7 @@ def test_bad_ps_settings_are_refused_before_any_process_starts(kwargs, needle):
 
 def test_ps_defaults_and_the_world_size_the_flags_imply():
     from labkit.cli import build_parser
-    from labkit.runflags import config_from_args
+    from labkit.config.flags import config_from_args
 
     assert PSOptions(consistency="ssp").bound == 2
     assert RunConfig(strategy="ps", backend="auto").resolved_backend() == "gloo"

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from labkit import theory
-from labkit.grid import Grid
+from labkit.base.grid import Grid
 from labkit.quiz import ATTEMPT_SIZE, Concept, Kind, NumericQuestion, Quiz, QuizError, parse_number
 from labkit.quiz.answers import LETTERS, AnswerFormatError
 from labkit.quiz.bank import BANK, bank_summary, questions

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from labkit.config import RunConfig
-from labkit.errors import ConfigError, RankFailure, RunTimeout
-from labkit.rayrun.launcher import _failure
+from labkit.base.errors import ConfigError, RankFailure, RunTimeout
+from labkit.config.run import RunConfig
+from labkit.launchers.ray.launcher import _failure
 
 pytestmark = pytest.mark.lesson12
 CONFIG = RunConfig(strategy="ddp", world_size=3, launcher="ray")
@@ -58,8 +58,8 @@ def test_launcher_must_be_labkit_or_ray():
 
 
 def test_importing_labkits_ray_modules_imports_no_ray():
-    code = ("import sys, labkit.rayrun, labkit.rayrun.launcher, labkit.rayrun.lessons, "
-            "labkit.rayrun.tune, labkit.rayrun.faults\n"
+    code = ("import sys, labkit.launchers.ray, labkit.launchers.ray.launcher, labkit.lessons.ray_tasks, "
+            "labkit.lessons.ray_tune, labkit.lessons.ray_faults\n"
             "print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)

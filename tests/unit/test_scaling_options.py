@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit.checkpoint import MARKER, checkpoint_problems, complete_steps, latest_step
-from labkit.config import RunConfig
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
+from labkit.config.run import RunConfig
 from labkit.strategies.scaling import ScalingOptions, global_batch_of
+from labkit.train.checkpoint import MARKER, checkpoint_problems, complete_steps, latest_step
 
 pytestmark = pytest.mark.lesson02
 
@@ -74,8 +74,8 @@ def test_only_committed_directories_count_as_checkpoints(tmp_path: Path) -> None
 
 
 def test_ddp_gets_the_checkpoint_flags() -> None:
-    from labkit.runflags import option_flags
-    from labkit.strategies import get
+    from labkit.config.flags import option_flags
+    from labkit.config.registry import get
 
     p = option_flags(get("ddp").options)
     ns = p.parse_args(["--checkpoint-dir", "D", "--checkpoint-every", "3", "--resume"])

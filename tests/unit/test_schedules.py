@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from labkit.errors import ConfigError, LabError
+from labkit.base.errors import ConfigError, LabError
 from labkit.schedules import (
     Action,
     Op,

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.schedules import (
     Action,
     Op,

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from labkit.errors import LabError
+from labkit.base.errors import LabError
 from labkit.schedules import (
     Action,
     Op,

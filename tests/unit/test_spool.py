@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from labkit.errors import RankFailure, RunFailed
-from labkit.events import Op
-from labkit.spool import Spool, read_spool, read_spools, spool_path
-from labkit.timeline import Timeline
-from labkit.tracer import Tracer
+from labkit.analysis.timeline import Timeline
+from labkit.base.errors import RankFailure, RunFailed
+from labkit.base.events import Op
+from labkit.trace.spool import Spool, read_spool, read_spools, spool_path
+from labkit.trace.tracer import Tracer
 
 pytestmark = pytest.mark.lesson00
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from labkit.analysis.plots import COLORS, plot_timeline, plot_timelines
+from labkit.base.errors import RankFailure, RunFailed
 from labkit.cli import main
-from labkit.errors import RankFailure, RunFailed
-from labkit.plots import COLORS, plot_timeline, plot_timelines
 from tests.unit.test_timeline import two_rank_timeline
 
 pytestmark = pytest.mark.lesson00
@@ -33,14 +33,14 @@ def test_plot_timelines_stacks_runs_on_one_scale():
 
 
 def test_every_op_has_a_colour():
-    from labkit.events import Op
+    from labkit.base.events import Op
 
     assert set(COLORS) == set(Op)
 
 
 def test_timeline_viewer_redraws_on_slider_change():
-    from labkit.events import Event
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
+    from labkit.base.events import Event
     from labkit.widgets.timeline import timeline_viewer
 
     base = two_rank_timeline()
@@ -98,7 +98,7 @@ def test_cli_run_summary_rounds_numbers_and_ends_with_the_note():
     point, lists of numbers element by element, and a strategy's note last."""
     from types import SimpleNamespace
 
-    from labkit.runflags import describe
+    from labkit.config.flags import describe
 
     result = SimpleNamespace(losses=[2.5, 2.25], trace_path=None, params_sha256=None, metrics={
         "bubble_fraction": 0.4951834290929521, "bubble_fraction_per_rank": [0.66421, 0.49],

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.theory import global_batch, lr_at_step, lr_schedule, scaled_lr, warmup_lr
 
 pytestmark = pytest.mark.lesson02

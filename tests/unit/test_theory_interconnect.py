@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 from labkit.theory import (
     INTERCONNECTS,
     AlphaBeta,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from labkit import theory
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 
 pytestmark = pytest.mark.lesson05
 SEED_001_CONFIG = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},

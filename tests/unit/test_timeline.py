@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from labkit.chrome import match_sends
-from labkit.errors import LabError
-from labkit.events import SCHEMA_VERSION, Event, Lane, Op
-from labkit.timeline import Timeline, intersect, union
-from labkit.tracer import Tracer
+from labkit.analysis.chrome import match_sends
+from labkit.analysis.timeline import Timeline, intersect, union
+from labkit.base.errors import LabError
+from labkit.base.events import SCHEMA_VERSION, Event, Lane, Op
+from labkit.trace.tracer import Tracer
 
 pytestmark = pytest.mark.lesson00
 GOLDEN = Path(__file__).parent / "golden" / "chrome_trace.json"
@@ -121,7 +121,7 @@ def test_step_times_and_window():
 
 
 def test_finished_steps_leave_out_a_step_its_rank_aborted():
-    from labkit.events import ABORTED
+    from labkit.base.events import ABORTED
 
     events = [Event(0, Lane.STEP, Op.STEP, 10 * s, 5, step=s) for s in range(3)]
     events.append(Event(0, Lane.STEP, Op.STEP, 30, 5, step=3, name=ABORTED))

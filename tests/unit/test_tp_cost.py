@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.config import RunConfig
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
+from labkit.config.run import RunConfig
 from labkit.strategies.tp import TPOptions
 from labkit.strategies.tp.cost import tp_allreduces_per_layer, tp_bytes_per_layer
 

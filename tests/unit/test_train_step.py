@@ -13,9 +13,9 @@ matplotlib.use("Agg")
 
 import pytest
 
-from labkit.errors import RankFailure, RunFailed
-from labkit.events import Event, Lane, Op
-from labkit.timeline import Timeline
+from labkit.analysis.timeline import Timeline
+from labkit.base.errors import RankFailure, RunFailed
+from labkit.base.events import Event, Lane, Op
 from labkit.visuals.dp_step import CAPTIONS, play_clock, step_story, train_step_svg
 
 pytestmark = pytest.mark.lesson01

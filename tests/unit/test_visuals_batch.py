@@ -7,7 +7,7 @@ import math
 import pytest
 from matplotlib.figure import Figure
 
-from labkit.strategies.scaling.experiments import CurveRun
+from labkit.lessons.scaling import CurveRun
 from labkit.visuals.batch import plot_loss_curves, plot_lr_schedule
 from labkit.visuals.faults import FaultStory, plot_fault_timeline
 
@@ -64,10 +64,10 @@ def test_fault_timeline_shows_kill_checkpoints_and_resume() -> None:
 def test_fault_story_takes_rank_and_step_from_the_failed_runs_timeline(tmp_path) -> None:
     """The dead rank from the error, the step from the steps it finished (aborted ones do
     not count); checkpoints after that step belong to the second attempt."""
-    from labkit.checkpoint import MARKER
-    from labkit.errors import ConfigError, RankFailure, RunFailed
-    from labkit.events import Event, Lane, Op
-    from labkit.timeline import Timeline
+    from labkit.analysis.timeline import Timeline
+    from labkit.base.errors import ConfigError, RankFailure, RunFailed
+    from labkit.base.events import Event, Lane, Op
+    from labkit.train.checkpoint import MARKER
     from labkit.visuals.faults import story_from_runs
 
     for step in (4, 8, 12):  # committed checkpoints, as the saver leaves them

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from matplotlib.figure import Figure
 
-from labkit.events import Event, Lane, Op
-from labkit.strategies.compression.experiments import fit_and_validate, overlap_row
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Lane, Op
+from labkit.lessons.compression import fit_and_validate, overlap_row
 from labkit.theory.comm import ring_allreduce_time
 from labkit.theory.interconnect import INTERCONNECTS
-from labkit.timeline import Timeline
 from labkit.visuals import comm as vc
 
 pytestmark = pytest.mark.lesson06

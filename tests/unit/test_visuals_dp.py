@@ -8,9 +8,9 @@ matplotlib.use("Agg")
 
 import pytest
 
-from labkit.events import Event, Lane, Op
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Lane, Op
 from labkit.theory import AlphaBeta
-from labkit.timeline import Timeline
 from labkit.visuals import dp
 from labkit.visuals.ring_anim import plot_ring_state, ring_animation_html, ring_record, stage_title
 

@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 import pytest
 from matplotlib.patches import Rectangle
 
-from labkit.events import Event, Lane, Op
-from labkit.timeline import Timeline
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Lane, Op
 from labkit.visuals.memory import plot_memory_bars, plot_memory_vs_dp, plot_zero_timeline
 
 pytestmark = pytest.mark.lesson05

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 from matplotlib.figure import Figure
 
-from labkit.events import Event, Lane, Op
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Lane, Op
 from labkit.schedules import build_plan, simulate
-from labkit.timeline import Timeline
 from labkit.visuals.pipeline import (
     metrics_table,
     plot_bubble_sweep,
@@ -118,7 +118,7 @@ def test_metrics_table_lists_predicted_and_measured() -> None:
 def test_widget_rebuilds_the_plan_and_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Controls rebuild the plan; invalid choices show the rule; the button runs it on the
     runner; once it has run, every valid change reruns it (at once here: no event loop)."""
-    from labkit.strategies.pipeline import lab
+    from labkit.lessons import pipeline as lab
     from labkit.widgets.pipeline import PipelinePanel
 
     warm = object()

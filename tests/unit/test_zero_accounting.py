@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from labkit.events import Event, Lane, Op
+from labkit.base.events import Event, Lane, Op
 from labkit.strategies.zero import accounting as acc
 from labkit.strategies.zero.sharding import Meter
 from labkit.theory import mlp_activation_bytes

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.config import ModelConfig, RunConfig
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
+from labkit.config.run import ModelConfig, RunConfig
 from labkit.strategies.zero import ZeroOptions, layer_sizes
 
 pytestmark = pytest.mark.lesson05

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import LabError
+from labkit.base.errors import LabError
 from labkit.grading.sandbox.modes import (
     available,
     bwrap_cmd,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 
 MODES = ("auto", "bwrap", "unshare", "none")
 NOBODY = 65534

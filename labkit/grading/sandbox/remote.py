@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from labkit.errors import LabError
+from labkit.base.errors import LabError
 from labkit.grading.sandbox.box import Box, BoxError, BoxTimeout
 from labkit.grading.sandbox.wire import decode, encode
 
@@ -168,7 +168,7 @@ class Session:
         after = self.box.loopback_tx_bytes() if self.box is not None else None
         if "error" in reply:
             _raise_student(reply["error"])
-        from labkit.timeline import Timeline
+        from labkit.analysis.timeline import Timeline
 
         events = {"schema_version": 1, "world_size": world_size, "events": reply["events"]}
         return {"results": decode(reply["results"]), "timeline": Timeline.from_json(events),

@@ -119,7 +119,7 @@ def decode(data: Any, *, budget: list[int] | None = None, _depth: int = 0) -> An
         if tag == "__tensor__":
             return _tensor(body, budget)
         if tag == "__timeline__":
-            from labkit.timeline import Timeline
+            from labkit.analysis.timeline import Timeline
 
             return Timeline.from_json(body)
         if tag == "__opaque__":

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.errors import ConfigError
-from labkit.strategies import Strategy, register
+from labkit.base.errors import ConfigError
+from labkit.config.registry import Strategy, register
 
 IMPLS = ("builtin", "ring", "reduce_broadcast", "all_to_all", "hierarchical")
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9,

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from labkit.errors import ConfigError
-from labkit.rank import RankContext, RankOutput
+from labkit.base.errors import ConfigError
+from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.collectives.hierarchical import hierarchical_allreduce
 from labkit.strategies.collectives.ring import ALGORITHMS
 from labkit.theory import busbw, fit_alpha_beta

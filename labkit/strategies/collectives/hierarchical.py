@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from labkit.comm import Comm
+from labkit.trace.comm import Comm
 
 
 def hierarchical_allreduce(intra: Comm, inter: Comm, tensor: torch.Tensor, *,

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from labkit.comm import Comm
+from labkit.trace.comm import Comm
 
 RECORD_LIMIT = 64  # record full values per step only for tensors up to this many elements
 

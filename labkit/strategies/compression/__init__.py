@@ -7,7 +7,7 @@ fp16 / bf16 casts (torch's ``fp16_compress_wrapper`` / ``bf16_compress_wrapper``
 feedback (Stich et al. 2018; Lin et al. 2018, "Deep Gradient Compression"), our random-k
 (k positions drawn from a seed every rank shares, so only values travel; Stich et al.
 2018) and 8-bit quantisation (a shared scale, int8 values summed in the all-reduce; seed
-002's "quantise"). Every byte still goes through ``labkit.comm``, so the bytes on the wire
+002's "quantise"). Every byte still goes through ``labkit.trace.comm``, so the bytes on the wire
 are read from the trace.
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.errors import ConfigError
-from labkit.strategies import Strategy, register
+from labkit.base.errors import ConfigError
+from labkit.config.registry import Strategy, register
 from labkit.strategies.dp import DPMetrics
 
 METHODS = ("none", "fp16", "bf16", "powersgd", "topk", "randomk", "int8")

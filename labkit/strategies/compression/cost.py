@@ -15,7 +15,7 @@ Pure (no torch), so tests and notebooks can state the prediction before a run.
 * int8: one all-reduce of a 4-byte max per bucket (the shared scale), then the bucket as
   int8: ``numel + 4`` bytes per bucket, a quarter of fp32.
 
-Payload follows ``labkit.comm``: the input of an all-reduce, the gathered output of an
+Payload follows ``labkit.trace.comm``: the input of an all-reduce, the gathered output of an
 all-gather. ``wire`` = what one rank sends in a ring: ``2(n-1)/n`` x all-reduce payload,
 ``(n-1)/n`` x all-gather payload.
 """

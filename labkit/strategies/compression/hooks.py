@@ -1,4 +1,4 @@
-"""DDP comm hooks whose every byte goes through ``labkit.comm`` (and so onto the timeline).
+"""DDP comm hooks whose every byte goes through ``labkit.trace.comm`` (and so onto the timeline).
 
 * ``traced_allreduce_hook`` (from ``labkit.strategies.ddp``): the plain bucket all-reduce
   (average), traced.
@@ -8,7 +8,7 @@
   does the same three moves itself; gloo reduces bf16 fine.
 * PowerSGD: torch's ``powerSGD_hook`` runs unchanged, but while it runs the ``dist`` name
   inside torch's hook modules points at ``TracedDist``, which sends ``all_reduce`` through
-  ``labkit.comm`` (everything else falls through to ``torch.distributed``).
+  ``labkit.trace.comm`` (everything else falls through to ``torch.distributed``).
 * ``TopKHook``: ours. Each rank adds its residual (error feedback) to the bucket, keeps
   the k largest magnitudes, all-gathers (values, indices) from every rank, scatters their
   sum into a dense tensor and divides by n; what it did not send becomes next step's residual.
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from labkit.events import Op
+from labkit.base.events import Op
 from labkit.strategies.ddp.torch_ddp import StepRef, traced_allreduce_hook
 
 __all__ = ["Int8Hook", "RandomKHook", "StepRef", "TopKHook", "TracedDist", "cast_wrapper",

@@ -13,9 +13,8 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from labkit.comm import wire_bytes
-from labkit.events import Lane, Op
-from labkit.rank import RankContext, RankOutput
+from labkit.base.events import Lane, Op
+from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.compression import CompressionMetrics
 from labkit.strategies.compression.cost import allreduce_wire, predicted_payload_bytes
 from labkit.strategies.compression.hooks import (
@@ -27,6 +26,7 @@ from labkit.strategies.compression.hooks import (
     traced_torch_hooks,
 )
 from labkit.strategies.ddp.torch_ddp import TorchDDPLoop
+from labkit.trace.comm import wire_bytes
 
 
 def bytes_per_step(events: list[Any], world_size: int) -> tuple[list[int], list[float]]:

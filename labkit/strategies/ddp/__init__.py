@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.checkpoint import CheckpointOptions
-from labkit.errors import ConfigError
-from labkit.strategies import Strategy, register
+from labkit.base.errors import ConfigError
+from labkit.config.registry import Strategy, register
+from labkit.train.checkpoint import CheckpointOptions
 
 
 @dataclass(kw_only=True, frozen=True)

@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from labkit.loop import TrainLoop
-from labkit.rank import RankContext, RankOutput
+from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.dp import DPMetrics
-from labkit.training import build_model
+from labkit.train.loop import TrainLoop
+from labkit.train.training import build_model
 
 
 def traced_allreduce_hook(comm: Any, step: Any) -> Any:

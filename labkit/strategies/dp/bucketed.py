@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from labkit.rank import RankContext, RankOutput
+from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.dp.buckets import BucketManager
 from labkit.strategies.dp.loop import grad_bytes, train_data_parallel
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from labkit.comm import Comm, Handle
+from labkit.trace.comm import Comm, Handle
 
 
 @dataclass

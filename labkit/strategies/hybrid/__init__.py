@@ -1,7 +1,7 @@
 """3D parallelism (lesson 09): data x pipeline x tensor parallel on one rank grid, ZeRO on DP.
 
 ``labkit run hybrid --dp D --pp P --tp T --model gpt`` lays ``D x P x T`` ranks on the grid
-of ``labkit.grid`` (tp fastest, so a tensor-parallel group is a run of neighbouring ranks,
+of ``labkit.base.grid`` (tp fastest, so a tensor-parallel group is a run of neighbouring ranks,
 i.e. sits inside a node) and trains the GPT with all three at once, as Megatron-LM does
 (Narayanan et al. 2021): every tensor-parallel group splits each block's matrices, every
 pipeline runs its stages on a GPipe or 1F1B plan, and the data-parallel replicas average
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from labkit.errors import ConfigError
-from labkit.grid import Grid
-from labkit.metrics import RankMetrics
-from labkit.strategies import Strategy, register
+from labkit.base.errors import ConfigError
+from labkit.base.grid import Grid
+from labkit.config.metrics import RankMetrics
+from labkit.config.registry import Strategy, register
 
 SCHEDULES = ("gpipe", "1f1b")
 BALANCE = ("count", "cost")

@@ -3,7 +3,7 @@
 Building this rank's model, outermost axis last (phase numbers match the code):
   1. every rank builds the same seeded full model on the CPU;
   2. tensor parallelism keeps this rank's slice of each block's split matrices
-     (``labkit.models.gpt.shard_gpt``; f/g all-reduce on the ``tp`` comm);
+     (``labkit.train.models.gpt.shard_gpt``; f/g all-reduce on the ``tp`` comm);
   3. pipeline parallelism keeps this rank's stage (its run of blocks, plus the embeddings
      on the first stage and the head on the last);
   4. ZeRO on the ``dp`` comm turns every parameter-owning module of the stage into a flat
@@ -25,11 +25,9 @@ from typing import Any, cast
 
 import torch
 
-from labkit.comm import wire_bytes
-from labkit.events import Lane
-from labkit.events import Op as Ev
-from labkit.loop import TrainLoop
-from labkit.rank import RankContext, RankOutput
+from labkit.base.events import Lane
+from labkit.base.events import Op as Ev
+from labkit.rank.context import RankContext, RankOutput
 from labkit.schedules import build_plan
 from labkit.strategies.hybrid import HybridMetrics
 from labkit.strategies.pipeline.executor import StepRecord, run_step
@@ -37,7 +35,9 @@ from labkit.strategies.pipeline.partition import bounds_by_cost, bounds_by_count
 from labkit.strategies.tp.ops import TPComm
 from labkit.strategies.zero import accounting as acc
 from labkit.strategies.zero.modules import ShardedModel
-from labkit.training import build_model, model_stats, reference_train
+from labkit.trace.comm import wire_bytes
+from labkit.train.loop import TrainLoop
+from labkit.train.training import build_model, model_stats, reference_train
 
 
 def build_full(config: Any) -> torch.nn.Module:
@@ -85,7 +85,7 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         stats = model_stats(full)
         self.tpc = TPComm(ctx.tp_comm)
         if self.gpt:                                                   # 2.
-            from labkit.models.gpt import GPTStage, shard_gpt
+            from labkit.train.models.gpt import GPTStage, shard_gpt
 
             local = shard_gpt(cast(Any, full), ctx.tp_rank, grid.tp,
                               self.tpc if grid.tp > 1 else None)
@@ -162,7 +162,7 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         lo = self.bounds[self.ctx.pp_rank]
         state = {stage_name(k, lo): v for k, v in self.sharded.full_state().items()}
         if self.gpt and self.ctx.grid is not None and self.ctx.grid.tp > 1:
-            from labkit.models.gpt import split_dim
+            from labkit.train.models.gpt import split_dim
 
             tp = self.ctx.tp_comm
             for name, t in state.items():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labkit.grid import AXES
+from labkit.base.grid import AXES
 
 _THEORY_OPTIMIZER = {"sgd": "sgd", "momentum": "momentum", "adam": "adam",
                      "lars": "momentum", "lamb": "adam"}
@@ -21,8 +21,8 @@ _THEORY_OPTIMIZER = {"sgd": "sgd", "momentum": "momentum", "adam": "adam",
 def predicted_layout(config: Any, bounds: list[int], grid: dict[str, int],
                      records_view: Any) -> Any:
     """``labkit.theory.parallel_layout`` for this run's model, grid and pipeline settings."""
-    from labkit.data.text import vocab_size_of
     from labkit.theory import parallel_layout
+    from labkit.train.data.text import vocab_size_of
 
     m, r = config.model, records_view
     return parallel_layout(kind=m.kind, width=m.width, depth=m.depth, heads=m.heads,
@@ -70,7 +70,7 @@ def summarize(records: Sequence[Any], config: Any) -> dict[str, Any]:
 
 def report_lines(m: dict[str, Any]) -> list[str]:
     """The 3D run's table for ``labkit run``: traffic per axis and memory per rank."""
-    from labkit.report import mb, table
+    from labkit.analysis.report import mb, table
 
     if "comm_bytes_per_axis" not in m:
         return []

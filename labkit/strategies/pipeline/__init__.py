@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.errors import ConfigError, LabError
+from labkit.base.errors import ConfigError, LabError
+from labkit.config.registry import Strategy, register
 from labkit.schedules.plans import SCHEDULES, schedule_problems
-from labkit.strategies import Strategy, register
 
 BALANCE = ("count", "cost")
 

@@ -35,10 +35,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from labkit.errors import ConfigError
-from labkit.events import Op as Ev
-from labkit.loop import TrainLoop
-from labkit.rank import RankContext, RankOutput
+from labkit.base.errors import ConfigError
+from labkit.base.events import Op as Ev
+from labkit.rank.context import RankContext, RankOutput
 from labkit.schedules import Op, Plan
 from labkit.strategies.pipeline import PipelineOptions, options_for, orders_text, plan_for
 from labkit.strategies.pipeline.metrics import PipelineMetrics, StepStat, step_stats
@@ -48,10 +47,11 @@ from labkit.strategies.pipeline.model import (
     measure_layer_costs,
     stage_bounds,
 )
+from labkit.train.loop import TrainLoop
 
 if TYPE_CHECKING:
-    from labkit.config import ModelConfig
-    from labkit.runner import RunResult
+    from labkit.config.run import ModelConfig
+    from labkit.launchers.runner import RunResult
 
 ACT, GRAD = 0, 1  # message kinds: an activation going forward, a gradient going back
 _TRACE_OP = {Op.F: Ev.FORWARD, Op.B: Ev.BACKWARD, Op.I: Ev.BACKWARD_INPUT,
@@ -280,7 +280,7 @@ def run_step(ctx: RankContext, plan: Plan, modules: dict[int, Any], x: torch.Ten
     """Run this rank's actions of ``plan`` for one batch; gradients accumulate in ``modules``.
 
     A stage module is called on its input, has ``last`` and ``act_shape(rows)`` (the shape of
-    the activation it sends on), e.g. ``StageModule`` or ``labkit.models.gpt.GPTStage``;
+    the activation it sends on), e.g. ``StageModule`` or ``labkit.train.models.gpt.GPTStage``;
     ``loss_fn(out, y)`` is the last stage's mean loss of one microbatch.
     """
     xs = list(x.tensor_split(plan.microbatches))
@@ -383,8 +383,8 @@ def run_plan(plan: Plan, *, steps: int = 2, batch_size: int | None = None,
     step marked). With ``check_reference`` the result's metrics hold
     ``max_abs_diff_grads`` / ``max_abs_diff_loss`` against one process on the whole batch.
     """
-    from labkit.config import ModelConfig, RunConfig
-    from labkit.runner import run
+    from labkit.config.run import ModelConfig, RunConfig
+    from labkit.launchers.runner import run
     from labkit.schedules import validate_plan
 
     validate_plan(plan)

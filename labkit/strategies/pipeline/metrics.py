@@ -28,8 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from labkit.events import Event, Op
-from labkit.metrics import RankMetrics
+from labkit.base.events import Event, Op
+from labkit.config.metrics import RankMetrics
 
 PIPELINE_OPS = (Op.FORWARD, Op.BACKWARD, Op.BACKWARD_INPUT, Op.BACKWARD_WEIGHT)
 
@@ -146,7 +146,7 @@ class PipelineMetrics(RankMetrics):
 
     @classmethod
     def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
-        from labkit.report import number
+        from labkit.analysis.report import number
 
         m = metrics
         if "bubble_fraction" not in m:

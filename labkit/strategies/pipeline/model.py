@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.config import ModelConfig
+from labkit.config.run import ModelConfig
 from labkit.strategies.pipeline.partition import Bounds, bounds_by_cost, bounds_by_count
 
 

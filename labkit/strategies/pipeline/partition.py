@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
-from labkit.errors import ConfigError
+from labkit.base.errors import ConfigError
 
 Bounds = list[int]
 """Stage k holds layers ``bounds[k] .. bounds[k+1]-1``; ``len(bounds) == stages + 1``."""

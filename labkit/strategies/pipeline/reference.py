@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.config import RunConfig
+from labkit.config.run import RunConfig
 from labkit.strategies.pipeline import options_for
 from labkit.strategies.pipeline.model import StageModule, build_full
-from labkit.training import make_optimizer, task_for
+from labkit.train.training import make_optimizer, task_for
 
 
 def reference_run(cfg: RunConfig) -> tuple[dict[str, torch.Tensor], list[float],

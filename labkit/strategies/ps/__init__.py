@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.errors import ConfigError
-from labkit.strategies import Strategy, register
+from labkit.base.errors import ConfigError
+from labkit.config.registry import Strategy, register
 from labkit.strategies.ps.protocol import Consistency, parse_straggler
 
 CONSISTENCIES = tuple(c.value for c in Consistency)

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from labkit.rank import RankContext, RankOutput
+from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.ps.protocol import Kind
-from labkit.training import build_model
+from labkit.train.training import build_model
 
 
 def flat_params(model: torch.nn.Module) -> torch.Tensor:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.metrics import RankMetrics
+from labkit.config.metrics import RankMetrics
 
 _RAW = ("role", "server", "worker", "grad_staleness", "grad_worker", "update_t_s",
         "update_loss", "pull_wait_s")

@@ -25,9 +25,8 @@ from typing import Any
 
 import torch
 
-from labkit.events import Op
-from labkit.optim import make_optimizer
-from labkit.rank import RankContext, RankOutput, inject_fault
+from labkit.base.events import Op
+from labkit.rank.context import RankContext, RankOutput, inject_fault
 from labkit.strategies.ps import workers_of
 from labkit.strategies.ps.impl import flat_params
 from labkit.strategies.ps.protocol import (
@@ -41,7 +40,8 @@ from labkit.strategies.ps.protocol import (
     shard_bounds,
 )
 from labkit.strategies.ps.records import PSMetrics
-from labkit.training import build_model, max_abs_diff, params_sha256, reference_train
+from labkit.train.optim import make_optimizer
+from labkit.train.training import build_model, max_abs_diff, params_sha256, reference_train
 
 
 class ParameterServer:

@@ -22,9 +22,8 @@ import time
 
 import torch
 
-from labkit.events import Op
-from labkit.loop import TrainLoop
-from labkit.rank import RankContext, RankOutput
+from labkit.base.events import Op
+from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.ps import workers_of
 from labkit.strategies.ps.impl import flat_params, header
 from labkit.strategies.ps.protocol import (
@@ -36,7 +35,8 @@ from labkit.strategies.ps.protocol import (
     shard_bounds,
 )
 from labkit.strategies.ps.records import PSMetrics
-from labkit.training import build_model
+from labkit.train.loop import TrainLoop
+from labkit.train.training import build_model
 
 
 class PSWorker(TrainLoop[PSMetrics]):

@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.checkpoint import CheckpointOptions
-from labkit.errors import ConfigError
-from labkit.metrics import RankMetrics
-from labkit.strategies import Strategy, register
+from labkit.base.errors import ConfigError
+from labkit.config.metrics import RankMetrics
+from labkit.config.registry import Strategy, register
+from labkit.train.checkpoint import CheckpointOptions
 
 LR_RULES = ("none", "linear", "sqrt")
-DATASET_SAMPLES = 8192  # labkit.training.SyntheticTask's default size
+DATASET_SAMPLES = 8192  # labkit.train.training.SyntheticTask's default size
 
 
 @dataclass(kw_only=True, frozen=True)

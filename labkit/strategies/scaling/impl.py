@@ -19,13 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.events import Op
-from labkit.loop import TrainLoop
-from labkit.optim import make_optimizer
-from labkit.rank import RankContext, RankOutput
+from labkit.base.events import Op
+from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.scaling import ScalingMetrics, global_batch_of
 from labkit.theory import lr_at_step, scaled_lr
-from labkit.training import build_model, task_for
+from labkit.train.loop import TrainLoop
+from labkit.train.optim import make_optimizer
+from labkit.train.training import build_model, task_for
 
 
 def target_lr(config: Any) -> float:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.errors import ConfigError
-from labkit.metrics import RankMetrics
-from labkit.strategies import Strategy, register
+from labkit.base.errors import ConfigError
+from labkit.config.metrics import RankMetrics
+from labkit.config.registry import Strategy, register
 
 BLOCKS = ("both", "mlp", "attention")
 

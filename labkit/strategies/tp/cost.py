@@ -8,7 +8,7 @@ one activation tensor of ``batch * seq * hidden`` values. An MLP is one such pai
 with both costs 2 all-reduces forward + 2 backward.
 
 Bytes here are the *payload* of each all-reduce (the tensor handed in, the convention of
-``labkit.comm``); a ring puts ``2(n-1)/n`` of that on the wire per rank.
+``labkit.trace.comm``); a ring puts ``2(n-1)/n`` of that on the wire per rank.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``ColwiseParallel`` shards ``fc1`` by output features and ``RowwiseParallel`` shards ``fc2``
 by input features, exactly Megatron's split; torch inserts the all-reduce itself. Its
-collectives go through torch's functional collectives, not ``labkit.comm``, so they are not
+collectives go through torch's functional collectives, not ``labkit.trace.comm``, so they are not
 on the timeline; ``CommDebugMode`` counts them instead. Runs on CPU with gloo.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from labkit.rank import RankContext
+from labkit.rank.context import RankContext
 from labkit.strategies.tp.layers import MLP
 
 

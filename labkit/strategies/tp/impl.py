@@ -18,15 +18,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.events import Op
-from labkit.loop import TrainLoop
-from labkit.optim import make_optimizer
-from labkit.rank import RankContext, RankOutput
+from labkit.base.events import Op
+from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.tp import TPMetrics
 from labkit.strategies.tp.cost import tp_bytes_per_layer
 from labkit.strategies.tp.layers import TPLayer, build_reference, shard_map
 from labkit.strategies.tp.ops import ComputeClock, TPComm
-from labkit.training import max_abs_diff
+from labkit.train.loop import TrainLoop
+from labkit.train.optim import make_optimizer
+from labkit.train.training import max_abs_diff
 
 
 def batch(seed: int, step: int, b: int, s: int, h: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from labkit.events import Op
+from labkit.base.events import Op
 
 
 class ComputeClock:

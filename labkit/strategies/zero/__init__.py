@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from labkit.errors import ConfigError
-from labkit.metrics import RankMetrics
-from labkit.strategies import Strategy, register
+from labkit.base.errors import ConfigError
+from labkit.config.metrics import RankMetrics
+from labkit.config.registry import Strategy, register
 
 STAGES = (0, 1, 2, 3)
 TERMS = ("params", "grads", "optimizer")
@@ -117,7 +117,7 @@ class ZeroMetrics(RankMetrics):
 
     @classmethod
     def report_lines(cls, metrics: dict[str, Any]) -> list[str]:
-        from labkit.report import mb, table
+        from labkit.analysis.report import mb, table
 
         m = metrics
         if "per_rank_bytes" not in m:
@@ -145,7 +145,7 @@ class ZeroMetrics(RankMetrics):
 
 
 def layer_sizes(model: Any) -> list[int]:
-    """Parameter count of each Linear layer of ``labkit.training.build_mlp`` (weight + bias)."""
+    """Parameter count of each Linear layer of ``labkit.train.training.build_mlp`` (weight + bias)."""
     in_dim, out_dim = (64, 10) if model.kind == "digits" else (model.in_dim, model.out_dim)
     widths = [in_dim] + [model.width] * model.depth + [out_dim]
     return [a * b + b for a, b in zip(widths[:-1], widths[1:])]

@@ -8,7 +8,7 @@
   ``torch.autograd.graph.saved_tensors_hooks``; storages are deduplicated and parameters
   skipped, matching ``labkit.theory.mlp_activation_bytes``.
 * ``comm_per_step``: bytes from the trace. Payload is what the caller handed in (see
-  ``labkit.comm``); wire bytes apply the ring factor (all-reduce 2(n-1)/n, reduce-scatter
+  ``labkit.trace.comm``); wire bytes apply the ring factor (all-reduce 2(n-1)/n, reduce-scatter
   and all-gather (n-1)/n), the convention of the ZeRO paper's communication analysis.
 """
 
@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from labkit.comm import wire_bytes
-from labkit.events import Event, Lane
+from labkit.base.events import Event, Lane
+from labkit.trace.comm import wire_bytes
 
 TERMS = ("params", "grads", "optimizer")
 

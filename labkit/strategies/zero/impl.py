@@ -18,14 +18,14 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from labkit.events import Op
-from labkit.loop import TrainLoop
-from labkit.rank import RankContext, RankOutput
+from labkit.base.events import Op
+from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
 from labkit.strategies.zero.mlp import ShardedMLP
 from labkit.strategies.zero.modules import ShardedModel
-from labkit.training import build_model, model_stats
+from labkit.train.loop import TrainLoop
+from labkit.train.training import build_model, model_stats
 
 
 class ZeroLoop(TrainLoop[ZeroMetrics]):

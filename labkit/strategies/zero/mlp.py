@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import torch
 
-from labkit.comm import Comm
 from labkit.strategies.zero.sharding import FlatLayer, Meter, ShardedLinear, ShardedUnits
+from labkit.trace.comm import Comm
 
 
 class ShardedMLP(ShardedUnits):

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.comm import Comm
 from labkit.strategies.zero.sharding import (
     FlatLayer,
     FlatUnit,
@@ -33,6 +32,7 @@ from labkit.strategies.zero.sharding import (
     ShardedLinear,
     ShardedUnits,
 )
+from labkit.trace.comm import Comm
 
 
 class ShardedCall(torch.autograd.Function):

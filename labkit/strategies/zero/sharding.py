@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from labkit.comm import Comm
-from labkit.events import Op
+from labkit.base.events import Op
+from labkit.trace.comm import Comm
 
 
 class Meter:

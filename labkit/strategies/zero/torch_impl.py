@@ -20,14 +20,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from labkit.events import Op
-from labkit.loop import TrainLoop
-from labkit.optim import make_optimizer
-from labkit.rank import RankContext
+from labkit.base.events import Op
+from labkit.rank.context import RankContext
 from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
 from labkit.strategies.zero.impl import fill_prediction
-from labkit.training import build_model
+from labkit.train.loop import TrainLoop
+from labkit.train.optim import make_optimizer
+from labkit.train.training import build_model
 
 
 class _TracedAllGather:

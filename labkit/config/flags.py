@@ -1,0 +1,235 @@
+"""The flags of ``labkit run`` and what they turn into, for every front end that takes them.
+
+``labkit run`` (``labkit.cli``), the torchrun worker (``labkit.worker``) and the other
+launchers accept the same command line: the common flags below plus one flag per field of
+the strategy's options dataclass (``--bucket-cap-mb`` for ddp, ``--schedule`` for
+pipeline, ...), generated from the dataclass so no front end lags behind a strategy.
+
+* ``add_run_flags(parser)`` / ``option_flags(options_cls)``: the flags;
+* ``config_from_args(args, extra)``: the validated ``RunConfig`` (raises ``ConfigError``);
+* ``output_problems(args)``: whether ``--trace`` / ``--timeline`` can be written, checked
+  before any process starts (a run must never finish only to lose its results);
+* ``describe(result)``: the readable summary ``labkit run`` prints;
+* ``report(args, result)`` / ``fail_input`` / ``fail_run`` / ``save_partial``: what every
+  front end prints and writes, with the exit codes 0 ok, 1 the run failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+from labkit.base.docs import field_docs
+from labkit.base.errors import ConfigError, RankFailure, RunFailed
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags every strategy takes (``labkit run STRATEGY --help`` lists them)."""
+    from labkit.config.run import MODELS, ModelConfig, RunConfig
+
+    docs, model_docs = field_docs(RunConfig), field_docs(ModelConfig)
+    p.add_argument("strategy", help="strategy to run (see `labkit list`)")
+    p.add_argument("--world-size", type=numeric_flag, default=None, help=docs["world_size"])
+    p.add_argument("--steps", type=numeric_flag, default=None, help=docs["steps"])
+    p.add_argument("--backend", default="auto", help=docs["backend"])
+    p.add_argument("--timeout", type=real_flag, default=None, help=docs["timeout_s"])
+    p.add_argument("--seed", type=numeric_flag, default=0, help=docs["seed"])
+    p.add_argument("--batch-size", type=numeric_flag, default=None, help=docs["batch_size"])
+    p.add_argument("--lr", type=real_flag, default=None, help=docs["lr"])
+    p.add_argument("--optimizer", default=None, help=docs["optimizer"])
+    p.add_argument("--model", default="mlp", choices=MODELS, help=model_docs["kind"])
+    p.add_argument("--width", type=numeric_flag, default=None, help=model_docs["width"])
+    p.add_argument("--depth", type=numeric_flag, default=None, help=model_docs["depth"])
+    p.add_argument("--heads", type=numeric_flag, default=None, help=model_docs["heads"])
+    p.add_argument("--seq-len", type=numeric_flag, default=None, help=model_docs["seq_len"])
+    p.add_argument("--vocab-size", type=numeric_flag, default=None, help=model_docs["vocab_size"])
+    p.add_argument("--threads-per-rank", type=numeric_flag, default=None,
+                   help=docs["threads_per_rank"])
+    p.add_argument("--inject-fault", default=None, metavar="RANK:STEP:KIND",
+                   help=docs["inject_fault"] + " KIND: raise, exit, kill, hang")
+    p.add_argument("--check-reference", action="store_true", help=docs["check_reference"])
+    p.add_argument("--no-trace", action="store_true", help="do not record the timeline")
+    p.add_argument("--trace", default=None, metavar="FILE",
+                   help="write a Chrome/Perfetto trace JSON here (open in ui.perfetto.dev)")
+    p.add_argument("--timeline", default=None, metavar="FILE",
+                   help="write the labkit timeline JSON here (labkit.Timeline.load)")
+    p.add_argument("--json", action="store_true", help="print one JSON object with the result")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar (default: when the terminal is interactive)")
+    p.add_argument("--launcher", default="labkit", help=docs["launcher"])
+    p.add_argument("--nodes", type=int, default=1, help=docs["nodes"])
+    p.add_argument("--link", default=None, metavar="PRESET|RATE[,LATENCY]", help=docs["link"])
+
+
+def numeric_flag(text: str) -> int | float:
+    """A numeric flag as written: ``8`` is an int, ``1e20`` / ``2.5`` / ``inf`` a float.
+
+    The flag's rule (integer? finite? in range?) is ``RunConfig``'s to check, so
+    ``--seed 1e20`` gets the same message, naming the rule, as ``seed=1e20`` in Python.
+    """
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; e.g. 8, 0.05 or 1e-3"
+                                         ) from None
+
+
+def real_flag(text: str) -> float:
+    """A real-valued flag (``inf`` and ``nan`` parse: ``RunConfig`` says why they are refused)."""
+    value = numeric_flag(text)
+    return float(value)
+
+
+def option_flags(options_cls: type) -> argparse.ArgumentParser:
+    """A parser with one --flag per field of a strategy's options dataclass."""
+    p = argparse.ArgumentParser(add_help=False)
+    docs = field_docs(options_cls)
+    hints = typing.get_type_hints(options_cls)
+    for f in dataclasses.fields(options_cls):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else None
+        hint = hints.get(f.name)
+        if hint is bool:
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                           default=default, help=docs.get(f.name))
+            continue
+        base = next((t for t in (int, float, str) if hint is t or t in typing.get_args(hint)),
+                    str)
+        if typing.get_origin(hint) in (list, tuple):
+            inner = typing.get_args(hint)[0] if typing.get_args(hint) else str
+            p.add_argument(flag, dest=f.name, type=inner, nargs="+", default=default,
+                           help=docs.get(f.name))
+        else:
+            p.add_argument(flag, dest=f.name, type=base, default=default, help=docs.get(f.name))
+    return p
+
+
+def config_from_args(args: argparse.Namespace, extra: list[str], *, command: str = "labkit run",
+                     world_size: int | None = None) -> Any:
+    """The validated ``RunConfig`` these flags describe (``ConfigError`` naming every problem).
+
+    ``extra`` holds the strategy's own flags; ``world_size`` overrides ``--world-size``
+    (torchrun decides it).
+    """
+    from labkit.config import registry
+    from labkit.config.run import RunConfig
+
+    options: dict[str, Any] = {}
+    spec = registry.lookup(args.strategy)
+    if spec is not None and spec.options is not None:
+        opts, extra = option_flags(spec.options).parse_known_args(extra)
+        options = {k: v for k, v in vars(opts).items() if v is not None}
+    if extra:
+        raise ConfigError(f"unrecognised argument(s) for `{command} {args.strategy}`: "
+                          f"{' '.join(extra)} (see `labkit run {args.strategy} --help`)")
+    model_kw = {k: v for k in ("width", "depth", "heads", "seq_len", "vocab_size")
+                if (v := getattr(args, k, None)) is not None}
+    return RunConfig(
+        strategy=args.strategy, world_size=args.world_size if world_size is None else world_size,
+        steps=args.steps, backend=args.backend, timeout_s=args.timeout, seed=args.seed,
+        batch_size=args.batch_size, lr=args.lr, optimizer=args.optimizer,
+        model={"kind": getattr(args, "model", "mlp"), **model_kw},  # type: ignore[arg-type]
+        options=options or None, trace=not args.no_trace,
+        check_reference=args.check_reference, inject_fault=args.inject_fault,
+        threads_per_rank=args.threads_per_rank, progress=args.progress, nodes=args.nodes,
+        link=args.link, launcher=args.launcher)
+
+
+def output_problem(flag: str, path: str) -> str | None:
+    """Why ``path`` cannot take a run's output file (None: it can), found by trying: create
+    its missing parent directories, open it for writing without truncating it (a file
+    created only to try is removed again). Trying is the only honest test: root passes
+    every permission check yet cannot create ``/proc/x.json``."""
+    target = Path(path)
+    example = f"e.g. {flag} run.json"
+    if target.is_dir():
+        return f"{flag} {path!r} is a directory; give a file name, e.g. {flag} {target / 'run.json'}"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return (f"{flag} {path!r}: its directory {str(target.parent)!r} cannot be created "
+                f"({exc.strerror or exc}); {example}")
+    try:
+        existed = target.exists()
+        with open(target, "r+b" if existed else "xb"):
+            pass
+        if not existed:
+            target.unlink()
+    except OSError as exc:
+        return (f"{flag} {path!r} cannot be written ({exc.strerror or exc}); choose a file in a "
+                f"writable directory, {example}")
+    return None
+
+
+def output_problems(args: argparse.Namespace) -> list[str]:
+    """``output_problem`` for ``--trace`` and ``--timeline`` (call before starting ranks)."""
+    flags = (("--trace", getattr(args, "trace", None)),
+             ("--timeline", getattr(args, "timeline", None)))
+    return [p for flag, path in flags if path and (p := output_problem(flag, path)) is not None]
+
+
+def report(args: argparse.Namespace, result: Any, extra_json: dict[str, Any] | None = None
+           ) -> int:
+    """Write --trace / --timeline and print the result (--json: one object); exit code 0,
+    or 1 when an output file could not be written after all (the result is still printed)."""
+    code = 0
+    try:
+        if args.trace:
+            result.save_trace(args.trace)
+        if args.timeline:
+            result.timeline.save(args.timeline)
+    except OSError as exc:
+        print(f"labkit: error: the run finished but its output could not be written: {exc}",
+              file=sys.stderr)
+        code = 1
+    if args.json:
+        print(json.dumps({**result.to_json(), **(extra_json or {})}, default=str), flush=True)
+    else:
+        print(describe(result), flush=True)
+    return code
+
+
+def describe(result: Any) -> str:
+    """The readable summary ``labkit run`` prints (``labkit.analysis.report``)."""
+    from labkit.analysis.report import describe as summary
+
+    return summary(result)
+
+
+def fail_input(args: argparse.Namespace, message: str) -> int:
+    if getattr(args, "json", False):
+        print(json.dumps({"error": {"rank": None, "kind": "config", "message": message,
+                                    "traceback": ""}}))
+    print(f"labkit: error: {message}", file=sys.stderr)
+    return 2
+
+
+def save_partial(args: argparse.Namespace, err: RunFailed) -> None:
+    """--timeline / --trace still write what the ranks recorded before a failure."""
+    if err.timeline is None or not err.timeline.events:
+        return
+    if args.timeline:
+        err.timeline.save(args.timeline)
+        print(f"labkit: the timeline up to the failure is in {args.timeline}", file=sys.stderr)
+    if args.trace:
+        err.timeline.to_chrome(args.trace)
+        print(f"labkit: the trace up to the failure is in {args.trace}", file=sys.stderr)
+
+
+def fail_run(args: argparse.Namespace, failure: RankFailure) -> int:
+    if getattr(args, "json", False):
+        print(json.dumps({"error": failure.to_json()}))
+    where = f"rank {failure.rank}" if failure.rank is not None else "the run"
+    print(f"labkit: {where} failed ({failure.kind}): {failure.message}", file=sys.stderr)
+    if failure.traceback:
+        print(f"\n--- {where} ---\n{failure.traceback.rstrip()}", file=sys.stderr)
+    return 1

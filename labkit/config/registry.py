@@ -1,0 +1,105 @@
+"""The open registry of training strategies (``labkit run STRATEGY``).
+
+A strategy family is a subpackage of ``labkit.strategies`` whose ``__init__`` is
+*torch-free*: it defines the options dataclass and calls ``register(Strategy(...))``. The
+code that runs on each rank lives in a sibling module named by ``Strategy.entry``
+("module:function") and is imported only inside the ranks, so the supervisor process stays
+light (no torch import) and validates configs instantly.
+
+Adding a strategy never edits this file: drop a subpackage in, it is discovered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.base.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How to run one strategy: what each rank calls and which options it takes."""
+
+    name: str
+    entry: str
+    """"package.module:function" called on every rank as ``function(ctx) -> RankOutput``."""
+    summary: str
+    options: type | None = None
+    """Keyword-only dataclass of strategy settings (validated in its __post_init__)."""
+    check: Callable[[Any], list[str]] | None = None
+    """Cross-field rules on the whole RunConfig; returns problem messages (empty if fine)."""
+    lesson: str = ""
+    axis: str = "dp"
+    """The grid axis a run of this strategy spreads its ranks over: dp, pp or tp."""
+    grid: Callable[[Any], Any] | None = None
+    """For strategies on several axes at once: RunConfig -> ``labkit.base.grid.Grid``."""
+    default_world_size: Callable[[Any], int] | None = None
+    """options -> the world size a run takes when none is given (default 2)."""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """RunConfig settings this strategy uses unless the run sets them (steps, lr, optimizer,
+    timeout_s), over the model's defaults (``labkit.config.run.MODEL_DEFAULTS``); ``"model"``
+    maps a model kind to the shape this strategy shows its lesson on, e.g.
+    ``{"model": {"mlp": {"width": 512, "depth": 8}}}``."""
+    backends: tuple[str, ...] = ("gloo", "nccl")
+    """The backends the strategy runs on; ``backend="auto"`` picks NCCL only if listed."""
+
+    def grid_for(self, config: Any) -> Any:
+        """The rank grid of a run of this strategy (``labkit.base.grid.Grid``)."""
+        from labkit.base.grid import Grid
+
+        if self.grid is not None:
+            return self.grid(config)
+        return Grid.along(self.axis, config.world_size)
+
+
+STRATEGIES = "labkit.strategies"
+"""The package whose subpackages are strategy families (found by name, not imported here:
+the registry sits below the rank code it lists)."""
+
+_REGISTRY: dict[str, Strategy] = {}
+_discovered = False
+
+
+def register(spec: Strategy) -> Strategy:
+    if spec.name in _REGISTRY and _REGISTRY[spec.name] != spec:
+        raise ConfigError(f"strategy {spec.name!r} is registered twice")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _discover() -> None:
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    package = importlib.import_module(STRATEGIES)
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.ispkg:
+            importlib.import_module(f"{STRATEGIES}.{info.name}")
+
+
+def lookup(name: str) -> Strategy | None:
+    _discover()
+    return _REGISTRY.get(name)
+
+
+def get(name: str) -> Strategy:
+    spec = lookup(name)
+    if spec is None:
+        raise ConfigError(f"strategy {name!r} is not registered; known: {', '.join(names())}")
+    return spec
+
+
+def names() -> list[str]:
+    _discover()
+    return sorted(_REGISTRY)
+
+
+def load_entry(entry: str) -> Callable[..., Any]:
+    """Import "module:function" (done inside a rank)."""
+    module, _, func = entry.partition(":")
+    return getattr(importlib.import_module(module), func)  # type: ignore[no-any-return]

@@ -1,0 +1,211 @@
+"""``labkit run STRATEGY --launcher ray``: the same ranks, started by Ray Train.
+
+For users who already run a Ray cluster, Ray Train's ``TorchTrainer`` (docs.ray.io, "Ray
+Train Overview") can start labkit's ranks instead of labkit's supervisor. Nothing about a
+rank changes: each Ray Train worker runs ``labkit.rank.context.run_rank`` with the same ``Job``
+``labkit.run`` builds, so the same seed gives the same weights (``params_sha256``) and the
+same timeline. The steps:
+
+1. start (or reuse) Ray with bounded resources (``labkit.launchers.ray.session``) and an *inbox*
+   actor (no CPU) that collects what every rank sends back;
+2. ``TorchTrainer`` starts ``world_size`` workers (each asks for at most one CPU, fewer when
+   the cluster has fewer cores than ranks) and makes the default process group through its
+   env:// rendezvous (``TorchConfig(backend, timeout_s)``); every worker then runs the rank
+   on that group (``run_rank(existing_group=True)``), with a watchdog that reports the rank's
+   stack and stops it if it outlives the run's timeout;
+3. each rank posts its ``RankReport`` (or its error) to the inbox; the driver combines the
+   reports with ``labkit.launchers.runner.collect`` into the usual ``RunResult``;
+4. a failure comes back as ``RunFailed`` naming the rank, chosen like the supervisor does:
+   a real exception first, then a rank that died silently, then the "peer went away" echoes;
+   a timeout as ``RunTimeout`` naming the rank that hung outside communication.
+
+Ray Train retries nothing here (``FailureConfig(max_failures=0)``): a failed rank ends the
+run, as under labkit's supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import io
+import os
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from typing import Any
+
+from labkit.base.errors import RankFailure, RunFailed, RunTimeout
+from labkit.config.run import RunConfig
+from labkit.launchers.ray.session import ensure_ray
+
+_BACKSTOP_S = 120.0
+"""After the run's timeout, how long the driver still waits for Ray Train to return."""
+_ECHOES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+           "Socket Timeout", "Connection refused", "ECONNRESET", "EPIPE", "Timed out waiting")
+"""Errors a rank raises only because another rank failed first (as in the supervisor)."""
+_IN_TORCH_COMM = ("torch/distributed/distributed_c10d.py", "torch/nn/parallel/distributed.py")
+"""Stack frames of a rank blocked in communication that torch issued itself."""
+
+
+class Inbox:
+    """The Ray actor every rank of one run reports to (results, errors, timeouts, output)."""
+
+    def __init__(self) -> None:
+        self.reports: dict[int, Any] = {}
+        self.errors: list[tuple[int, RankFailure]] = []
+        self.logs: dict[int, str] = {}
+
+    def report(self, rank: int, report: Any, log: str) -> None:
+        self.reports[rank], self.logs[rank] = report, log
+
+    def error(self, rank: int, t_ns: int, failure: RankFailure, log: str) -> None:
+        self.errors.append((t_ns, failure))
+        self.logs[rank] = log
+
+    def contents(self) -> tuple[dict[int, Any], list[tuple[int, RankFailure]], dict[int, str]]:
+        return self.reports, self.errors, self.logs
+
+
+class _Slot:
+    """A value the rank updates: "blocked in communication" (``Comm``) or the step it is in."""
+
+    value = 0
+
+
+def _watchdog(timeout_s: float, rank: int, inbox: Any, status: _Slot, step: _Slot
+              ) -> threading.Timer:
+    """Report this rank's stack as a timeout, then stop it, if it outlives the run's timeout."""
+    def fire() -> None:
+        import ray
+
+        with tempfile.TemporaryFile("w+") as f:
+            faulthandler.dump_traceback(file=f, all_threads=True)
+            f.seek(0)
+            stack = f.read()
+        # inside labkit's Comm, or inside torch.distributed called by torch itself (DDP)
+        waiting = status.value or any(m in stack for m in _IN_TORCH_COMM)
+        where = "waiting in communication" if waiting else "outside any communication call"
+        failure = RankFailure(rank, "timeout", f"rank {rank} was still running after "
+                              f"{timeout_s:g} s, at step {step.value}, {where}", stack)
+        try:
+            ray.get(inbox.error.remote(rank, time.monotonic_ns(), failure, ""), timeout=10)
+        finally:
+            os._exit(1)
+
+    timer = threading.Timer(timeout_s, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def rank_on_ray(loop_config: dict[str, Any]) -> None:
+    """What every Ray Train worker runs (step 2-3 of the module docstring)."""
+    import ray
+    import ray.train
+
+    from labkit.rank.context import run_rank
+
+    job, inbox = loop_config["job"], loop_config["inbox"]
+    ctx = ray.train.get_context()
+    rank, status, step, log = ctx.get_world_rank(), _Slot(), _Slot(), io.StringIO()
+    timer = _watchdog(job.timeout_s, rank, inbox, status, step)
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            report = run_rank(job, rank, ctx.get_world_size(), local_rank=ctx.get_local_rank(),
+                              status=status, progress=step, existing_group=True)
+    except BaseException as exc:
+        failure = RankFailure(rank, "exception", f"{type(exc).__name__}: {exc}",
+                              traceback.format_exc())
+        ray.get(inbox.error.remote(rank, time.monotonic_ns(), failure, log.getvalue()))
+        raise
+    finally:
+        timer.cancel()
+    ray.get(inbox.report.remote(rank, report, log.getvalue()))
+
+
+def run_on_ray(config: RunConfig) -> Any:
+    """``labkit.run(config)`` with ``config.launcher == "ray"``: returns the same RunResult."""
+    from labkit.launchers.runner import collect, job_for
+
+    ray = ensure_ray()  # 1.
+    from ray.train import FailureConfig, ScalingConfig
+    from ray.train import RunConfig as TrainRunConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    backend = config.resolved_backend()
+    job = job_for(config, backend)
+    cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    per_worker: dict[str, float] = {"CPU": min(1.0, cpus / config.world_size)}
+    if backend == "nccl":
+        per_worker["GPU"] = 1.0
+    inbox = ray.remote(num_cpus=0)(Inbox).remote()
+    storage = tempfile.mkdtemp(prefix="labkit-raytrain-")
+    trainer = TorchTrainer(  # 2.
+        rank_on_ray, train_loop_config={"job": job, "inbox": inbox},
+        torch_config=TorchConfig(backend=backend, timeout_s=int(config.timeout_s + 30)),
+        scaling_config=ScalingConfig(num_workers=config.world_size, use_gpu=backend == "nccl",
+                                     resources_per_worker=per_worker),
+        run_config=TrainRunConfig(storage_path=storage, name=f"labkit-{config.strategy}",
+                                  failure_config=FailureConfig(max_failures=0)))
+    t0 = time.monotonic()
+    try:
+        fit_error = _fit(trainer, config.timeout_s + _BACKSTOP_S)
+        reports, errors, logs = ray.get(inbox.contents.remote())  # 3.
+    finally:
+        ray.kill(inbox)
+        shutil.rmtree(storage, ignore_errors=True)
+    if fit_error is not None or len(reports) < config.world_size:
+        raise _failure(config, fit_error, reports, errors)  # 4.
+    result = collect(config, backend, [reports[r] for r in range(config.world_size)],
+                     time.monotonic() - t0)
+    result.logs = [logs.get(r, "") for r in range(config.world_size)]
+    return result
+
+
+def _fit(trainer: Any, limit_s: float) -> BaseException | None:
+    """``trainer.fit()`` with a backstop: the error it raised, or None."""
+    outcome: list[BaseException | None] = []
+
+    def target() -> None:
+        try:
+            trainer.fit()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as a RunFailed
+            outcome.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True, name="labkit-ray-fit")
+    thread.start()
+    thread.join(limit_s)
+    if not outcome:  # Ray itself is stuck (e.g. waiting for resources): stop this cluster
+        from labkit.launchers.ray.session import shutdown_ray
+
+        shutdown_ray()
+        raise RunTimeout(RankFailure(None, "timeout", f"Ray Train did not return within "
+                                     f"{limit_s:g} s; the Ray cluster was shut down"))
+    return outcome[0]
+
+
+def _failure(config: RunConfig, fit_error: BaseException | None, reports: dict[int, Any],
+             errors: list[tuple[int, RankFailure]]) -> RunFailed:
+    """The root cause (step 4): timeouts, then real errors, then deaths, then echoes."""
+    ordered = [f for _, f in sorted(errors, key=lambda x: x[0])]
+    timeouts = [f for f in ordered if f.kind == "timeout"]
+    if timeouts:
+        hung = [f for f in timeouts if "outside" in f.message] or timeouts
+        return RunTimeout(RankFailure(hung[0].rank, "timeout", f"run timed out after "
+                                      f"{config.timeout_s:g} s: {hung[0].message}",
+                                      "\n\n".join(f"--- rank {f.rank} ---\n{f.traceback}"
+                                                  for f in timeouts)))
+    real = [f for f in ordered if not any(m in f.message + f.traceback for m in _ECHOES)]
+    told = {f.rank for f in ordered} | set(reports)
+    deaths = [RankFailure(rank, "exit", f"rank {rank} died without reporting an error "
+                          f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
+              for rank, exc in sorted(getattr(fit_error, "worker_failures", {}).items())
+              if rank not in told]
+    chosen = real + deaths + [f for f in ordered if f not in real]
+    if not chosen:
+        chosen = [RankFailure(None, "exception", f"Ray Train failed: {type(fit_error).__name__}: "
+                              f"{fit_error}")]
+    return RunFailed(chosen[0], chosen[1:])

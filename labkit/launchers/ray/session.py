@@ -1,0 +1,121 @@
+"""Ray, started the lab's way: once per process, bounded, on loopback, and always shut down.
+
+Ray (Moritz et al. 2018, "Ray: A Distributed Framework for Emerging AI Applications", OSDI)
+runs a small cluster of its own processes beside yours: a GCS (the cluster's metadata
+store), a raylet per node (scheduler and object store) and worker processes (``ray::...``)
+that run tasks and actors. labkit starts that cluster like this (``ensure_ray``):
+
+1. once per Python process (a kernel, a CLI run, a test session); later calls reuse it;
+2. with ``num_cpus`` = this machine's cores, so Ray never schedules more than the machine has;
+3. without the dashboard and usage statistics, logs in a private temp dir, and every server
+   on 127.0.0.1: Ray's own switch for single-machine use (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER
+   =0``, what it does on laptops) keeps nothing listening beyond loopback;
+4. with ``shutdown_ray`` registered at exit, so no raylet, gcs_server or ``ray::`` worker
+   outlives the kernel, the CLI or the test run.
+
+If the process is killed outright (SIGKILL, no atexit), Ray's GCS and raylet die with it
+(Ray ties their fate to the process that started them) and its two agents notice the dead
+raylet and exit on their own within about a minute.
+
+With ``RAY_ADDRESS`` set (a cluster you already run), ``ensure_ray`` connects to it instead
+and leaves it running at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from labkit.base import devices
+
+_state: dict[str, Any] = {"started": False, "tmp": None}
+_RAY_NAMES = ("raylet", "gcs_server")
+
+
+def _ray_module() -> Any:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not os.environ.get("RAY_ADDRESS"):
+        # loopback only: read by Ray when it is imported, and by the processes it starts
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+    from ray._private import ray_constants
+
+    if not os.environ.get("RAY_ADDRESS"):
+        ray_constants.ENABLE_RAY_CLUSTER = False  # in case ray was imported before us
+    return ray
+
+
+def ensure_ray(num_cpus: int | None = None) -> Any:
+    """The ``ray`` module with a running cluster: started here (steps 1-4 above) or reused."""
+    ray = _ray_module()
+    if ray.is_initialized():
+        return ray
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, namespace="labkit", log_to_driver=False)
+        return ray
+    # Ray's unix sockets live under this dir and must fit in 107 bytes: keep it short
+    tmp = tempfile.mkdtemp(prefix="lkray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    ray.init(num_cpus=num_cpus or devices.cpu_count(), include_dashboard=False,
+             _temp_dir=tmp, log_to_driver=False, configure_logging=False, namespace="labkit")
+    if not _state["started"]:
+        atexit.register(shutdown_ray)
+    _state.update(started=True, tmp=tmp)
+    return ray
+
+
+def shutdown_ray(wait_s: float = 10.0) -> None:
+    """Stop the Ray cluster ``ensure_ray`` started and wait until its processes are gone."""
+    if not _state["started"]:
+        return
+    import ray
+
+    session = str(_state["tmp"])
+    ours = _session_pids(session)
+    ray.shutdown()
+    deadline = time.monotonic() + wait_s
+    while any(Path(f"/proc/{pid}").exists() for pid in ours) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    shutil.rmtree(session, ignore_errors=True)
+    _state.update(started=False, tmp=None)
+
+
+def ray_processes() -> list[tuple[int, str]]:
+    """Every live Ray process on this machine: (pid, name) of raylets, GCS servers, Ray
+    workers (``ray::...``) and Ray's Python helpers (monitor, log monitor, agents)."""
+    out = []
+    for pid, name, cmd, _ in _procs():
+        if (name in _RAY_NAMES or cmd.startswith("ray::") or name.startswith("ray::")
+                or "/site-packages/ray/" in cmd):
+            out.append((pid, name))
+    return out
+
+
+def _procs() -> list[tuple[int, str, str, int]]:
+    """(pid, name, command line, parent pid) of every live, non-zombie process."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            name = (proc / "comm").read_text().strip()
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            out.append((int(proc.name), name, cmd, int(fields[1])))
+    return out
+
+
+def _session_pids(session: str) -> list[int]:
+    """The processes of one Ray session: those naming its temp dir, and their children
+    (Ray workers rename themselves ``ray::...`` and name no dir)."""
+    procs = _procs()
+    ours = {pid for pid, _, cmd, _ in procs if session in cmd}
+    return sorted(ours | {pid for pid, _, _, ppid in procs if ppid in ours})

@@ -1,0 +1,71 @@
+"""Which rank to blame: the supervisor's rules for naming the root cause of a failed run.
+
+Teaches: in a collective, one rank's failure makes every peer fail too ("connection reset
+by peer", "broken pipe"), often *before* the culprit's own report arrives. So the verdict
+ranks what the supervisor saw: (1) a real exception, (2) a rank that died without a word
+(exit code -- 0 included, when it never handed in a result -- or a signal), (3) only then
+the earliest echo. For a hang, the rank that is *not* blocked in communication is the one
+the others wait for (the pattern of PyTorch's ``MultiProcessTestCase`` and NCCL's flight
+recorder). Torch-free.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from labkit.base.errors import RankFailure, RunTimeout
+
+# Errors a rank raises only because *another* rank failed first.
+ECHO_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                "Socket Timeout", "Connection refused", "ECONNRESET", "EPIPE",
+                "Timed out waiting", "NCCL communicator was aborted")
+LOG_TAIL = 3000  # characters of a silently dead rank's output shown with its failure
+
+
+def pick_failure(errors: list[tuple[int, RankFailure]], deaths: list[RankFailure]
+                 ) -> tuple[RankFailure, list[RankFailure]]:
+    """The root cause and the rest: a real exception, else a silent death, else the
+    earliest echo. ``errors`` are (monotonic ns, failure) pairs."""
+    ordered_errors = [f for _, f in sorted(errors, key=lambda x: x[0])]
+    real = [f for f in ordered_errors
+            if not any(m in f.message + f.traceback for m in ECHO_MARKERS)]
+    ordered = real + deaths + [f for f in ordered_errors if f not in real]
+    return ordered[0], ordered[1:]
+
+
+def silent_death(rank: int, code: int, log: str) -> RankFailure:
+    """A rank that exited without reporting: by a signal, or with an exit code (0 too)."""
+    if code < 0:
+        failure = RankFailure(rank, "signal", f"rank {rank} was killed by "
+                              f"{signal.Signals(-code).name}")
+    elif code == 0:
+        failure = RankFailure(rank, "exit", f"rank {rank} exited with code 0 without reporting "
+                              f"its result (did its code call os._exit(0) or sys.exit() "
+                              f"before returning?)")
+    else:
+        failure = RankFailure(rank, "exit", f"rank {rank} exited with code {code} without "
+                              f"reporting an error")
+    tail = log[-LOG_TAIL:]
+    failure.traceback = f"(last output of rank {rank})\n{tail}" if tail.strip() else ""
+    return failure
+
+
+def hang(timeout_s: float, running: list[int], blocked: dict[int, bool],
+         steps: dict[int, int], stacks: dict[int, str]) -> RunTimeout:
+    """The timeout error: the rank stuck outside communication while others wait for it
+    (``blocked[r]``: rank r is inside a communication call), with every rank's stack."""
+    stuck = [r for r in running if not blocked[r]]
+    waiting = [r for r in running if blocked[r]]
+    suspect: int | None
+    if stuck and waiting:
+        suspect = stuck[0]
+        why = (f"rank {suspect} stopped making progress at step {steps[suspect]} outside any "
+               f"communication call, while rank(s) {', '.join(map(str, waiting))} waited for it")
+    else:
+        suspect = running[0] if len(running) == 1 else None
+        why = "no rank made progress"
+    message = (f"run timed out after {timeout_s:g} s: {why}; ranks still running: "
+               f"{', '.join(map(str, running)) or 'none'}")
+    text = "\n\n".join(f"--- rank {r} (step {steps[r]}) ---\n{stacks[r].strip()}"
+                       for r in running)
+    return RunTimeout(RankFailure(suspect, "timeout", message, text))

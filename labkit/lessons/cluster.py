@@ -1,0 +1,161 @@
+"""Lesson 10's measurements: real runs across emulated nodes, each row beside its prediction.
+
+Every function runs real ranks and returns plain rows (dicts) plus the ``RunResult`` objects
+for plots; runs on one link share one torchrun job (``launcher.run_many``). Where this
+machine cannot emulate nodes (``labkit.base.netsupport()``), the cross-node rows keep their
+alpha-beta prediction from the preset, ``step_s`` is None and ``note`` says what the run
+would have measured: the lesson still runs, top to bottom.
+
+Conventions (``labkit.lessons.cluster_predict``): seconds per step, first step skipped; "exposed"
+communication is what no compute hid; weak scaling (the same batch per rank), so the
+scaling efficiency of n ranks is ``t(1 rank) / t(n ranks)``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from labkit.base.netsupport import support
+from labkit.config.links import LinkWarning, parse_link
+from labkit.config.run import ModelConfig
+from labkit.lessons import cluster_predict as predict
+
+DDP_MODEL = ModelConfig(width=256, depth=4)
+NOT_HERE = ("not measured: no emulated cluster on this machine ({why}); the cross-node rows "
+            "hold the alpha-beta prediction from each preset's own rate and latency")
+
+
+def _run(**kw: Any) -> Any:
+    import labkit
+
+    kw.setdefault("timeout_s", 180)
+    kw.setdefault("progress", False)
+    with warnings.catch_warnings():  # the rows say whether the latency was applied
+        warnings.simplefilter("ignore", LinkWarning)
+        return labkit.run(**kw)
+
+
+def _run_many(configs: list[dict[str, Any]]) -> list[Any]:
+    """One torchrun job for all ``configs`` (same nodes, link, world size); without an
+    emulated cluster, single-node configs run one by one under ``labkit.run``."""
+    from labkit.config.run import RunConfig
+    from labkit.launchers.cluster.launcher import run_many
+
+    if not support().available:
+        return [_run(**c) for c in configs]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LinkWarning)
+        return run_many([RunConfig(**{"timeout_s": 180, "progress": False, **c})
+                         for c in configs])
+
+
+def _missing(link: str) -> str:
+    """Why a row over ``link`` holds only its prediction (the same words for every link)."""
+    parse_link(link)  # a bad spec still fails loudly
+    return NOT_HERE.format(why=support().reason)
+
+
+def measure_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_100g", "ethernet_25g")
+                  ) -> list[dict[str, Any]]:
+    """The link itself: shaped rate and latency beside what the probe measured."""
+    from labkit.launchers.cluster.launcher import measure_link
+
+    rows = []
+    for text in links:
+        spec = parse_link(text)
+        row: dict[str, Any] = {"link": text, **spec.to_json(), "measured_bps": None,
+                               "measured_latency_s": None, "rate_error": None}
+        if support().available:
+            row.update(measure_link(text))
+            row["rate_error"] = row["measured_bps"] / spec.rate_bps - 1
+        else:
+            row["note"] = _missing(text)
+        rows.append(row)
+    return rows
+
+
+def ddp_across_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_25g"), *,
+                     steps: int = 8, batch_size: int = 256, model: ModelConfig = DDP_MODEL,
+                     **run_kw: Any) -> dict[str, Any]:
+    """DDP on 1 rank, on 1 node of 2 ranks (loopback) and on 2 nodes of 1 rank per link.
+
+    Rows: ``name``, ``nodes``, ``link``, ``step_s``, ``compute_s``, ``exposed_s``,
+    ``efficiency`` (t1 / t), ``predicted_comm_s`` and ``predicted_step_s`` (this run's
+    time outside communication + the alpha-beta all-reduce), ``error`` (measured/predicted-1).
+    """
+    kw = dict(strategy="ddp", steps=steps, batch_size=batch_size, model=model,
+              threads_per_rank=1, **run_kw)
+    # 1. the compute-only reference and 2. one node: loopback between the ranks
+    one = _run(world_size=1, **kw)
+    t1 = one.step_time_s
+    loop = _run(world_size=2, **kw)
+    grad_bytes = float(loop.metrics["bytes_per_step"])
+    rows = [_ddp_row("1 rank", 1, None, one, t1), _ddp_row("1 node x 2 ranks", 1, None, loop, t1)]
+    results = {"1 rank": one, "1 node x 2 ranks": loop}
+    # 3. two nodes, one rank each, per link
+    for link in links:
+        name = f"2 nodes x 1 rank, {link}"
+        if support().available:
+            r = _run(world_size=2, nodes=2, link=link, **kw)
+            row = _ddp_row(name, 2, link, r, t1)
+            model_link = predict.link_model(r.metrics["link"])
+            base = row["step_s"] - row["exposed_s"]
+            results[name] = r
+        else:
+            row = {"name": name, "nodes": 2, "link": link, "step_s": None, "note": _missing(link)}
+            model_link = predict.link_model(parse_link(link))
+            parts = predict.step_parts(loop)
+            base = parts["step_s"] - parts["exposed_s"]
+        comm = predict.allreduce_s(grad_bytes, 2, model_link)
+        row.update(predicted_comm_s=comm, predicted_step_s=base + comm,
+                   error=None if row["step_s"] is None else row["step_s"] / (base + comm) - 1)
+        rows.append(row)
+    return {"rows": rows, "results": results, "grad_bytes": grad_bytes, "t1_s": t1}
+
+
+def _ddp_row(name: str, nodes: int, link: str | None, result: Any, t1: float) -> dict[str, Any]:
+    parts = predict.step_parts(result)
+    return {"name": name, "nodes": nodes, "link": link, **parts,
+            "efficiency": t1 / parts["step_s"] if parts["step_s"] else None,
+            "exposed_share": parts["exposed_s"] / parts["step_s"] if parts["step_s"] else None,
+            "predicted_comm_s": None, "predicted_step_s": None, "error": None}
+
+
+def overhead_inside_vs_across(ddp: dict[str, Any], link: str | None = None) -> dict[str, Any]:
+    """Seed 001's FAQ ("5-15% inside a node, 15-30% across") as this machine measured it:
+    the share of the DDP step spent in exposed communication, inside one node and across
+    ``link`` (default: the first link measured)."""
+    rows = ddp["rows"]
+    inside = next(r for r in rows if r["name"].startswith("1 node"))
+    across = next(r for r in rows if r["nodes"] == 2 and (link is None or r["link"] == link))
+    share = across.get("exposed_share")
+    if share is None and across.get("predicted_step_s"):
+        share = across["predicted_comm_s"] / across["predicted_step_s"]
+    return {"inside": inside["exposed_share"], "across": share, "link": across["link"],
+            "faq_inside": (0.05, 0.15), "faq_across": (0.15, 0.30),
+            "measured": across["step_s"] is not None}
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """Rows as aligned text: seconds shown in ms (``*_s``), bits/s in Mbit/s (``*_bps``),
+    shares and errors in %, missing values as '-'; each row's ``note`` once, below."""
+    def cell(key: str, v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            if key.endswith("_s"):
+                return f"{v * 1e3:.2f} ms"
+            if key.endswith("_bps"):
+                return f"{v / 1e6:.1f} Mbit/s"
+            if key in ("error", "rate_error", "efficiency", "exposed_share"):
+                return f"{v:+.1%}" if "error" in key else f"{v:.0%}"
+            return f"{v:.3g}"
+        return str(v)
+
+    grid = [list(columns)] + [[cell(c, r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(line[i]) for line in grid) for i in range(len(columns))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in grid]
+    notes = dict.fromkeys(r["note"] for r in rows if r.get("note"))  # once each, in order
+    return "\n".join(lines + [f"note: {n}" for n in notes])

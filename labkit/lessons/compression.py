@@ -1,0 +1,107 @@
+"""Lesson 06's measurements, each a few real runs turned into plain rows (torch-free here).
+
+* ``measure_allreduce`` times all-reduces with the ``allreduce-bench`` strategy;
+  ``fit_and_validate`` fits the alpha-beta model on some sizes and checks it on the others
+  (sizes not used for the fit), so "this machine" is a tested preset, not a guess.
+* ``compare_compression`` trains the same seeded task once per compression method.
+* ``overlap_row`` / ``ddp_overlap_sweep`` read hidden vs exposed communication off timelines.
+Conventions: bytes are payload bytes (``labkit.trace.comm``); times in seconds; the first step of
+every run is skipped as warm-up (``Timeline.window``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from labkit.theory.comm import AlphaBeta, fit_alpha_beta
+
+
+def measure_allreduce(sizes: Sequence[str | int] = ("1MB", "2MB", "4MB", "8MB", "16MB", "32MB"),
+                      world_size: int = 2, iters: int = 8, **run_kw: Any
+                      ) -> tuple[list[int], list[float]]:
+    """Mean all-reduce time per size (bytes, seconds) from a real ``allreduce-bench`` run."""
+    import labkit
+
+    run_kw.setdefault("timeout_s", 120)
+    r = labkit.run(strategy="allreduce-bench", world_size=world_size, steps=1,
+                   options={"sizes": tuple(sizes), "iters": iters}, **run_kw)
+    rows = r.metrics["results"]
+    return [int(x["bytes"]) for x in rows], [float(x["time_s"]) for x in rows]
+
+
+def fit_and_validate(sizes: Sequence[float], times: Sequence[float], world_size: int,
+                     fit_mask: Sequence[bool] | None = None) -> dict[str, Any]:
+    """Fit alpha-beta on the sizes where ``fit_mask`` is True (default: every other one,
+    starting with the first) and report the relative error at every size.
+
+    Returns ``fit`` (AlphaBeta), ``rows`` [{bytes, measured_s, predicted_s, rel_error,
+    used_for_fit}] and ``max_holdout_error`` (largest |pred - meas| / meas where not fitted).
+    """
+    mask = list(fit_mask) if fit_mask is not None else [i % 2 == 0 for i in range(len(sizes))]
+    if len(mask) != len(sizes):
+        raise ValueError(f"fit_mask ({len(mask)} values) must match sizes ({len(sizes)})")
+    fit: AlphaBeta = fit_alpha_beta([s for s, m in zip(sizes, mask) if m],
+                                    [t for t, m in zip(times, mask) if m], world_size)
+    rows = []
+    for s, t, m in zip(sizes, times, mask):
+        p = fit.predict(s, world_size)
+        rows.append({"bytes": s, "measured_s": t, "predicted_s": p,
+                     "rel_error": abs(p - t) / t, "used_for_fit": m})
+    held = [r["rel_error"] for r in rows if not r["used_for_fit"]]
+    return {"fit": fit, "rows": rows, "max_holdout_error": max(held) if held else 0.0}
+
+
+def compare_compression(methods: Sequence[str] = ("none", "fp16", "powersgd", "topk"), *,
+                        world_size: int = 2, steps: int = 8, options: dict[str, Any] | None = None,
+                        **run_kw: Any) -> dict[str, Any]:
+    """One real run per method on the same seeded task; the trade-off as rows and losses.
+
+    Returns {"rows": [{method, wire_bytes, predicted_wire_bytes, ratio, step_time_s,
+    final_loss}], "losses": {method: [...]}, "results": {method: RunResult}}.
+    """
+    import labkit
+
+    run_kw.setdefault("timeout_s", 120)
+    rows, losses, results = [], {}, {}
+    for m in methods:
+        r = labkit.run(strategy="compress", world_size=world_size, steps=steps,
+                       options={**(options or {}), "method": m}, **run_kw)
+        mt = r.metrics
+        wire = mt["wire_bytes_per_step"][-1]
+        rows.append({"method": m, "wire_bytes": wire,
+                     "predicted_wire_bytes": mt["predicted_wire_bytes"],
+                     "ratio": mt["compression_ratio"], "step_time_s": r.step_time_s,
+                     "final_loss": r.losses[-1]})
+        losses[m], results[m] = r.losses, r
+    return {"rows": rows, "losses": losses, "results": results}
+
+
+def overlap_row(name: str, timeline: Any) -> dict[str, Any]:
+    """Hidden vs exposed communication of a run (mean over ranks, steady-state steps)."""
+    from labkit.base.events import Lane
+
+    w = timeline.window()
+    comm = w.comm_s()
+    frac = w.overlap_fraction()
+    step_comm_spans = sum(1 for e in w.events if e.lane == Lane.COMM and e.rank == 0)
+    return {"name": name, "comm_s": comm, "hidden_s": comm * frac,
+            "exposed_s": comm * (1 - frac), "overlap_fraction": frac,
+            "compute_s": w.compute_s(), "step_time_s": timeline.median_step_s(),
+            "comm_spans_rank0": step_comm_spans}
+
+
+def ddp_overlap_sweep(bucket_caps_mb: Sequence[float] = (0.05, 1.0, 25.0), *,
+                      world_size: int = 2, steps: int = 5, **run_kw: Any) -> list[dict[str, Any]]:
+    """DDP once per bucket size: how much of the all-reduce hides under backward."""
+    import labkit
+
+    run_kw.setdefault("timeout_s", 120)
+    rows = []
+    for cap in bucket_caps_mb:
+        r = labkit.run(strategy="ddp", world_size=world_size, steps=steps,
+                       options={"bucket_cap_mb": cap}, **run_kw)
+        row = overlap_row(f"ddp bucket {cap:g} MB", r.timeline)
+        row.update(bucket_cap_mb=cap, buckets=r.metrics.get("buckets"))
+        rows.append(row)
+    return rows

@@ -1,0 +1,128 @@
+"""One-call helpers lesson 09 uses: real 3D runs and the predictions beside them, as rows.
+
+Sized for a 2-core laptop: a small GPT (width 64, 4 blocks, 32 tokens), a few steps, 4
+ranks. Four ranks on two cores take turns, so timings include waiting for a core; bytes,
+memory and the equality with one process do not depend on it. Figures live in
+``labkit.visuals.parallel3d``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from labkit.config.run import ModelConfig
+from labkit.launchers.runner import RunResult, run
+from labkit.theory import Layout3D, parallel_layout
+from labkit.theory.interconnect import get_link
+
+LESSON_GPT = ModelConfig(kind="gpt", width=64, depth=4, heads=4, seq_len=32)
+BATCH, MICROBATCHES = 8, 2
+
+
+def run_3d(dp: int = 1, pp: int = 1, tp: int = 1, *, zero_stage: int = 0, steps: int = 3,
+           model: ModelConfig = LESSON_GPT, batch_size: int = BATCH,
+           microbatches: int = MICROBATCHES, **run_kwargs: Any) -> RunResult:
+    """Train the lesson GPT on a dp x pp x tp grid of real ranks."""
+    run_kwargs.setdefault("progress", False)
+    return run(strategy="hybrid", model=model, steps=steps, batch_size=batch_size,
+               options={"dp": dp, "pp": pp, "tp": tp, "microbatches": microbatches,
+                        "zero_stage": zero_stage}, **run_kwargs)
+
+
+def factorisations(world_size: int, model: ModelConfig = LESSON_GPT) -> list[tuple[int, int, int]]:
+    """Every (dp, pp, tp) with dp x pp x tp = world_size that the model allows."""
+    out = []
+    for tp in range(1, world_size + 1):
+        for pp in range(1, world_size // tp + 1):
+            dp, rest = divmod(world_size, tp * pp)
+            if rest == 0 and model.heads % tp == 0 and model.width % tp == 0 \
+                    and pp <= model.depth:
+                out.append((dp, pp, tp))
+    return out
+
+
+def layout(dp: int, pp: int, tp: int, *, model: ModelConfig = LESSON_GPT,
+           zero_stage: int = 0, optimizer: str = "momentum", batch_size: int = BATCH,
+           microbatches: int = MICROBATCHES) -> Layout3D:
+    """``labkit.theory.parallel_layout`` for the lesson GPT (the prediction of a run)."""
+    from labkit.train.data.text import vocab_size_of
+
+    return parallel_layout(kind=model.kind, width=model.width, depth=model.depth,
+                           heads=model.heads, seq_len=model.seq_len,
+                           vocab=vocab_size_of(model.vocab_size), dp=dp, pp=pp, tp=tp,
+                           microbatches=microbatches, batch_size=batch_size,
+                           zero_stage=zero_stage, optimizer=optimizer)
+
+
+def layout_rows(world_size: int, **kwargs: Any) -> list[dict[str, Any]]:
+    """One row per factorisation: the fullest rank's model state and bytes per axis."""
+    rows = []
+    for dp, pp, tp in factorisations(world_size, kwargs.get("model", LESSON_GPT)):
+        lay = layout(dp, pp, tp, **kwargs)
+        rows.append({"layout": f"dp{dp} x pp{pp} x tp{tp}", "max_state_MB": lay.max_memory() / 1e6,
+                     **{f"{a}_MB": lay.traffic[a] / 1e6 for a in ("dp", "pp", "tp")}})
+    return rows
+
+
+def axis_rows(result: RunResult) -> list[dict[str, Any]]:
+    """Measured vs predicted wire bytes per step on each axis of a hybrid run."""
+    m = result.metrics
+    return [{"axis": a, "measured_MB": m["comm_bytes_per_axis"][a] / 1e6,
+             "predicted_MB": m["predicted_comm_bytes_per_axis"][a] / 1e6,
+             "ratio": m["comm_ratio_per_axis"][a]} for a in ("dp", "pp", "tp")]
+
+
+def link_seconds(lay: Layout3D, inside: str = "nvlink4", across: str = "ethernet_25g"
+                 ) -> list[dict[str, Any]]:
+    """What each axis's traffic per step would cost one rank on a fast link inside a node
+    and on a slow link between nodes: messages x latency + bytes / bandwidth (alpha-beta)."""
+    rows = []
+    for axis, total in lay.traffic.items():
+        per_rank, calls = total / lay.world_size, lay.calls.get(axis, 0)
+        row: dict[str, Any] = {"axis": axis, "messages": calls, "MB_per_rank": per_rank / 1e6}
+        for name in (inside, across):
+            link = get_link(name)
+            row[f"ms_on_{name}"] = 1e3 * (calls * link.alpha_s + per_rank / link.bandwidth_Bps)
+        rows.append(row)
+    return rows
+
+
+def balance_runs(pp: int = 2, *, vocab_size: int = 4096, steps: int = 3,
+                 **run_kwargs: Any) -> dict[str, RunResult]:
+    """The GPT with a large word vocabulary (a heavy head on the last stage), split by block
+    count and by measured cost."""
+    model = replace(LESSON_GPT, vocab_size=vocab_size)
+    out = {}
+    for label, balance in (("by block count", "count"), ("by measured cost", "cost")):
+        run_kwargs.setdefault("progress", False)
+        out[label] = run(strategy="pipeline", model=model, world_size=pp, steps=steps,
+                         batch_size=BATCH, options={"schedule": "1f1b",
+                                                    "microbatches": 4, "balance": balance},
+                         **run_kwargs)
+    return out
+
+
+def rows_text(rows: list[dict[str, Any]]) -> str:
+    """A list of dicts as an aligned text table (numbers to 3 significant digits)."""
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    cells = [[k for k in keys]] + [[f"{r[k]:.3g}" if isinstance(r[k], float) else str(r[k])
+                                    for k in keys] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(keys))]
+    return "\n".join("  ".join(c[i].rjust(widths[i]) for i in range(len(keys))) for c in cells)
+
+
+def project_rows(runs: dict[int, RunResult]) -> list[dict[str, Any]]:
+    """Seed 000's project (a classifier made data parallel): speedup over one rank,
+    utilisation (share of the step computing, and MFU) and held-out accuracy, per world size."""
+    one = runs[min(runs)].metrics["samples_per_s"]
+    rows = []
+    for n, r in sorted(runs.items()):
+        m = r.metrics
+        busy = m["compute_s"] / (m["step_time_s"] or 1.0)
+        rows.append({"ranks": n, "samples_per_s": m["samples_per_s"],
+                     "speedup": m["samples_per_s"] / one, "compute_share": min(busy, 1.0),
+                     "mfu": m.get("mfu", 0.0), "accuracy": m["accuracy"]})
+    return rows

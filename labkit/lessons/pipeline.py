@@ -1,0 +1,85 @@
+"""One-call helpers the lesson 03 notebook and the bench use (real runs, returned as data).
+
+Defaults are sized for the notebook on a 2-core laptop: width-1024 layers, batch 64, a few
+steps, so every run takes seconds. At that size an action lasts a few ms and fixed costs
+(Python, each message's ~0.6 ms handoff) show in the measured bubble; ``bubble_breakdown``
+says how much of it is uneven compute and how much is communication. ``bench/bench_pipeline.py``
+uses batch 1024 and 16 layers, where the measured bubble lands within 0.02 of the formula.
+Each helper returns ``labkit.run`` results; the figures live in ``labkit.visuals.pipeline``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from labkit.base.errors import ConfigError
+from labkit.config.run import ModelConfig
+from labkit.launchers.runner import RunResult, run
+
+LESSON_MODEL = ModelConfig(width=1024, depth=8)
+
+
+def run_pipeline(schedule: str = "1f1b", stages: int = 2, microbatches: int = 4, *,
+                 virtual: int | None = None, steps: int = 3, batch_size: int = 64,
+                 model: ModelConfig = LESSON_MODEL, layer_costs: tuple[int, ...] = (),
+                 balance: str = "count", runner: Any = None, **run_kwargs: Any) -> RunResult:
+    """Train the lesson model with one schedule on ``stages`` real ranks (fresh ones, or
+    ``runner``'s: a ``labkit.Pool`` of ``stages`` warm ranks)."""
+    run_kwargs.setdefault("timeout_s", 120)
+    run_kwargs.setdefault("progress", False)
+    start = run if runner is None else runner.run
+    return start(strategy="pipeline", world_size=stages, steps=steps, batch_size=batch_size,
+               model=model, options={"schedule": schedule, "stages": stages,
+                                     "microbatches": microbatches, "virtual": virtual,
+                                     "layer_costs": layer_costs, "balance": balance},
+               **run_kwargs)
+
+
+def bubble_sweep(stages: int = 2, microbatches: Iterable[int] = (2, 4, 8), *,
+                 schedule: str = "gpipe", **kwargs: Any) -> dict[int, RunResult]:
+    """One real run per microbatch count (same global batch, so only the split changes)."""
+    return {m: run_pipeline(schedule, stages, m, **kwargs) for m in microbatches}
+
+
+def balance_demo(layer_costs: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 4, 4), stages: int = 2,
+                 microbatches: int = 8, *, schedule: str = "1f1b", **kwargs: Any
+                 ) -> dict[str, RunResult]:
+    """The same uneven model split by layer count and by measured cost."""
+    model = kwargs.pop("model", ModelConfig(width=1024, depth=len(layer_costs)))
+    return {label: run_pipeline(schedule, stages, microbatches, model=model,
+                                layer_costs=layer_costs, balance=balance, **kwargs)
+            for label, balance in (("by layer count", "count"), ("by measured cost", "cost"))}
+
+
+def bubble_breakdown(result: RunResult, plan: Any = None) -> dict[str, float]:
+    """Where a run's bubble came from, all as shares of total step time.
+
+    ``predicted``: the formula (equal costs, free messages). ``replayed``: the plan re-timed
+    with the durations your actions really took, messages still free. ``measured``: your
+    run. ``replayed - predicted`` is uneven compute; ``measured - replayed`` is what
+    communication (and the per-message overhead of Python and gloo) added. ``plan`` defaults
+    to the schedule the run used; pass it for a hand-written plan.
+    """
+    from labkit.schedules import build_plan
+    from labkit.strategies.pipeline.metrics import replayed_bubble
+
+    m = result.metrics
+    if plan is None:
+        if m["schedule"] == "custom":
+            raise ConfigError("this run used a hand-written plan (schedule 'custom'): pass the "
+                              "same Plan as plan=...; e.g. bubble_breakdown(result, plan=my_plan)")
+        plan = build_plan(m["schedule"], m["stages"], m["microbatches"], m["virtual"])
+    replayed = replayed_bubble(result.timeline, plan)
+    return {"predicted": m["bubble_fraction_predicted"], "replayed": replayed,
+            "measured": m["bubble_fraction"], "uneven compute": replayed - m[
+                "bubble_fraction_predicted"], "communication": m["bubble_fraction"] - replayed}
+
+
+def bubble_row(result: RunResult) -> dict[str, Any]:
+    """The bubble numbers of one run, predicted and measured (both share of total)."""
+    m = result.metrics
+    return {"schedule": m["schedule"], "p": m["stages"], "m": m["microbatches"],
+            "v": m["virtual"], "predicted": m["bubble_fraction_predicted"],
+            "measured": m["bubble_fraction"], "per rank": m["bubble_fraction_per_rank"],
+            "peak acts": m["peak_activations"], "step ms": result.step_time_s * 1e3}

@@ -1,0 +1,204 @@
+"""A rank's process group, held open across jobs, and one job run inside it.
+
+A fresh rank (the supervisor's, torchrun's: ``labkit.rank.context.run_rank``) opens its group, runs
+one job and closes it; a warm pool rank (``labkit.launchers.pool_main``) opens it once and runs job
+after job. Both run a job through ``RankGroup.run``, so the job sees the same rank either
+way and produces the same bits:
+
+1. every random generator reset to the job's seed (torch ``seed * 1000 + rank``, Python's
+   ``random`` and numpy's global generator from the same number), torch's thread count set,
+   gradients on, fp32 the default dtype -- whatever the previous job changed;
+2. a fresh tracer and ``Comm``; the grid's sub-groups are made once per grid and reused.
+   ``new_subgroups_by_enumeration`` is collective: every rank must create every group of an
+   axis, in the same order. Pool ranks run the same jobs in the same order, so their caches
+   hit and miss together;
+3. clocks aligned at a barrier, per job (time zero is this job's start);
+4. the strategy or the student's function; every async op drained; the events handed back.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from labkit.base.grid import Grid
+    from labkit.rank.context import Job, RankReport
+    from labkit.trace.comm import Comm
+    from labkit.trace.tracer import Tracer
+
+
+def reset_rank_state(seed: int, rank: int, threads: int) -> None:
+    """Step 1: the state a freshly started rank would have for this job."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed * 1000 + rank)
+    random.seed(seed * 1000 + rank)
+    np.random.seed((seed * 1000 + rank) % 2**32)
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+
+
+@dataclass
+class RankGroup:
+    """This rank's place in an open process group (``open`` it, ``run`` jobs, ``close``)."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: Any
+    subgroups: dict[tuple[Any, ...], Any] = field(default_factory=dict)
+    """Sub-groups made so far, by (axis, its groups): reused by later jobs on the same grid."""
+
+    @classmethod
+    def open(cls, backend: str, rank: int, world_size: int, *, timeout_s: float,
+             local_rank: int | None = None, store: Any = None) -> RankGroup:
+        """Join the group: ``store`` None means env:// rendezvous (torchrun sets MASTER_ADDR /
+        MASTER_PORT). ``timeout_s`` bounds every collective, so a dead peer cannot block a
+        rank for torch's default 30 minutes."""
+        import torch.distributed as dist
+
+        group = cls.adopt(backend, rank, world_size, local_rank=local_rank)
+        kw: dict[str, Any] = {"backend": backend, "rank": rank, "world_size": world_size,
+                              "timeout": timedelta(seconds=timeout_s)}
+        if store is not None:
+            kw["store"] = store
+        else:
+            kw["init_method"] = "env://"
+        dist.init_process_group(**kw)
+        return group
+
+    @classmethod
+    def adopt(cls, backend: str, rank: int, world_size: int, *,
+              local_rank: int | None = None) -> RankGroup:
+        """This rank's place in a default group someone else made and will close (Ray
+        Train's): only the device is claimed."""
+        import torch
+
+        local_rank = rank if local_rank is None else local_rank
+        if backend == "nccl":
+            from labkit.base.devices import claim_gpu
+
+            claim_gpu(local_rank)  # one GPU per rank; a clear error when it is missing or busy
+            device = torch.device("cuda", local_rank)
+        else:
+            device = torch.device("cpu")
+        return cls(rank, world_size, local_rank, backend, device)
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+    def run(self, job: Job, *, status: Any = None, progress: Any = None,
+            before_destroy: Any = None, spool_dir: str | None = None,
+            ranks_per_node: int | None = None) -> RankReport:
+        """Run one job in the open group (steps 1-4 of the module docstring).
+
+        ``spool_dir`` turns on the event spool (a failed run keeps its timeline);
+        ``ranks_per_node`` (torchrun's LOCAL_WORLD_SIZE) marks node boundaries;
+        ``before_destroy(report)`` runs at the end, while the group is up (torchrun's worker
+        gathers every rank's report to rank 0 there).
+        """
+        from labkit.rank.context import RankContext, RankReport
+        from labkit.trace.comm import Comm
+        from labkit.trace.tracer import CudaTracer, Tracer
+
+        reset_rank_state(job.seed, self.rank, job.threads)  # 1.
+        tracer = (CudaTracer(self.rank, job.trace) if self.backend == "nccl"
+                  else Tracer(self.rank, job.trace))
+        grid = job.grid
+        active = grid.active_axes() if grid is not None else []
+        comm = Comm(tracer, self.rank, self.world_size, status=status,
+                    axis=active[0] if len(active) == 1 else None)
+        axis_comms = build_axis_comms(comm, grid, self.subgroups) if grid is not None else {}
+        offset = align_clocks(tracer, self.rank, self.world_size)  # 3.
+        cfg = job.config
+        spool = None
+        if spool_dir is not None and job.trace and type(tracer) is Tracer:
+            from labkit.trace.spool import Spool, spool_path
+
+            spool = Spool(spool_path(spool_dir, self.rank), tracer, offset)
+        ctx = RankContext(rank=self.rank, world_size=self.world_size,
+                          local_rank=self.local_rank, backend=self.backend, device=self.device,
+                          tracer=tracer, comm=comm, config=cfg, seed=job.seed,
+                          progress=progress,
+                          fault=cfg.inject_fault if cfg is not None else None, spool=spool,
+                          grid=grid, axis_comms=axis_comms, ranks_per_node=ranks_per_node)
+        try:  # 4.
+            if job.fn is not None:
+                output = job.fn(ctx, *job.args)
+            else:
+                from labkit.config import registry
+                assert cfg is not None
+                output = registry.load_entry(registry.get(cfg.strategy).entry)(ctx)
+        except BaseException:
+            if spool is not None:  # everything up to the error, for err.timeline
+                spool.write()
+            raise
+        comm.drain()  # every async op's span recorded before the events are handed in
+        report = RankReport(rank=self.rank, host=socket.gethostname(),
+                            events=tracer.events(offset), output=output)
+        if before_destroy is not None:
+            before_destroy(report)
+        return report
+
+
+def build_axis_comms(world: Comm, grid: Grid, cache: dict[tuple[Any, ...], Any] | None = None
+                     ) -> dict[str, Comm]:
+    """One ``Comm`` per axis of ``grid``, each on its own process group (step 2).
+
+    An axis holding every rank reuses the world group; an axis of size 1 gets a ``Comm``
+    over this rank alone (its collectives return at once and record nothing). A split axis'
+    groups come from ``cache`` when an earlier job made them, else every rank creates every
+    group of the axis, in the same order (a rule of ``new_group``).
+    """
+    import torch.distributed as dist
+
+    from labkit.base.grid import AXES
+
+    out: dict[str, Comm] = {}
+    for axis in AXES:
+        size = grid.size(axis)
+        if size == world.world_size:
+            out[axis] = world.on(axis, None, list(range(world.world_size)))
+        elif size == 1:
+            out[axis] = world.on(axis, "solo", [world.rank])
+        else:
+            groups = grid.groups(axis)
+            key = (axis, tuple(tuple(g) for g in groups))
+            mine = cache.get(key) if cache is not None else None
+            if mine is None:
+                mine, _ = dist.new_subgroups_by_enumeration(groups)
+                if cache is not None:
+                    cache[key] = mine
+            out[axis] = world.on(axis, mine, grid.group(axis, world.rank))
+    return out
+
+
+def align_clocks(tracer: Tracer, rank: int, world_size: int) -> int:
+    """Agree on time zero: right after a barrier, rank 0's clock reading.
+
+    Ranks on rank 0's host share its monotonic clock, so their offsets are exact. Ranks on
+    other hosts cannot read that clock; they assume they left the barrier at the same
+    instant as rank 0 (error: the barrier's skew, typically tens of microseconds).
+    Returns the offset (ns) to add to this rank's local times.
+    """
+    import torch.distributed as dist
+
+    dist.barrier()
+    tracer.align()
+    mine = (socket.gethostname(), int(tracer.origin_ns))
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, mine)
+    host0, t0 = gathered[0]
+    if mine[0] == host0:
+        return int(mine[1] - t0)
+    return 0
+

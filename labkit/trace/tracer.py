@@ -1,0 +1,233 @@
+"""Per-rank span recorder: cheap enough to leave on.
+
+Each rank appends plain tuples to a list (a monotonic-ns clock read and one ``list.append``
+per span edge, no I/O, no locks held across work). ``events()`` turns them into
+``labkit.base.events.Event`` objects after the run. Times are taken from ``time.monotonic_ns``,
+which on Linux is one system-wide clock, so ranks on one host share it; ``origin_ns`` (set
+right after a barrier) makes every rank's zero the same instant.
+
+On CUDA, spans of GPU work are timed with CUDA events instead (``CudaClock``): recording an
+event does not synchronise; the events are resolved once, after the step loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from labkit.base.events import RAW_FIELDS, Event, Op
+
+_now = time.monotonic_ns
+
+
+class _Span:
+    """Context manager for one span; created by ``Tracer.span``."""
+
+    __slots__ = ("_meta", "_op", "_start", "_tracer")
+
+    def __init__(self, tracer: Tracer, op: Op, meta: tuple[Any, ...]):
+        self._tracer = tracer
+        self._op = op
+        self._meta = meta
+        self._start = 0
+
+    def __enter__(self) -> _Span:
+        self._start = self._tracer.clock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        tr = self._tracer
+        tr._raw.append((self._op, self._start, tr.clock(), self._meta))
+
+
+class _ComputeSpan:
+    """A compute span that this rank's blocking communication cuts (``Tracer.compute``)."""
+
+    __slots__ = ("_meta", "_op", "_start", "_tracer")
+
+    def __init__(self, tracer: Tracer, op: Op, meta: tuple[Any, ...]):
+        self._tracer, self._op, self._meta = tracer, op, meta
+        self._start: Any = None
+
+    def __enter__(self) -> _ComputeSpan:
+        tr = self._tracer
+        self._start = None if tr._paused else tr.clock()
+        tr._open.append(self)
+        return self
+
+    def _cut(self, now: Any) -> None:
+        if self._start is not None:
+            self._tracer._raw.append((self._op, self._start, now, self._meta))
+            self._start = None
+
+    def __exit__(self, *exc: object) -> None:
+        tr = self._tracer
+        tr._open.remove(self)
+        self._cut(tr.clock())
+
+
+class _NullSpan:
+    __slots__ = ()
+
+    def __enter__(self) -> _NullSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL = _NullSpan()
+
+
+Raw = tuple[Op, Any, Any, tuple[Any, ...]]
+"""One record as taken: (op, start reading, end reading, meta in RAW_FIELDS order)."""
+
+
+def raw_to_event(rank: int, raw: Raw, origin_ns: int, offset_ns: int) -> Event:
+    """A record with host-ns readings -> an Event on the shared clock."""
+    op, start, end, meta = raw
+    return Event(rank, op.lane, op, start - origin_ns + offset_ns, max(0, end - start),
+                 **dict(zip(RAW_FIELDS, meta)))
+
+
+class Tracer:
+    """Records spans for one rank.
+
+    ``enabled=False`` turns every call into a no-op so a run can be timed without tracing.
+    """
+
+    def __init__(self, rank: int, enabled: bool = True, clock: Any = None):
+        self.rank = rank
+        self.enabled = enabled
+        self.clock = clock or _now
+        self.origin_ns = self.clock()
+        self._raw: list[Raw] = []
+        self._cleared = 0  # records dropped by clear(), so indexes stay global
+        self._open: list[_ComputeSpan] = []  # compute spans that blocking comm cuts
+        self._paused = 0
+
+    @staticmethod
+    def _meta(step: int | None = None, microbatch: int | None = None, stage: int | None = None,
+              peer: int | None = None, bytes: int | None = None, bucket: int | None = None,
+              chunk: int | None = None, name: str | None = None,
+              axis: str | None = None) -> tuple[Any, ...]:
+        return (step, microbatch, stage, peer, bytes, bucket, chunk, name, axis)
+
+    def span(self, op: Op, **meta: Any) -> _Span | _NullSpan:
+        """``with tracer.span(Op.FORWARD, step=3): ...`` records one span."""
+        if not self.enabled:
+            return _NULL
+        return _Span(self, op, self._meta(**meta))
+
+    def compute(self, op: Op, **meta: Any) -> _ComputeSpan | _NullSpan:
+        """``with tracer.compute(Op.FORWARD, step=3): ...``: a compute span that is cut while
+        this rank blocks in communication (``labkit.trace.comm`` pauses it), so a forward pass with
+        tensor-parallel all-reduces inside shows as compute, comm, compute -- not as compute
+        overlapping the comm it actually waited for. Several segments, one label."""
+        if not self.enabled:
+            return _NULL
+        return _ComputeSpan(self, op, self._meta(**meta))
+
+    def detail(self, op: Op, **meta: Any) -> _Span | _NullSpan:
+        """A fine-grained span (one layer's matmul) recorded only when no coarser compute span
+        is open: inside a pipeline action the action's span already says it computed."""
+        if not self.enabled or self._open:
+            return _NULL
+        return _Span(self, op, self._meta(**meta))
+
+    def pause_compute(self) -> None:
+        """This rank starts waiting (blocking comm): cut every open compute span (nests)."""
+        self._paused += 1
+        if self._paused == 1 and self._open:
+            now = self.clock()
+            for span in self._open:
+                span._cut(now)
+
+    def resume_compute(self) -> None:
+        """The wait is over: open compute spans run again from now."""
+        self._paused -= 1
+        if self._paused == 0 and self._open:
+            now = self.clock()
+            for span in self._open:
+                span._start = now
+
+    def record(self, op: Op, start: Any, end: Any, **meta: Any) -> None:
+        """Record a span whose edges were measured elsewhere (e.g. an async op's completion)."""
+        if self.enabled:
+            self._raw.append((op, start, end, self._meta(**meta)))
+
+    def now(self) -> Any:
+        return self.clock()
+
+    def align(self) -> None:
+        """Call right after a barrier: this instant becomes time zero for this rank."""
+        self.origin_ns = self.clock()
+
+    def events(self, offset_ns: int = 0) -> list[Event]:
+        """Resolve the raw records into Events (``offset_ns`` shifts onto a shared clock)."""
+        out = self._to_events(self._raw, offset_ns)
+        out.sort(key=lambda ev: ev.start_ns)
+        return out
+
+    def raw_since(self, index: int) -> tuple[list[Raw], int]:
+        """The raw records after the first ``index`` (in recording order) and the index to
+        pass next time: what a spool appends to disk as a rank goes (host-clock tracers)."""
+        end = len(self._raw)  # a comm callback may append while we read: stop here
+        return self._raw[max(0, index - self._cleared):end], self._cleared + end
+
+    def _to_events(self, raw: list[Raw], offset_ns: int) -> list[Event]:
+        return [raw_to_event(self.rank, (op, self._resolve(s), self._resolve(e), meta),
+                             self.origin_ns, offset_ns) for op, s, e, meta in raw]
+
+    def _resolve(self, t: Any) -> int:
+        return int(t)
+
+    def resolve(self, t: Any) -> int:
+        """A ``now()`` reading as host nanoseconds (CUDA: after the events completed)."""
+        return self._resolve(t)
+
+    def clear(self) -> None:
+        self._cleared += len(self._raw)
+        self._raw.clear()
+
+
+class CudaTracer(Tracer):
+    """A tracer whose span edges are CUDA events on the current stream.
+
+    ``clock()`` records an event (no synchronisation). After the step loop, ``events()``
+    synchronises once and converts each event to host nanoseconds through a reference
+    event recorded together with a host timestamp at ``align()``.
+    """
+
+    def __init__(self, rank: int, enabled: bool = True, torch_cuda: Any = None):
+        import torch
+
+        self._cuda = torch_cuda or torch.cuda
+        super().__init__(rank, enabled, clock=self._record)
+        self._ref_event: Any = None
+        self._ref_host_ns = 0
+        self.align()
+
+    def _record(self) -> Any:
+        ev = self._cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def now(self) -> Any:
+        return self._record()
+
+    def align(self) -> None:
+        self._cuda.synchronize()
+        self._ref_event = self._record()
+        self._cuda.synchronize()
+        self._ref_host_ns = _now()
+        self.origin_ns = self._ref_host_ns
+
+    def _resolve(self, t: Any) -> int:
+        if isinstance(t, int):
+            return t
+        return self._ref_host_ns + int(self._ref_event.elapsed_time(t) * 1e6)
+
+    def events(self, offset_ns: int = 0) -> list[Event]:
+        self._cuda.synchronize()
+        return super().events(offset_ns)

@@ -1,0 +1,218 @@
+"""The training skeleton every strategy stands on: one loop, a few hooks.
+
+Data, pipeline, tensor and sharded parallelism all train the same way; what differs is
+how a step's batch is split, how gradients become global, and what the optimizer updates.
+``TrainLoop.run`` owns what is the same everywhere::
+
+    resume from the last checkpoint (when asked)
+    for each step:
+        1. this rank's share of the step's global batch      batch(step)
+        2. forward and traced backward on it                  forward_backward(x, y, step)
+        3. gradients made global (averaged, reduced, kept)    sync(step)
+        4. the optimizer step                                 update(step)
+        5. a checkpoint every K steps                         (CheckpointOptions)
+    the final parameters: their hash on the reporting rank and, with check_reference,
+    the largest difference from ONE process trained on the global batch
+
+A strategy subclasses ``TrainLoop`` and overrides only what its parallelism changes: the
+bucketed DDP is ``sync``, ZeRO is ``sync`` + ``update`` + ``final_state``, a pipeline is
+``forward_backward``. Its metrics go in a typed record (``labkit.config.metrics.RankMetrics``)
+that the runner combines across ranks.
+
+The batch is split along the grid's data axis only: tensor- and pipeline-parallel ranks of
+one replica see the same samples (``labkit.base.grid``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar, cast
+
+import torch
+from torch import nn
+
+from labkit.base.events import Op
+from labkit.config.metrics import RankMetrics
+from labkit.config.run import RunConfig
+from labkit.rank.context import RankContext, RankOutput
+from labkit.train.data import DigitsTask
+from labkit.train.optim import make_optimizer
+from labkit.train.training import (
+    BackwardClock,
+    held_out_accuracy,
+    max_abs_diff,
+    model_stats,
+    params_sha256,
+    reference_train,
+    task_for,
+    traced_backward,
+    unwrap_state,
+)
+
+R = TypeVar("R", bound=RankMetrics)
+
+
+class TrainLoop(Generic[R]):
+    """One rank's training run; subclass and override the hooks your strategy changes.
+
+    ``model`` is what forward calls (possibly wrapped, e.g. by DDP); ``full_model`` the
+    plain, unsharded model it started from (checkpoints, parameter and FLOP counts; a
+    strategy that must not keep it passes ``stats`` instead). ``params`` are the tensors
+    the optimizer updates (default: the model's trainable parameters).
+    """
+
+    Record: type[RankMetrics] = RankMetrics
+    """The strategy's metrics record (a ``RankMetrics`` subclass in a torch-free module);
+    a subclass sets it and names it as the type parameter: ``TrainLoop[ZeroMetrics]``."""
+
+    def __init__(self, ctx: RankContext, model: Any, *, full_model: nn.Module | None = None,
+                 params: Sequence[torch.Tensor] | None = None, optimizer: Any = None,
+                 checkpoint_module: nn.Module | None = None, clock: bool = True,
+                 config: Any = None, stats: tuple[int, int] | None = None):
+        cfg = config if config is not None else ctx.config
+        assert cfg is not None
+        self.ctx, self.cfg = ctx, cast("RunConfig", cfg)
+        self.model = model
+        self.full_model = full_model if full_model is not None else model
+        self.stats = stats if stats is not None else model_stats(self.full_model)
+        """(parameters, matmul weights) of the whole unsharded model."""
+        self.params = list(params) if params is not None else [
+            p for p in model.parameters() if p.requires_grad]
+        self.optimizer = (optimizer if optimizer is not None
+                          else make_optimizer(self.cfg.optimizer, self.params, self.cfg.lr))
+        self.task = task_for(self.cfg)
+        self.clock = BackwardClock(self.params) if clock else None
+        self.losses: list[float] = []
+        self.record: R = cast(R, self.Record())
+        self.checkpointer = self._checkpointer(checkpoint_module or self.full_model)
+
+    # ---- sizes ---------------------------------------------------------------------------
+    @property
+    def dp(self) -> int:
+        """Data-parallel replicas (the grid's dp axis)."""
+        return self.ctx.grid.dp if self.ctx.grid is not None else self.ctx.world_size
+
+    @property
+    def dp_rank(self) -> int:
+        return self.ctx.dp_rank
+
+    def global_batch(self) -> int:
+        """Samples per optimizer step over all replicas."""
+        return int(self.cfg.batch_size * self.dp)
+
+    # ---- the hooks (override what your strategy changes) ---------------------------------
+    def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """1. This replica's contiguous shard of step ``step``'s global batch."""
+        x, y = self.task.batch(step, self.global_batch(), self.dp_rank, self.dp)
+        return x.to(self.ctx.device), y.to(self.ctx.device)
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def begin_step(self, step: int) -> None:
+        """Called after zero_grad, before forward (tag hooks with the step, reset buffers)."""
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.task.loss(out, y)
+
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> Any:
+        """2. Forward and backward on this rank's data; returns the loss (tensor or float)."""
+        with self.ctx.tracer.span(Op.FORWARD, step=step):
+            loss = self.loss(self.model(x), y)
+        traced_backward(self.ctx, loss, self.clock, step)
+        return loss
+
+    def sync(self, step: int) -> None:
+        """3. Make the gradients global (no-op where backward already did, e.g. torch DDP)."""
+
+    def update(self, step: int) -> None:
+        """4. The optimizer step."""
+        with self.ctx.tracer.span(Op.OPTIMIZER, step=step):
+            self.optimizer.step()
+
+    def final_state(self) -> dict[str, torch.Tensor]:
+        """The final weights (CPU) under the reference model's names; every rank calls it
+        (it is a collective where the weights are sharded)."""
+        return unwrap_state(self.model)
+
+    def reports_state(self) -> bool:
+        """Whether this rank hashes ``final_state`` and checks it against the reference."""
+        return self.ctx.rank == 0
+
+    def reference_state(self) -> dict[str, torch.Tensor]:
+        """One process trained on the global batch, same seed, same optimizer."""
+        return reference_train(self.cfg, self.dp)
+
+    def fill_record(self) -> None:
+        """Put the strategy's own measurements in ``self.record`` (after training)."""
+
+    # ---- the loop ------------------------------------------------------------------------
+    def run(self) -> RankOutput:
+        start, self.losses = self.checkpointer.start() if self.checkpointer else (0, [])
+        walls = self.record.step_seconds = []
+        for step in range(start, self.cfg.steps):
+            t0 = time.perf_counter()
+            with self.ctx.step(step):
+                self.train_step(step)
+            walls.append(time.perf_counter() - t0)
+            if self.checkpointer is not None:  # 5. outside the step span: saving is not training
+                self.checkpointer.after_step(step, self.losses)
+        return self.finish()
+
+    def train_step(self, step: int) -> None:
+        # 1. this rank's batch
+        x, y = self.batch(step)
+        self.zero_grad()
+        self.begin_step(step)
+        # 2. forward and backward on local data
+        loss = self.forward_backward(x, y, step)
+        # 3. gradients made global
+        self.sync(step)
+        # 4. the update
+        self.update(step)
+        if loss is not None:  # a pipeline's loss lives on its last stage only
+            self.losses.append(float(loss.item()) if isinstance(loss, torch.Tensor)
+                               else float(loss))
+
+    def finish(self) -> RankOutput:
+        rec = self.record
+        num_params, matmul_params = self.stats
+        rec.num_params = num_params
+        rec.samples_per_step = self.global_batch()
+        if self.task.tokens_per_sample > 1:
+            rec.tokens_per_step = self.global_batch() * self.task.tokens_per_sample
+        rec.flops_per_step = self.flops_per_step(matmul_params)
+        self.fill_record()
+        if self.checkpointer is not None and self.checkpointer.root:
+            for key, value in self.checkpointer.metrics().items():
+                setattr(rec, key, value)
+        out = RankOutput(losses=self.losses, record=rec)
+        state = self.final_state()
+        if self.reports_state():
+            out.params_sha256 = params_sha256(state.items())
+            if self.cfg.check_reference:
+                rec.max_abs_diff_vs_reference = max_abs_diff(state, self.reference_state())
+            if isinstance(self.task, DigitsTask):
+                rec.accuracy = held_out_accuracy(self.cfg, self.task, state)
+        return out
+
+    def flops_per_step(self, matmul_params: int) -> float:
+        """Model FLOPs of one step: 6 per weight per sample or token (2 forward, 4 backward),
+        plus attention's score and value matmuls for the GPT."""
+        from labkit.theory import training_flops
+
+        m = self.cfg.model
+        if m.kind == "gpt":
+            return training_flops(matmul_params, self.global_batch(), seq=m.seq_len,
+                                  attention_layers=m.depth, hidden=m.width)
+        return training_flops(matmul_params, self.global_batch())
+
+    def _checkpointer(self, module: nn.Module) -> Any:
+        opts = self.cfg.options
+        if not hasattr(opts, "checkpoint_dir"):
+            return None
+        from labkit.train.checkpoint import Checkpointer
+
+        return Checkpointer(self.ctx, opts.checkpoint_dir, opts.checkpoint_every, opts.resume,
+                            module, self.optimizer)
