@@ -27,6 +27,7 @@ lab: $(VENV)/.installed
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks $(ROOT_FLAG)
 
 test: $(VENV)/.installed
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 exercises: $(VENV)/.installed

@@ -31,7 +31,7 @@ import argparse
 
 from labkit.base.devices import cpu_count
 from labkit.config.run import ModelConfig
-from labkit.launchers.runner import RunResult
+from labkit.launchers.results import RunResult
 from labkit.lessons.pipeline import balance_demo, bubble_breakdown, run_pipeline
 from labkit.strategies.pipeline.metrics import op_times_ms
 from labkit.theory import pipeline_speedup

@@ -21,8 +21,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "run": "labkit.launchers.runner", "launch": "labkit.launchers.runner",
-    "RunResult": "labkit.launchers.runner", "LaunchResult": "labkit.launchers.runner",
+    "run": "labkit.api", "launch": "labkit.api",
+    "RunResult": "labkit.launchers.results", "LaunchResult": "labkit.launchers.results",
     "Pool": "labkit.launchers.pool", "pool": "labkit.launchers.pool",
     "RunConfig": "labkit.config.run", "ModelConfig": "labkit.config.run",
     "FaultSpec": "labkit.config.run",

@@ -20,14 +20,8 @@ _PLUGINS = ("labkit.theory.cli", "labkit.quiz.cli", "labkit.grading.cli")
 
 
 def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
-    from labkit.config.flags import (
-        config_from_args,
-        fail_input,
-        fail_run,
-        output_problems,
-        report,
-        save_partial,
-    )
+    from labkit.config.flags import config_from_args
+    from labkit.launchers.output import fail_input, fail_run, output_problems, report, save_partial
 
     try:
         config = config_from_args(args, extra)
@@ -36,7 +30,7 @@ def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
             raise ConfigError(problems)
     except ConfigError as err:
         return fail_input(args, str(err))
-    from labkit.launchers.runner import run
+    from labkit.api import run
 
     try:
         result = run(config)

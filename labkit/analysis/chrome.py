@@ -9,13 +9,10 @@ point messages between two ranks arrive in order). The run config sits in ``meta
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from labkit.base.events import Event, Lane, Op
-
-if TYPE_CHECKING:
-    from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Lane, Op, match_sends
 
 TIDS = {Lane.COMPUTE: 0, Lane.COMM: 1, Lane.STEP: 2}
 
@@ -30,28 +27,17 @@ def _label(e: Event) -> str:
     return f"{e.op.value} [{e.axis}]" if e.axis else e.op.value
 
 
-def match_sends(events: list[Event]) -> list[tuple[Event, Event]]:
-    """Pairs (send, recv): the k-th send a->b with the k-th recv on b from a."""
-    sends: dict[tuple[int, int], list[Event]] = defaultdict(list)
-    recvs: dict[tuple[int, int], list[Event]] = defaultdict(list)
-    for e in sorted(events, key=lambda ev: ev.start_ns):
-        if e.op == Op.SEND and e.peer is not None:
-            sends[(e.rank, e.peer)].append(e)
-        elif e.op == Op.RECV and e.peer is not None:
-            recvs[(e.peer, e.rank)].append(e)
-    return [pair for key, ss in sends.items() for pair in zip(ss, recvs.get(key, []))]
-
-
 AXIS_CNAMES = {"dp": "terrible", "pp": "rail_animation", "tp": "good"}
 """chrome://tracing's reserved colour names for each axis's traffic (Perfetto colours by
 name; the axis is in every comm span's name and category)."""
 
 
-def to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
-    from labkit.analysis.plots import rank_labels
-
+def to_chrome_trace(events: Sequence[Event], labels: Sequence[str], meta: dict[str, Any],
+                    schema_version: int) -> dict[str, Any]:
+    """The Chrome / Perfetto trace of a run: one process row per rank (named by ``labels``,
+    rank order), one thread row per lane, a flow arrow per matched send and receive."""
     out: list[dict[str, Any]] = []
-    for r, label in zip(timeline.ranks, rank_labels(timeline)):
+    for r, label in enumerate(labels):
         out.append({"ph": "M", "name": "process_name", "pid": r, "tid": 0,
                     "args": {"name": label}})
         out.append({"ph": "M", "name": "process_sort_index", "pid": r, "tid": 0,
@@ -59,7 +45,7 @@ def to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
         for lane, tid in TIDS.items():
             out.append({"ph": "M", "name": "thread_name", "pid": r, "tid": tid,
                         "args": {"name": lane.value}})
-    for e in timeline.events:
+    for e in events:
         args = {k: v for k, v in e.to_json().items()
                 if k not in ("rank", "lane", "op", "start_ns", "dur_ns", "name")}
         span = {"ph": "X", "name": _label(e), "cat": e.op.value, "pid": e.rank,
@@ -69,12 +55,12 @@ def to_chrome_trace(timeline: Timeline) -> dict[str, Any]:
             span["cat"] = f"{e.op.value},{e.axis}"
             span["cname"] = AXIS_CNAMES.get(e.axis, "generic_work")
         out.append(span)
-    for flow, (snd, rcv) in enumerate(match_sends(timeline.events)):
+    for flow, (snd, rcv) in enumerate(match_sends(events)):
         out.append({"ph": "s", "id": flow, "name": "p2p", "cat": "p2p", "pid": snd.rank,
                     "tid": TIDS[Lane.COMM], "ts": snd.start_ns / 1e3})
         out.append({"ph": "f", "id": flow, "name": "p2p", "cat": "p2p", "pid": rcv.rank,
                     "tid": TIDS[Lane.COMM], "ts": max(rcv.start_ns, rcv.end_ns - 1) / 1e3,
                     "bp": "e"})
     return {"traceEvents": out, "displayTimeUnit": "ms",
-            "metadata": {"labkit_schema_version": timeline.schema_version,
-                         "world_size": timeline.world_size, **timeline.meta}}
+            "metadata": {"labkit_schema_version": schema_version,
+                         "world_size": len(labels), **meta}}

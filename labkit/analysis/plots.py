@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from labkit.base.events import Event, Lane, Op
+from labkit.base.events import Event, Lane, Op, match_sends
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -41,19 +41,6 @@ def _color(e: Event, by_axis: bool) -> str:
     if by_axis and e.lane == Lane.COMM and e.axis in AXIS_COLORS and e.op != Op.WAIT:
         return AXIS_COLORS[e.axis]
     return COLORS[e.op]
-
-
-def rank_labels(timeline: Timeline) -> list[str]:
-    """"rank 3" or, on a grid with several axes, "rank 3 dp0 pp1 tp1"."""
-    grid = timeline.meta.get("grid") or {}
-    active = [a for a in ("dp", "pp", "tp") if grid.get(a, 1) > 1]
-    if len(active) < 2:
-        return [f"rank {r}" for r in timeline.ranks]
-    from labkit.base.grid import Grid
-
-    g = Grid(**{a: int(grid.get(a, 1)) for a in ("dp", "pp", "tp")})
-    return [f"rank {r} " + " ".join(f"{a}{g.coords(r)[a]}" for a in active)
-            for r in timeline.ranks]
 
 
 def new_figure(figsize: tuple[float, float] = (8, 4.5)) -> Figure:
@@ -103,8 +90,6 @@ def draw_timeline(ax: Axes, events: Sequence[Event], ranks: Iterable[int], *,
             ax.text(x + w / 2, y + lane_h / 2, e.name, ha="center", va="center", fontsize=6,
                     clip_on=True)
     if links:
-        from labkit.analysis.chrome import match_sends
-
         for s, r in match_sends(list(events)):
             if s.rank in ranks and r.rank in ranks:
                 ax.annotate("", xy=((r.end_ns - origin) / scale, ranks.index(r.rank) + 0.7),
@@ -152,7 +137,7 @@ def plot_timeline(timeline: Timeline, steps: Iterable[int] | None = None, *,
     origin = min(e.start_ns for e in events)
     scale, unit = _units(max(e.end_ns for e in events) - origin)
     draw_timeline(ax, events, timeline.ranks, scale=scale, origin=origin, labels=labels,
-                  links=links, row_labels=rank_labels(timeline))
+                  links=links, row_labels=timeline.rank_labels())
     ax.set_xlabel(f"time ({unit}) — compute lane above, communication lane below")
     ax.set_title(title or _title(timeline))
     _legend(ax, events)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.base.events import ABORTED, SCHEMA_VERSION, Event, Lane, Op
+from labkit.base.grid import Grid
 
 Interval = tuple[int, int]
 
@@ -83,6 +84,16 @@ class Timeline:
                 if (rank is None or e.rank == rank) and (lane is None or e.lane == lane)
                 and (op is None or e.op == op) and (step is None or e.step == step)
                 and (wanted is None or e.step in wanted)]
+
+    def rank_labels(self) -> list[str]:
+        """"rank 3" or, on a grid with several axes, "rank 3 dp0 pp1 tp1"."""
+        grid = self.meta.get("grid") or {}
+        active = [a for a in ("dp", "pp", "tp") if grid.get(a, 1) > 1]
+        if len(active) < 2:
+            return [f"rank {r}" for r in self.ranks]
+        g = Grid(**{a: int(grid.get(a, 1)) for a in ("dp", "pp", "tp")})
+        return [f"rank {r} " + " ".join(f"{a}{g.coords(r)[a]}" for a in active)
+                for r in self.ranks]
 
     def steps(self) -> list[int]:
         return sorted({e.step for e in self.events if e.op == Op.STEP and e.step is not None})
@@ -205,7 +216,7 @@ class Timeline:
         """Chrome / Perfetto trace JSON (see ``labkit.analysis.chrome``); written to ``path`` if given."""
         from labkit.analysis.chrome import to_chrome_trace
 
-        trace = to_chrome_trace(self)
+        trace = to_chrome_trace(self.events, self.rank_labels(), self.meta, self.schema_version)
         if path is not None:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps(trace, indent=1))

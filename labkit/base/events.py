@@ -11,6 +11,8 @@ whenever a field changes meaning.
 from __future__ import annotations
 
 import enum
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -106,3 +108,16 @@ class Event:
 
 # The order of the optional fields in a raw tracer record (see labkit.trace.tracer).
 RAW_FIELDS = ("step", "microbatch", "stage", "peer", "bytes", "bucket", "chunk", "name", "axis")
+
+
+def match_sends(events: Iterable[Event]) -> list[tuple[Event, Event]]:
+    """Pairs (send, recv): the k-th send from a to b with the k-th recv on b from a (point-to-
+    point messages between two ranks arrive in the order they were sent)."""
+    sends: dict[tuple[int, int], list[Event]] = defaultdict(list)
+    recvs: dict[tuple[int, int], list[Event]] = defaultdict(list)
+    for e in sorted(events, key=lambda ev: ev.start_ns):
+        if e.op == Op.SEND and e.peer is not None:
+            sends[(e.rank, e.peer)].append(e)
+        elif e.op == Op.RECV and e.peer is not None:
+            recvs[(e.peer, e.rank)].append(e)
+    return [pair for key, ss in sends.items() for pair in zip(ss, recvs.get(key, []))]

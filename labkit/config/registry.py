@@ -97,9 +97,3 @@ def get(name: str) -> Strategy:
 def names() -> list[str]:
     _discover()
     return sorted(_REGISTRY)
-
-
-def load_entry(entry: str) -> Callable[..., Any]:
-    """Import "module:function" (done inside a rank)."""
-    module, _, func = entry.partition(":")
-    return getattr(importlib.import_module(module), func)  # type: ignore[no-any-return]

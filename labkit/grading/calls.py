@@ -93,8 +93,8 @@ def launch(fn: Callable[..., Any], check: str, world_size: int, args: Sequence[A
         return fn.launch(check, world_size, args, forbid)  # type: ignore[attr-defined, no-any-return]
     import cloudpickle
 
+    from labkit.api import launch as run_ranks
     from labkit.grading import rank_side
-    from labkit.launchers.runner import launch as run_ranks
 
     harness = getattr(rank_side, f"{check}_rank")
     result = run_ranks(harness, world_size, cloudpickle.dumps(fn), *args, list(forbid),

@@ -128,7 +128,7 @@ def run_on_executor(plan: Plan, tolerance: float = 1e-5) -> Verdict:
     runs it itself: no student code is involved.
     """
     from labkit.config.run import ModelConfig
-    from labkit.strategies.pipeline.executor import run_plan
+    from labkit.lessons.pipeline import run_plan
 
     stages, microbatches = plan.stages, plan.microbatches
     where = f"one_f_one_b(stages={stages}, microbatches={microbatches})"

@@ -110,8 +110,8 @@ def slow_link_steps(ctx: RankContext, steps: int, width: int, slow_rank: int,
 
 def record(spec: TraceSpec) -> Timeline:
     """One real run with the injected cause; its timeline without labels."""
+    from labkit.api import launch, run
     from labkit.config.run import ModelConfig, RunConfig
-    from labkit.launchers.runner import launch, run
 
     if spec.kind == "slow_stage":
         costs = tuple(SLOW_FACTOR if layer // 2 == spec.rank else 1

@@ -43,9 +43,12 @@ def _worker(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from labkit.config.run import RunConfig
-    from labkit.rank.context import Job, _die_with_parent, run_rank, torchrun_store
+    from labkit.launchers.reaper import die_with_parent
+    from labkit.launchers.torchrun import torchrun_store
+    from labkit.rank.group import run_rank
+    from labkit.rank.job import Job
 
-    _die_with_parent()  # if the torchrun agent dies, this worker goes with it
+    die_with_parent()  # if the torchrun agent dies, this worker goes with it
     import faulthandler
 
     # A hung attempt prints every thread's stack and exits, so torchrun can restart it.

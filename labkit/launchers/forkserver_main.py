@@ -244,10 +244,9 @@ def main(argv: list[str]) -> None:
     # 1. Ctrl-C is the caller's; die with the caller
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if argv[1] == "1":
-        from labkit.launchers.reaper import FORKSERVER_ENV
-        from labkit.rank.context import _die_with_parent
+        from labkit.launchers.reaper import FORKSERVER_ENV, die_with_parent
 
-        _die_with_parent(int(os.environ[FORKSERVER_ENV]))  # the caller's pid
+        die_with_parent(int(os.environ[FORKSERVER_ENV]))  # the caller's pid
     # 2. the imports every rank would pay for, once
     try:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):

@@ -45,10 +45,12 @@ from labkit.base import devices
 from labkit.base.errors import ConfigError, LabError, RunFailed
 from labkit.base.validate import choice_problem, int_problem, local_world_size_problem
 from labkit.config.run import MAX_THREADS, MAX_TIMEOUT_S, RunConfig
+from labkit.launchers.jobs import launch_job, make_config
 from labkit.launchers.reaper import exited
-from labkit.launchers.runner import LaunchResult, RunResult, launch_job, launch_with, make_config, run_config
+from labkit.launchers.results import LaunchResult, RunResult
+from labkit.launchers.runner import launch_with, run_config
 from labkit.launchers.supervisor import Supervisor
-from labkit.rank.context import Job, RankReport
+from labkit.rank.job import Job, RankReport
 
 GROUP_TIMEOUT_S = MAX_TIMEOUT_S + 30
 """The process group's own timeout: only a backstop, each job's timeout_s is watched here."""

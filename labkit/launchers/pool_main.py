@@ -55,7 +55,7 @@ def main(argv: list[str]) -> None:
                      name="labkit-watch-parent").start()
     try:
         # 1. threads, then torch, then the group, once
-        from labkit.rank.context import limit_threads
+        from labkit.rank.group import limit_threads
 
         limit_threads(threads)
         from labkit.rank.group import RankGroup

@@ -29,11 +29,11 @@ def start_rank(run_dir: str, rank: int, *, die_with_parent: bool = True) -> IO[s
     RUN_DIR/stack-RANK.txt on SIGUSR1 (what a timeout shows). Returns the stack file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor handles Ctrl-C / stop
     from labkit.launchers.reaper import PARENT_ENV
-    from labkit.rank.context import _die_with_parent
+    from labkit.launchers.reaper import die_with_parent as arm_death_signal
 
     parent = os.environ.get(PARENT_ENV)
     if die_with_parent:
-        _die_with_parent(int(parent) if parent else None)
+        arm_death_signal(int(parent) if parent else None)
     elif parent and os.getppid() != int(parent):
         os._exit(1)  # the supervisor is gone already: nobody will read our result
     stack_file = open(os.path.join(run_dir, f"stack-{rank}.txt"), "w")  # noqa: SIM115
@@ -67,10 +67,10 @@ def main(argv: list[str]) -> None:
     try:
         with open(os.path.join(run_dir, "job.pkl"), "rb") as f:
             job = pickle.load(f)
-        from labkit.rank.context import limit_threads
+        from labkit.rank.group import limit_threads
 
         limit_threads(job.threads)
-        from labkit.rank.context import run_rank
+        from labkit.rank.group import run_rank
 
         board, store = meet(run_dir, world_size)
         report = run_rank(job, rank, world_size, store=store, status=board.status(rank),

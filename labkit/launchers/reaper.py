@@ -217,3 +217,23 @@ def interrupts_deferred() -> Iterator[Deferred]:
             previous(signal.SIGINT, None)  # the default handler raises KeyboardInterrupt
         elif previous != signal.SIG_IGN:
             raise KeyboardInterrupt
+
+
+def die_with_parent(parent_pid: int | None = None, signum: int | None = None) -> None:
+    """Ask Linux to SIGKILL this rank (or send ``signum``) if the supervisor dies (no
+    orphans, even on kill -9).
+
+    The signal is armed only from this call on: a parent that died between our ``fork``
+    and here left us re-parented already, which ``parent_pid`` (the supervisor's pid, when
+    known) detects. A new session (``start_new_session``) does not disarm it.
+    """
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL if signum is None else signum)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the supervisor is gone already: nobody will read our result

@@ -63,7 +63,7 @@ from labkit.launchers.reaper import (
     stop_leaders,
 )
 from labkit.launchers.verdict import hang, pick_failure, silent_death
-from labkit.rank.context import Job, RankReport
+from labkit.rank.job import Job, RankReport
 from labkit.trace.spool import read_spools
 
 _GRACE_S = 0.5  # after a failure, how long to wait for the other ranks' reports

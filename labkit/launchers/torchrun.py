@@ -53,15 +53,9 @@ from typing import Any
 
 from labkit.base import devices
 from labkit.base.errors import ConfigError, RankFailure
-from labkit.config.flags import (
-    add_run_flags,
-    config_from_args,
-    fail_input,
-    fail_run,
-    output_problems,
-    report,
-)
+from labkit.config.flags import add_run_flags, config_from_args
 from labkit.config.run import RunConfig
+from labkit.launchers.output import fail_input, fail_run, output_problems, report
 
 _EXAMPLE = "torchrun --standalone --nproc-per-node 2 -m labkit.worker run ddp"
 
@@ -234,8 +228,10 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
     """Phases 2-4 of the module docstring: (exit code, rank 0's RunResult or None)."""
     import torch.distributed as dist
 
-    from labkit.launchers.runner import collect, job_for
-    from labkit.rank.context import run_rank, torchrun_store
+    from labkit.launchers.jobs import job_for
+    from labkit.launchers.results import collect
+    from labkit.launchers.torchrun import torchrun_store
+    from labkit.rank.group import run_rank
 
     threads = config.threads_per_rank or devices.default_threads_per_rank(env.local_world_size)
     job = job_for(config, backend, threads)
@@ -266,7 +262,7 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
     if env.rank != 0:
         return 0, None
     # 4. rank 0 merges the timelines and prints what `labkit run` prints
-    result = collect(config, backend, [r for r, _ in gathered], time.monotonic() - t0)
+    result = collect(job, [r for r, _ in gathered], time.monotonic() - t0)
     rows = [row for _, row in gathered]
     host0 = rows[0]["host"]
     for row in rows:
@@ -299,9 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         env = TorchrunEnv.from_environ()
     except ConfigError as err:
         return fail_input(args, str(err))
-    from labkit.rank.context import _die_with_parent
+    from labkit.launchers.reaper import die_with_parent
 
-    _die_with_parent()  # if the torchrun agent dies, this worker goes with it
+    die_with_parent()  # if the torchrun agent dies, this worker goes with it
     try:
         # 1. flags -> validated config(s); backend and threads chosen for this node
         configs = torchrun_configs(args, extra, env,
@@ -324,6 +320,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.save_result and env.rank == 0:
         _save_results(args.save_result, results)
     return 0
+
+
+def torchrun_store(rank: int, world_size: int, job: int = 0) -> Any:
+    """The env:// store torchrun set up, namespaced by restart attempt (and job).
+
+    After ``torchrun --max-restarts`` restarts a group, the store may still hold the keys the
+    killed attempt wrote (its gloo addresses); new ranks that read them hang connecting to
+    dead processes. A per-attempt prefix (TORCHELASTIC_RESTART_COUNT) keeps attempts apart;
+    ``job`` does the same for several runs one after the other in the same processes.
+    """
+    import torch.distributed as dist
+
+    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefix = f"labkit/attempt_{attempt}" + (f"/job_{job}" if job else "")
+    return dist.PrefixStore(prefix, store)
 
 
 if __name__ == "__main__":

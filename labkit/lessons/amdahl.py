@@ -78,7 +78,7 @@ def amdahl_experiment(world_sizes: tuple[int, ...] | None = None, *, global_batc
                       model: ModelConfig | None = None, **run_kwargs: Any) -> AmdahlResult:
     """Run the same job (``global_batch`` split over n ranks, one core each) for every n in
     ``world_sizes`` (default: 1, 2 and 4 where this machine has the cores)."""
-    from labkit.launchers.runner import run
+    from labkit.api import run
 
     sizes = world_sizes or tuple(n for n in (1, 2, 4) if n <= cpu_count())
     model = model or ModelConfig(width=512, depth=4)

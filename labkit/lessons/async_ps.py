@@ -73,7 +73,7 @@ def consistency_experiment(*, factor: float = 4.0, bound: int = 2, target: float
                            consistencies: tuple[str, ...] = ("bsp", "asp", "ssp"),
                            **overrides: Any) -> PSExperiment:
     """Run every consistency model without and with a straggler (the last worker)."""
-    from labkit.launchers.runner import run
+    from labkit.api import run
 
     common = {**LESSON_RUN, **overrides}
     last = common["world_size"] - 1

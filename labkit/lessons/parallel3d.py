@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from labkit.api import run
 from labkit.config.run import ModelConfig
-from labkit.launchers.runner import RunResult, run
+from labkit.launchers.results import RunResult
 from labkit.theory import Layout3D, parallel_layout
 from labkit.theory.interconnect import get_link
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from labkit.api import run
 from labkit.base.errors import ConfigError
-from labkit.config.run import ModelConfig
-from labkit.launchers.runner import RunResult, run
+from labkit.config.run import ModelConfig, RunConfig
+from labkit.launchers.results import RunResult
+from labkit.schedules import Plan, validate_plan
+from labkit.strategies.pipeline import PipelineOptions, orders_text
 
 LESSON_MODEL = ModelConfig(width=1024, depth=8)
 
@@ -83,3 +86,25 @@ def bubble_row(result: RunResult) -> dict[str, Any]:
             "v": m["virtual"], "predicted": m["bubble_fraction_predicted"],
             "measured": m["bubble_fraction"], "per rank": m["bubble_fraction_per_rank"],
             "peak acts": m["peak_activations"], "step ms": result.step_time_s * 1e3}
+
+
+def run_plan(plan: Plan, *, steps: int = 2, batch_size: int | None = None,
+             model: ModelConfig | None = None, layer_costs: tuple[int, ...] = (),
+             balance: str = "count", check_reference: bool = True, timeout_s: float = 90.0,
+             **run_kwargs: Any) -> RunResult:
+    """Run any valid ``Plan`` (e.g. a student's 1F1B) on ``plan.stages`` real ranks.
+
+    The plan is validated before any process starts (``ScheduleError`` with the offending
+    step marked). With ``check_reference`` the result's metrics hold
+    ``max_abs_diff_grads`` / ``max_abs_diff_loss`` against one process on the whole batch.
+    """
+    validate_plan(plan)
+    model = model or ModelConfig(width=256, depth=max(4, plan.num_model_stages))
+    opts = PipelineOptions(schedule="1f1b", stages=plan.stages,
+                           microbatches=plan.microbatches, virtual=plan.virtual,
+                           orders=orders_text(plan), layer_costs=layer_costs, balance=balance)
+    config = RunConfig(strategy="pipeline", world_size=plan.stages, steps=steps,
+                       batch_size=batch_size or 4 * plan.microbatches, model=model,
+                       options=opts, check_reference=check_reference, timeout_s=timeout_s,
+                       **run_kwargs)
+    return run(config)

@@ -86,7 +86,7 @@ class Experiment:
 
 def _record(name: str, cfg: RunConfig) -> CurveRun:
     """One variant as its own ``labkit.run`` (what the CLI would do)."""
-    from labkit.launchers.runner import run
+    from labkit.api import run
 
     res = run(cfg)
     extra = res.outputs[0].extra
@@ -102,7 +102,7 @@ def record_variants(named: dict[str, RunConfig], timeout_s: float = 120.0
 
     Losses are averaged over ranks per step, exactly as ``labkit.run`` reports them.
     """
-    from labkit.launchers.runner import launch
+    from labkit.api import launch
     from labkit.strategies.scaling.impl import run_variants
 
     by_world: dict[int, list[str]] = {}
@@ -170,7 +170,7 @@ def accumulation_check(*, world_size: int = 2, per_rank_batch: int = 16, accumul
                        steps: int = 5, lr: float = 0.2, model: ModelConfig = LESSON_MODEL,
                        timeout_s: float = 120.0) -> dict[str, Any]:
     """N ranks x accumulation vs one process on the whole global batch (same samples)."""
-    from labkit.launchers.runner import run
+    from labkit.api import run
 
     res = run(RunConfig(strategy="scaling", world_size=world_size, steps=steps,
                         batch_size=per_rank_batch, lr=lr, model=model, check_reference=True,

@@ -1,15 +1,13 @@
-"""What runs inside each rank: the bootstrap and the ``RankContext`` strategies receive.
+"""What a strategy receives on every rank: the ``RankContext``, and what it returns, the
+``RankOutput``.
 
-A rank (1) limits its torch threads so N ranks share the cores, (2) seeds its RNGs,
-(3) joins the process group through the store the supervisor (or torchrun) gave it, with a
-timeout so a dead peer can never block it for 30 minutes, (4) waits at a barrier and sets
-its clock origin so every rank's spans share one time axis, (5) runs the strategy or the
-student's function, and (6) returns its events and results as plain data. Steps 2-6 live
-in ``labkit.rank.group`` (``RankGroup``), shared with the warm ranks of ``labkit.Pool``,
-which join the group once and run job after job.
+A context names this rank (``rank``, ``world_size``, its grid coordinates ``dp_rank`` /
+``pp_rank`` / ``tp_rank``), hands it the traced ``Comm`` of the world and of each grid
+axis, the tracer, the device and the run's config, and marks steps (``ctx.step(s)``: the
+progress bar, fault injection and the STEP span). ``labkit.rank.group`` builds it; nothing
+here starts a process or opens a group.
 
-This module imports torch lazily: the supervisor imports it to find the child entry point
-and must not pay for torch.
+Torch is imported lazily: the supervisor unpickles ``RankOutput`` without it.
 """
 
 from __future__ import annotations
@@ -31,23 +29,6 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Job:
-    """Everything a rank needs, pickled (with cloudpickle) by the supervisor."""
-
-    config: RunConfig | None = None
-    fn: Any = None
-    """A function run on every rank as ``fn(ctx, *args)`` (code exercises); else the strategy."""
-    args: tuple[Any, ...] = ()
-    backend: str = "gloo"
-    threads: int = 1
-    timeout_s: float = 60.0
-    seed: int = 0
-    trace: bool = True
-    grid: Grid | None = None
-    """How the ranks are laid out (dp x pp x tp); None: one flat group with no axis."""
-
-
-@dataclass
 class RankOutput:
     """What a strategy returns from one rank (plain Python / numpy values only)."""
 
@@ -65,16 +46,6 @@ class RankOutput:
     def all_metrics(self) -> dict[str, Any]:
         """This rank's own view: the free-form metrics and its record's fields."""
         return {**self.metrics, **(self.record.as_dict() if self.record is not None else {})}
-
-
-@dataclass
-class RankReport:
-    """What one rank sends back to the supervisor."""
-
-    rank: int
-    host: str
-    events: list[Event]
-    output: Any
 
 
 class _StepSpan:
@@ -198,6 +169,8 @@ class RankContext:
         ranks with this rank's local index on every node (axis "inter"). Collective: every
         rank must call it, at the same point, the first time."""
         if self._node_comms is None:
+            from labkit.rank.subgroups import build_node_comms
+
             self._node_comms = build_node_comms(self.comm, self.node_size)
         return self._node_comms
 
@@ -217,99 +190,3 @@ class RankContext:
         self.comm.drain()
         return self.tracer.events()
 
-
-def _die_with_parent(parent_pid: int | None = None, signum: int | None = None) -> None:
-    """Ask Linux to SIGKILL this rank (or send ``signum``) if the supervisor dies (no
-    orphans, even on kill -9).
-
-    The signal is armed only from this call on: a parent that died between our ``fork``
-    and here left us re-parented already, which ``parent_pid`` (the supervisor's pid, when
-    known) detects. A new session (``start_new_session``) does not disarm it.
-    """
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL if signum is None else signum)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(1)  # the supervisor is gone already: nobody will read our result
-
-
-def limit_threads(threads: int) -> None:
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ[var] = str(threads)
-
-
-def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = None,
-             store: Any = None, status: Any = None, progress: Any = None,
-             before_destroy: Any = None, spool_dir: str | None = None,
-             ranks_per_node: int | None = None, existing_group: bool = False) -> RankReport:
-    """Set up this rank, run the job, and return its report (the process group is destroyed).
-
-    ``store`` None means env:// rendezvous (torchrun sets MASTER_ADDR / MASTER_PORT).
-    ``spool_dir`` (the supervisor's run directory) turns on the event spool.
-    ``before_destroy(report)`` runs while the group is still up (torchrun's worker gathers
-    every rank's report to rank 0 there). ``ranks_per_node`` (torchrun's LOCAL_WORLD_SIZE)
-    tells hierarchical collectives where the node boundaries are. ``existing_group``: the
-    launcher already made the default process group through its own env:// rendezvous (Ray
-    Train's ``TorchConfig``); the rank uses it and leaves its teardown to the launcher. A
-    warm pool rank runs its jobs the same way (``labkit.rank.group``), keeping the group open
-    between them.
-    """
-    limit_threads(job.threads)
-    from labkit.rank.group import RankGroup
-
-    group = (RankGroup.adopt(job.backend, rank, world_size, local_rank=local_rank)
-             if existing_group else
-             RankGroup.open(job.backend, rank, world_size, timeout_s=job.timeout_s + 30,
-                            local_rank=local_rank, store=store))
-    try:
-        return group.run(job, status=status, progress=progress, before_destroy=before_destroy,
-                         spool_dir=spool_dir, ranks_per_node=ranks_per_node)
-    finally:
-        if not existing_group:
-            group.close()
-
-
-def build_node_comms(world: Comm, node_size: int) -> tuple[Comm, Comm]:
-    """The two groups of a hierarchical collective, ranks contiguous per node (torchrun's
-    numbering): intra = this rank's node, inter = the same local index on every node.
-    A group of one rank gets a ``Comm`` that records nothing (as for a grid axis of size 1)."""
-    import torch.distributed as dist
-
-    n = world.world_size
-    if node_size < 1 or n % node_size:
-        raise ValueError(f"ranks_per_node ({node_size}) must divide world_size ({n})")
-    nodes = n // node_size
-    intra_groups = [list(range(k * node_size, (k + 1) * node_size)) for k in range(nodes)]
-    inter_groups = [list(range(i, n, node_size)) for i in range(node_size)]
-    comms = []
-    for axis, groups in (("intra", intra_groups), ("inter", inter_groups)):
-        mine = next(g for g in groups if world.rank in g)
-        if len(mine) == 1:
-            comms.append(world.on(axis, "solo", mine))
-        elif len(mine) == n:
-            comms.append(world.on(axis, None, mine))
-        else:
-            group, _ = dist.new_subgroups_by_enumeration(groups)
-            comms.append(world.on(axis, group, mine))
-    return comms[0], comms[1]
-
-
-def torchrun_store(rank: int, world_size: int, job: int = 0) -> Any:
-    """The env:// store torchrun set up, namespaced by restart attempt (and job).
-
-    After ``torchrun --max-restarts`` restarts a group, the store may still hold the keys the
-    killed attempt wrote (its gloo addresses); new ranks that read them hang connecting to
-    dead processes. A per-attempt prefix (TORCHELASTIC_RESTART_COUNT) keeps attempts apart;
-    ``job`` does the same for several runs one after the other in the same processes.
-    """
-    import torch.distributed as dist
-
-    store, _, _ = next(dist.rendezvous("env://", rank=rank, world_size=world_size))
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    prefix = f"labkit/attempt_{attempt}" + (f"/job_{job}" if job else "")
-    return dist.PrefixStore(prefix, store)

@@ -18,17 +18,27 @@ way and produces the same bits:
 
 from __future__ import annotations
 
+import importlib
+import os
 import random
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from labkit.rank.context import RankContext
+from labkit.rank.job import Job, RankReport
+from labkit.rank.subgroups import build_axis_comms
+
 if TYPE_CHECKING:
-    from labkit.base.grid import Grid
-    from labkit.rank.context import Job, RankReport
-    from labkit.trace.comm import Comm
     from labkit.trace.tracer import Tracer
+
+
+def load_entry(entry: str) -> Callable[..., Any]:
+    """Import a strategy's rank code, "module:function" (inside the rank)."""
+    module, _, func = entry.partition(":")
+    return getattr(importlib.import_module(module), func)  # type: ignore[no-any-return]
 
 
 def reset_rank_state(seed: int, rank: int, threads: int) -> None:
@@ -106,7 +116,7 @@ class RankGroup:
         ``before_destroy(report)`` runs at the end, while the group is up (torchrun's worker
         gathers every rank's report to rank 0 there).
         """
-        from labkit.rank.context import RankContext, RankReport
+        from labkit.rank.job import RankReport
         from labkit.trace.comm import Comm
         from labkit.trace.tracer import CudaTracer, Tracer
 
@@ -135,9 +145,8 @@ class RankGroup:
             if job.fn is not None:
                 output = job.fn(ctx, *job.args)
             else:
-                from labkit.config import registry
-                assert cfg is not None
-                output = registry.load_entry(registry.get(cfg.strategy).entry)(ctx)
+                assert job.entry is not None, "a strategy's job names its entry (job_for)"
+                output = load_entry(job.entry)(ctx)
         except BaseException:
             if spool is not None:  # everything up to the error, for err.timeline
                 spool.write()
@@ -150,36 +159,6 @@ class RankGroup:
         return report
 
 
-def build_axis_comms(world: Comm, grid: Grid, cache: dict[tuple[Any, ...], Any] | None = None
-                     ) -> dict[str, Comm]:
-    """One ``Comm`` per axis of ``grid``, each on its own process group (step 2).
-
-    An axis holding every rank reuses the world group; an axis of size 1 gets a ``Comm``
-    over this rank alone (its collectives return at once and record nothing). A split axis'
-    groups come from ``cache`` when an earlier job made them, else every rank creates every
-    group of the axis, in the same order (a rule of ``new_group``).
-    """
-    import torch.distributed as dist
-
-    from labkit.base.grid import AXES
-
-    out: dict[str, Comm] = {}
-    for axis in AXES:
-        size = grid.size(axis)
-        if size == world.world_size:
-            out[axis] = world.on(axis, None, list(range(world.world_size)))
-        elif size == 1:
-            out[axis] = world.on(axis, "solo", [world.rank])
-        else:
-            groups = grid.groups(axis)
-            key = (axis, tuple(tuple(g) for g in groups))
-            mine = cache.get(key) if cache is not None else None
-            if mine is None:
-                mine, _ = dist.new_subgroups_by_enumeration(groups)
-                if cache is not None:
-                    cache[key] = mine
-            out[axis] = world.on(axis, mine, grid.group(axis, world.rank))
-    return out
 
 
 def align_clocks(tracer: Tracer, rank: int, world_size: int) -> int:
@@ -202,3 +181,37 @@ def align_clocks(tracer: Tracer, rank: int, world_size: int) -> int:
         return int(mine[1] - t0)
     return 0
 
+
+
+def limit_threads(threads: int) -> None:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def run_rank(job: Job, rank: int, world_size: int, *, local_rank: int | None = None,
+             store: Any = None, status: Any = None, progress: Any = None,
+             before_destroy: Any = None, spool_dir: str | None = None,
+             ranks_per_node: int | None = None, existing_group: bool = False) -> RankReport:
+    """Set up this rank, run the job, and return its report (the process group is destroyed).
+
+    ``store`` None means env:// rendezvous (torchrun sets MASTER_ADDR / MASTER_PORT).
+    ``spool_dir`` (the supervisor's run directory) turns on the event spool.
+    ``before_destroy(report)`` runs while the group is still up (torchrun's worker gathers
+    every rank's report to rank 0 there). ``ranks_per_node`` (torchrun's LOCAL_WORLD_SIZE)
+    tells hierarchical collectives where the node boundaries are. ``existing_group``: the
+    launcher already made the default process group through its own env:// rendezvous (Ray
+    Train's ``TorchConfig``); the rank uses it and leaves its teardown to the launcher. A
+    warm pool rank runs its jobs the same way (``labkit.rank.group``), keeping the group open
+    between them.
+    """
+    limit_threads(job.threads)
+    group = (RankGroup.adopt(job.backend, rank, world_size, local_rank=local_rank)
+             if existing_group else
+             RankGroup.open(job.backend, rank, world_size, timeout_s=job.timeout_s + 30,
+                            local_rank=local_rank, store=store))
+    try:
+        return group.run(job, status=status, progress=progress, before_destroy=before_destroy,
+                         spool_dir=spool_dir, ranks_per_node=ranks_per_node)
+    finally:
+        if not existing_group:
+            group.close()

@@ -263,25 +263,3 @@ def load_sharded(ctx: RankContext, root: str, step: int) -> dict[str, Any]:
     full = {k: v.full_tensor().numpy().copy() for k, v in state["model"].items()}
     shapes = {k: tuple(v.to_local().shape) for k, v in state["model"].items()}
     return {"shapes": shapes, "full": full if ctx.rank == 0 else None}
-
-
-def reshard_check(root: str | Path, save_world: int = 4, load_world: int = 2, seed: int = 0,
-                  timeout_s: float = 120.0) -> dict[str, Any]:
-    """Save a sharded model at ``save_world`` ranks, load it at ``load_world``, compare.
-
-    Two real launches. Returns each side's per-rank shard shapes and the max abs difference
-    between the loaded tensors and the model that was saved (0.0 when resharding is exact).
-    """
-    from labkit.config.run import ModelConfig
-    from labkit.launchers.runner import launch
-    from labkit.train.training import build_mlp
-
-    saved = launch(save_sharded, save_world, str(root), 1, seed, timeout_s=timeout_s,
-                   threads_per_rank=1, trace=False)
-    loaded = launch(load_sharded, load_world, str(root), 1, timeout_s=timeout_s,
-                    threads_per_rank=1, trace=False)
-    expected = build_mlp(ModelConfig(), seed).state_dict()
-    got = loaded.results[0]["full"]
-    diffs = {k: float(abs(got[k] - expected[k].numpy()).max()) for k in expected}
-    return {"saved_shapes": saved.results, "loaded_shapes": [r["shapes"] for r in loaded.results],
-            "max_abs_diff": max(diffs.values()), "per_tensor": diffs}

@@ -12,8 +12,9 @@ import torch
 
 import labkit
 from labkit.base.errors import RunFailed
+from labkit.lessons.checkpoints import reshard_check
 from labkit.rank.context import RankContext
-from labkit.train.checkpoint import complete_steps, load, reshard_check, save, step_dir
+from labkit.train.checkpoint import complete_steps, load, save, step_dir
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson07]
 

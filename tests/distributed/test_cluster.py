@@ -267,7 +267,7 @@ def test_hierarchical_allreduce_equals_the_sum() -> None:
     def check(ctx):  # runs on every rank
         import torch
 
-        from labkit.rank.context import build_node_comms
+        from labkit.rank.subgroups import build_node_comms
         from labkit.strategies.collectives.hierarchical import hierarchical_allreduce
 
         intra, inter = build_node_comms(ctx.comm, 2)

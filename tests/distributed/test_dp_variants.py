@@ -12,9 +12,10 @@ import sys
 
 import pytest
 
+from labkit.api import launch, run
 from labkit.base.events import Op
 from labkit.config.run import ModelConfig
-from labkit.launchers.runner import RunResult, launch, run
+from labkit.launchers.results import RunResult
 from labkit.lessons.dp_demos import all_mistakes, duplicate_report
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson01]

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from labkit.api import launch, run
 from labkit.base.errors import ConfigError
 from labkit.config.run import ModelConfig
-from labkit.launchers.runner import RunResult, launch, run
-from labkit.lessons.pipeline import bubble_breakdown
+from labkit.launchers.results import RunResult
+from labkit.lessons.pipeline import bubble_breakdown, run_plan
 from labkit.schedules import Plan, build_plan, one_f_one_b
-from labkit.strategies.pipeline.executor import run_plan
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson03]
 MODEL = ModelConfig(width=64, depth=4)
@@ -98,7 +98,7 @@ def _against_torch_pipelining(ctx: Any, micro: int, batch: int, seed: int) -> di
     import torch
     from torch.nn import functional as F
 
-    from labkit.strategies.pipeline.executor import run_step
+    from labkit.strategies.pipeline.engine import run_step
     from labkit.strategies.pipeline.model import StageModule, build_full
     from labkit.strategies.pipeline.partition import bounds_by_count
     from labkit.train.training import SyntheticTask

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from labkit.api import launch
 from labkit.base.events import Op
-from labkit.launchers.runner import launch
 from labkit.strategies.collectives.ring import ALGORITHMS, record_ring
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson01]

@@ -93,7 +93,7 @@ def test_interrupt_reaps_every_rank():
     """The notebook's stop button raises KeyboardInterrupt in the supervisor's loop."""
     import cloudpickle
 
-    from labkit.rank.context import Job
+    from labkit.rank.job import Job
 
     def sleepy(ctx):
         time.sleep(60)

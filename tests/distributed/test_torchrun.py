@@ -74,7 +74,7 @@ def _result_json(results: list[tuple[int, str, str]]) -> dict:
 @pytest.fixture(scope="module")
 def reference():
     """``labkit run`` (the supervisor) on the same config: what torchrun must reproduce."""
-    from labkit.launchers.runner import run
+    from labkit.api import run
 
     return run(strategy="ddp", world_size=2, steps=STEPS, threads_per_rank=1,
                       timeout_s=90, progress=False)

@@ -43,7 +43,7 @@ def test_run_hands_nccl_to_the_ranks_when_auto_finds_gpus(monkeypatch):
         seen.update(backend=job.backend, world_size=world_size)
         raise Stop
 
-    run_module = importlib.import_module("labkit.launchers.runner")
+    run_module = importlib.import_module("labkit.api")
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)
     monkeypatch.setattr(run_module, "supervise", fake_supervise)
     with pytest.raises(Stop):
@@ -231,7 +231,7 @@ def _real_gpus() -> int:
 def test_real_nccl_run_uses_cuda_events():
     """On a GPU machine: auto picks nccl, training runs, spans come from CUDA events."""
     n = min(_real_gpus(), 2)
-    run = importlib.import_module("labkit.launchers.runner").run
+    run = importlib.import_module("labkit.api").run
     result = run(strategy="ddp", world_size=n, steps=4, timeout_s=180, progress=False)
     assert result.backend == "nccl"
     assert result.params_sha256 and len(result.losses) == 4

@@ -32,7 +32,7 @@ def test_labkit_run_stays_the_function_after_submodule_imports():
     import labkit
 
     importlib.import_module("labkit.launchers.runner")
-    from labkit.launchers.runner import launch  # noqa: F401
+    from labkit.api import launch  # noqa: F401
 
     assert callable(labkit.run) and labkit.run.__name__ == "run"
     assert callable(labkit.launch)

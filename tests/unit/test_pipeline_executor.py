@@ -14,7 +14,7 @@ from torch import nn
 from labkit.config.run import ModelConfig
 from labkit.rank.context import RankContext
 from labkit.schedules import build_plan
-from labkit.strategies.pipeline.executor import input_grads, run_step, tag, weight_grads
+from labkit.strategies.pipeline.engine import input_grads, run_step, tag, weight_grads
 from labkit.strategies.pipeline.model import StageModule, build_full
 from labkit.strategies.pipeline.partition import bounds_by_count
 from labkit.trace.tracer import Tracer
@@ -116,9 +116,9 @@ def test_zero_bubble_i_computes_no_weight_grad_and_w_completes_them() -> None:
 
 def test_zero_bubble_refuses_a_stage_with_non_linear_weights() -> None:
     from labkit.base.errors import ConfigError
-    from labkit.strategies.pipeline.executor import _check_only_linears
+    from labkit.strategies.pipeline.engine import check_only_linears
 
     stage = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
     with pytest.raises(ConfigError, match=r"nn.Linear layers only.*'1.weight'"):
-        _check_only_linears(stage)
-    _check_only_linears(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+        check_only_linears(stage)
+    check_only_linears(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 import labkit
+from labkit import api
 from labkit.base.errors import ConfigError
 from labkit.cli import main
-from labkit.launchers import runner, supervisor
+from labkit.launchers import supervisor
 
 pytestmark = pytest.mark.lesson00
 
@@ -25,7 +26,7 @@ def no_process_may_start(monkeypatch):
         raise AssertionError("a process was started for bad input")
 
     monkeypatch.setattr(supervisor.subprocess, "Popen", refuse)
-    monkeypatch.setattr(runner, "supervise", refuse)
+    monkeypatch.setattr(api, "supervise", refuse)
 
 
 @pytest.mark.parametrize("flags, fragment", [
@@ -72,7 +73,7 @@ def test_output_paths_are_checked_before_the_run(flag, tmp_path, capsys, no_proc
 
 
 def test_the_output_check_keeps_an_existing_file_and_creates_missing_dirs(tmp_path):
-    from labkit.config.flags import output_problem
+    from labkit.launchers.output import output_problem
 
     existing = tmp_path / "old.json"
     existing.write_text("keep me")
@@ -108,10 +109,10 @@ def test_run_refuses_more_ranks_than_one_machine_takes(no_process_may_start):
 
 def test_a_diverged_run_says_so(monkeypatch):
     """A finite but too large learning rate can still diverge: the summary says so."""
+    from labkit.analysis.report import describe
     from labkit.analysis.timeline import Timeline
-    from labkit.config.flags import describe
     from labkit.config.run import RunConfig
-    from labkit.launchers.runner import RunResult
+    from labkit.launchers.results import RunResult
 
     cfg = RunConfig(strategy="ddp", lr=50.0)
     result = RunResult(config=cfg, backend="gloo", timeline=Timeline([], 2),
@@ -120,10 +121,10 @@ def test_a_diverged_run_says_so(monkeypatch):
 
 
 def test_the_summary_names_skipped_and_moved_checkpoints():
+    from labkit.analysis.report import describe
     from labkit.analysis.timeline import Timeline
-    from labkit.config.flags import describe
     from labkit.config.run import RunConfig
-    from labkit.launchers.runner import RunResult
+    from labkit.launchers.results import RunResult
 
     skipped = {"checkpoint": "step_00000006", "file": "__1_0.distcp", "check": "sha256",
                "detail": "its bytes changed since the save", "resumed_from_step": 4}

@@ -98,7 +98,7 @@ def test_cli_run_summary_rounds_numbers_and_ends_with_the_note():
     point, lists of numbers element by element, and a strategy's note last."""
     from types import SimpleNamespace
 
-    from labkit.config.flags import describe
+    from labkit.analysis.report import describe
 
     result = SimpleNamespace(losses=[2.5, 2.25], trace_path=None, params_sha256=None, metrics={
         "bubble_fraction": 0.4951834290929521, "bubble_fraction_per_rank": [0.66421, 0.49],

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit.analysis.chrome import match_sends
 from labkit.analysis.timeline import Timeline, intersect, union
 from labkit.base.errors import LabError
-from labkit.base.events import SCHEMA_VERSION, Event, Lane, Op
+from labkit.base.events import SCHEMA_VERSION, Event, Lane, Op, match_sends
 from labkit.trace.tracer import Tracer
 
 pytestmark = pytest.mark.lesson00

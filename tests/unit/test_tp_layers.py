@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from labkit.strategies.tp.layers import TPMLP, TPAttention, build_reference
-from labkit.strategies.tp.ops import ComputeClock, CopyToTP, ReduceFromTP, TPComm
+from labkit.train.parallel.tensor import ComputeClock, CopyToTP, ReduceFromTP, TPComm
 
 pytestmark = pytest.mark.lesson04
 

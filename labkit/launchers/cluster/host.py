@@ -37,7 +37,7 @@ from typing import Any
 from labkit.config.links import LinkSpec
 from labkit.launchers.cluster import leftovers
 from labkit.launchers.cluster.netns import Topology, address, run_cmd
-from labkit.rank.context import _die_with_parent  # runs in each child before exec: dies with us
+from labkit.launchers.reaper import die_with_parent  # runs in each child before exec: dies with us
 
 RDZV_PORT = 29400
 PROBE_PORT = 29401
@@ -50,7 +50,7 @@ def start(argv: list[str], env: dict[str, str], log: Path | None) -> subprocess.
     out = open(log, "wb") if log is not None else subprocess.PIPE  # noqa: SIM115
     try:
         return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
     finally:
         if log is not None:
             out.close()  # type: ignore[union-attr]

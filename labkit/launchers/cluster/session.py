@@ -28,7 +28,7 @@ from labkit.base.netsupport import USERNS_CMD, support
 from labkit.config.links import LinkSpec
 from labkit.launchers.board import Board
 from labkit.launchers.cluster import leftovers, netns
-from labkit.rank.context import _die_with_parent
+from labkit.launchers.reaper import die_with_parent
 
 PROBE_SECONDS = 0.5
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
@@ -211,7 +211,7 @@ class Session:
 
 
 def _term_with_parent() -> None:
-    _die_with_parent(signum=signal.SIGTERM)  # imported at the top: no imports after fork
+    die_with_parent(signum=signal.SIGTERM)  # imported at the top: no imports after fork
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ same timeline. The steps:
    on that group (``run_rank(existing_group=True)``), with a watchdog that reports the rank's
    stack and stops it if it outlives the run's timeout;
 3. each rank posts its ``RankReport`` (or its error) to the inbox; the driver combines the
-   reports with ``labkit.launchers.runner.collect`` into the usual ``RunResult``;
+   reports with ``labkit.launchers.results.collect`` into the usual ``RunResult``;
 4. a failure comes back as ``RunFailed`` naming the rank, chosen like the supervisor does:
    a real exception first, then a rank that died silently, then the "peer went away" echoes;
    a timeout as ``RunTimeout`` naming the rank that hung outside communication.
@@ -39,6 +39,7 @@ from typing import Any
 from labkit.base.errors import RankFailure, RunFailed, RunTimeout
 from labkit.config.run import RunConfig
 from labkit.launchers.ray.session import ensure_ray
+from labkit.rank.job import Job
 
 _BACKSTOP_S = 120.0
 """After the run's timeout, how long the driver still waits for Ray Train to return."""
@@ -105,7 +106,7 @@ def rank_on_ray(loop_config: dict[str, Any]) -> None:
     import ray
     import ray.train
 
-    from labkit.rank.context import run_rank
+    from labkit.rank.group import run_rank
 
     job, inbox = loop_config["job"], loop_config["inbox"]
     ctx = ray.train.get_context()
@@ -125,17 +126,18 @@ def rank_on_ray(loop_config: dict[str, Any]) -> None:
     ray.get(inbox.report.remote(rank, report, log.getvalue()))
 
 
-def run_on_ray(config: RunConfig) -> Any:
-    """``labkit.run(config)`` with ``config.launcher == "ray"``: returns the same RunResult."""
-    from labkit.launchers.runner import collect, job_for
+def run_on_ray(job: Job) -> Any:
+    """``labkit.run(config)`` with ``config.launcher == "ray"``: the same ``RunResult``, from
+    the same resolved ``Job`` (``labkit.launchers.jobs.job_for``)."""
+    from labkit.launchers.results import collect
 
     ray = ensure_ray()  # 1.
     from ray.train import FailureConfig, ScalingConfig
     from ray.train import RunConfig as TrainRunConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    backend = config.resolved_backend()
-    job = job_for(config, backend)
+    config, backend = job.config, job.backend
+    assert config is not None
     cpus = float(ray.cluster_resources().get("CPU", 1.0))
     per_worker: dict[str, float] = {"CPU": min(1.0, cpus / config.world_size)}
     if backend == "nccl":
@@ -158,7 +160,7 @@ def run_on_ray(config: RunConfig) -> Any:
         shutil.rmtree(storage, ignore_errors=True)
     if fit_error is not None or len(reports) < config.world_size:
         raise _failure(config, fit_error, reports, errors)  # 4.
-    result = collect(config, backend, [reports[r] for r in range(config.world_size)],
+    result = collect(job, [reports[r] for r in range(config.world_size)],
                      time.monotonic() - t0)
     result.logs = [logs.get(r, "") for r in range(config.world_size)]
     return result

@@ -30,13 +30,13 @@ from labkit.base.events import Op as Ev
 from labkit.rank.context import RankContext, RankOutput
 from labkit.schedules import build_plan
 from labkit.strategies.hybrid import HybridMetrics
-from labkit.strategies.pipeline.executor import StepRecord, run_step
+from labkit.strategies.pipeline.engine import StepRecord, run_step
 from labkit.strategies.pipeline.partition import bounds_by_cost, bounds_by_count
-from labkit.strategies.tp.ops import TPComm
 from labkit.strategies.zero import accounting as acc
 from labkit.strategies.zero.modules import ShardedModel
 from labkit.trace.comm import wire_bytes
 from labkit.train.loop import TrainLoop
+from labkit.train.parallel.tensor import TPComm
 from labkit.train.training import build_model, model_stats, reference_train
 
 

@@ -20,26 +20,7 @@ workers can wait on each other across servers. Workers never talk to each other.
 
 from __future__ import annotations
 
-import torch
-
 from labkit.rank.context import RankContext, RankOutput
-from labkit.strategies.ps.protocol import Kind
-from labkit.train.training import build_model
-
-
-def flat_params(model: torch.nn.Module) -> torch.Tensor:
-    """All parameters as one flat float32 vector, in ``model.parameters()`` order."""
-    return torch.nn.utils.parameters_to_vector(model.parameters()).detach().float()
-
-
-def header(kind: Kind, step: int, read_version: int = -1, loss: float = 0.0) -> torch.Tensor:
-    return torch.tensor([float(kind), float(step), float(read_version), loss],
-                        dtype=torch.float64)
-
-
-def model_numel(ctx: RankContext) -> int:
-    assert ctx.config is not None
-    return sum(p.numel() for p in build_model(ctx.config).parameters())
 
 
 def train(ctx: RankContext) -> RankOutput:

@@ -28,7 +28,7 @@ import torch
 from labkit.base.events import Op
 from labkit.rank.context import RankContext, RankOutput, inject_fault
 from labkit.strategies.ps import workers_of
-from labkit.strategies.ps.impl import flat_params
+from labkit.strategies.ps.messages import flat_params
 from labkit.strategies.ps.protocol import (
     TAG_FINAL,
     TAG_GRAD,

@@ -25,7 +25,7 @@ import torch
 from labkit.base.events import Op
 from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.ps import workers_of
-from labkit.strategies.ps.impl import flat_params, header
+from labkit.strategies.ps.messages import flat_params, header
 from labkit.strategies.ps.protocol import (
     TAG_GRAD,
     TAG_PARAMS,

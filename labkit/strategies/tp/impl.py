@@ -23,9 +23,9 @@ from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.tp import TPMetrics
 from labkit.strategies.tp.cost import tp_bytes_per_layer
 from labkit.strategies.tp.layers import TPLayer, build_reference, shard_map
-from labkit.strategies.tp.ops import ComputeClock, TPComm
 from labkit.train.loop import TrainLoop
 from labkit.train.optim import make_optimizer
+from labkit.train.parallel.tensor import ComputeClock, TPComm
 from labkit.train.training import max_abs_diff
 
 

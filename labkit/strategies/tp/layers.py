@@ -18,7 +18,7 @@ import math
 import torch
 from torch import nn
 
-from labkit.strategies.tp.ops import TPComm, f_op, g_op
+from labkit.train.parallel.tensor import TPComm, f_op, g_op
 
 
 class MLP(nn.Module):

@@ -108,3 +108,14 @@ def predicted(num_params: int, world_size: int, stage: int, precision: str,
             "bytes_per_param": bytes_per_param(theory_precision, optimizer),
             "theory_precision": theory_precision,
             "comm_wire": comm["total"], "ddp_comm_wire": ddp["total"]}
+
+
+def fill_prediction(rec: Any, pred: dict[str, Any], comm: dict[str, float],
+                    n: int) -> None:
+    """The calculator's numbers and this rank's traced bytes, in the record."""
+    rec.predicted_bytes, rec.bytes_per_param = pred["bytes"], pred["bytes_per_param"]
+    rec.theory_precision = pred["theory_precision"]
+    rec.comm_bytes_per_step, rec.comm_payload_bytes_per_step = comm["wire"], comm["payload"]
+    rec.predicted_comm_bytes_per_step = pred["comm_wire"]
+    rec.ddp_comm_bytes_per_step = pred["ddp_comm_wire"]
+    rec.comm_ratio_vs_ddp = comm["wire"] / pred["ddp_comm_wire"] if n > 1 else 0.0

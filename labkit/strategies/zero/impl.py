@@ -13,7 +13,7 @@ them by rank beside ``labkit.theory.zero_memory`` / ``zero_comm_volume``.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 import torch
 from torch import nn
@@ -110,18 +110,7 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
             rec.predicted_activation_bytes = mlp_activation_bytes(
                 self.cfg.batch_size, widths, elt, opts.checkpointing, final_relu=False,
                 segment=opts.checkpoint_segment)
-        fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)
-
-
-def fill_prediction(rec: ZeroMetrics, pred: dict[str, Any], comm: dict[str, float],
-                    n: int) -> None:
-    """The calculator's numbers and this rank's traced bytes, in the record."""
-    rec.predicted_bytes, rec.bytes_per_param = pred["bytes"], pred["bytes_per_param"]
-    rec.theory_precision = pred["theory_precision"]
-    rec.comm_bytes_per_step, rec.comm_payload_bytes_per_step = comm["wire"], comm["payload"]
-    rec.predicted_comm_bytes_per_step = pred["comm_wire"]
-    rec.ddp_comm_bytes_per_step = pred["ddp_comm_wire"]
-    rec.comm_ratio_vs_ddp = comm["wire"] / pred["ddp_comm_wire"] if n > 1 else 0.0
+        acc.fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)
 
 
 def train(ctx: RankContext) -> RankOutput:

@@ -24,7 +24,6 @@ from labkit.base.events import Op
 from labkit.rank.context import RankContext
 from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
-from labkit.strategies.zero.impl import fill_prediction
 from labkit.train.loop import TrainLoop
 from labkit.train.optim import make_optimizer
 from labkit.train.training import build_model
@@ -131,7 +130,7 @@ class TorchZeroLoop(TrainLoop[ZeroMetrics]):
         rec.model_state_bytes = acc.storage_bytes(
             {"params": params, "grads": grads, "optimizer": states})
         pred = acc.predicted(self.stats[0], n, stage, "fp32", self.cfg.optimizer)
-        fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)
+        acc.fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)
         rec.untraced_broadcast_payload_bytes = 4 * self.stats[0] if stage == 1 else 0
 
     def final_state(self) -> dict[str, torch.Tensor]:

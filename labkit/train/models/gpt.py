@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from labkit.strategies.tp.ops import f_op, g_op
+from labkit.train.parallel.tensor import f_op, g_op
 
 TP_SPLITS = {"attn.q.weight": 0, "attn.q.bias": 0, "attn.k.weight": 0, "attn.k.bias": 0,
              "attn.v.weight": 0, "attn.v.bias": 0, "attn.o.weight": 1,

@@ -1,0 +1,84 @@
+"""A run's config resolved once into the ``Job`` every rank reads, and the rules a
+launch's arguments must pass, checked before any process starts.
+
+``job_for`` is the one place that turns ``auto`` into a backend, finds the strategy's rank
+grid and entry point, and picks the torch threads per rank; launchers hand the job on as
+it is (pickled to fresh ranks, sent to warm ones, given to Ray Train's workers), and
+``collect`` reads the same job back when the reports come in.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from labkit.base import devices
+from labkit.base.errors import ConfigError
+from labkit.base.validate import bool_problem, int_problem, local_world_size_problem, real_problem
+from labkit.config import registry
+from labkit.config.run import MAX_THREADS, MAX_TIMEOUT_S, SEED_MAX, RunConfig
+from labkit.rank.job import Job
+
+
+def warn_oversubscribed(world_size: int, backend: str, stacklevel: int = 4) -> None:
+    cores = devices.cpu_count()
+    if backend == "gloo" and world_size > cores:
+        warnings.warn(f"world_size ({world_size}) > CPU cores ({cores}): ranks share cores, so "
+                      f"timings include waiting for a core; results are still correct",
+                      stacklevel=stacklevel)
+
+
+def check_local(config: RunConfig) -> None:
+    """Every rank starts on this host: at most ``MAX_LOCAL_WORLD_SIZE`` of them."""
+    too_many = local_world_size_problem(config.world_size)
+    if too_many is not None:
+        raise ConfigError(too_many)
+
+
+def make_config(config: RunConfig | None, kwargs: dict[str, Any]) -> RunConfig:
+    """``RunConfig(**kwargs)``, or ``config`` with ``kwargs`` replaced (validated either way)."""
+    if config is None:
+        return RunConfig(**kwargs)
+    return config.replace(**kwargs) if kwargs else config
+
+
+def job_for(config: RunConfig, backend: str | None = None, threads: int | None = None) -> Job:
+    """What every rank of a run of ``config`` needs, whichever launcher starts them: the
+    backend (``config.resolved_backend()`` unless a launcher resolved it per node, as
+    torchrun's worker does), the rank grid, the strategy's entry point and the threads."""
+    spec = registry.get(config.strategy)
+    return Job(config=config, backend=backend or config.resolved_backend(),
+               threads=threads or config.threads(), timeout_s=config.timeout_s,
+               seed=config.seed, trace=config.trace, grid=spec.grid_for(config),
+               entry=spec.entry)
+
+
+def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed: Any,
+                    threads_per_rank: Any, trace: Any) -> list[str]:
+    """Every rule ``launch``'s arguments break (the same rules as ``RunConfig``'s fields)."""
+    checks = [
+        local_world_size_problem(world_size),
+        None if backend in ("gloo", "nccl") else
+        f"backend {backend!r} must be 'gloo' or 'nccl' for launch",
+        real_problem("timeout_s", timeout_s, MAX_TIMEOUT_S, unit=" seconds", example=60),
+        int_problem("seed", seed, 0, SEED_MAX, example=0),
+        None if threads_per_rank is None else int_problem(
+            "threads_per_rank", threads_per_rank, 1, MAX_THREADS, example=1),
+        bool_problem("trace", trace),
+        None if callable(fn) else f"fn ({fn!r}) must be callable as fn(ctx, *args)",
+    ]
+    return [p for p in checks if p is not None]
+
+
+def launch_job(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], *,
+               backend: str, timeout_s: float, seed: int, threads_per_rank: int | None,
+               trace: bool) -> Job:
+    """The validated job of a ``launch`` (``ConfigError`` before any process starts)."""
+    problems = launch_problems(fn, world_size, backend, timeout_s, seed, threads_per_rank,
+                               trace)
+    if problems:
+        raise ConfigError(problems)
+    threads = threads_per_rank or devices.default_threads_per_rank(world_size)
+    return Job(fn=fn, args=args, backend=backend, threads=threads, timeout_s=timeout_s,
+               seed=seed, trace=trace)
