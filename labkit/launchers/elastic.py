@@ -43,10 +43,10 @@ def _worker(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from labkit.config.run import RunConfig
+    from labkit.launchers.jobs import job_for
     from labkit.launchers.reaper import die_with_parent
     from labkit.launchers.torchrun import torchrun_store
     from labkit.rank.group import run_rank
-    from labkit.rank.job import Job
 
     die_with_parent()  # if the torchrun agent dies, this worker goes with it
     import faulthandler
@@ -63,7 +63,7 @@ def _worker(argv: list[str] | None = None) -> int:
                     inject_fault=args.inject_fault if attempt == 0 else None,
                     options={"checkpoint_dir": args.checkpoint_dir,
                              "checkpoint_every": args.checkpoint_every, "resume": True})
-    job = Job(config=cfg, backend="gloo", threads=1, timeout_s=args.timeout, seed=args.seed)
+    job = job_for(cfg, backend="gloo", threads=1)
     # 2. env:// rendezvous through torchrun's MASTER_ADDR / MASTER_PORT, resume, train
     # each attempt meets under its own key prefix (see torchrun_store)
     report = run_rank(job, rank, world, local_rank=local_rank,
