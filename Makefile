@@ -12,7 +12,7 @@ TORCH  ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
 ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
-.PHONY: lab test setup clean-course exercises
+.PHONY: lab test setup clean-course exercises layers
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,3 +35,7 @@ exercises: $(VENV)/.installed
 
 clean-course:
 	rm -rf course/
+
+# Redraw the picture of labkit's layers at the top of docs/developing.md from the import graph
+layers: $(VENV)/.installed
+	$(PY) tools/layers.py

@@ -30,9 +30,9 @@ from __future__ import annotations
 import argparse
 
 from labkit.base.devices import cpu_count
-from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.pipeline import balance_demo, bubble_breakdown, run_pipeline
+from labkit.strategies.pipeline import pipeline_model
 from labkit.strategies.pipeline.metrics import op_times_ms
 from labkit.theory import pipeline_speedup
 
@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--batch-size", type=int, default=1024)
     args = ap.parse_args()
-    model = ModelConfig(width=args.width, depth=args.depth)
+    model = pipeline_model(args.width, args.depth)
     kw = {"steps": args.steps, "batch_size": args.batch_size, "model": model}
     print(f"# cores: {cpu_count()}, width {args.width}, depth {args.depth}, batch "
           f"{args.batch_size}, {args.steps} steps (first skipped)\n")
@@ -88,7 +88,7 @@ def main() -> None:
     print("\n## 3. stage balance: layer costs 1,1,1,1,1,1,4,4 on P=2, 1F1B, M=8")
     costs = (1, 1, 1, 1, 1, 1, 4, 4)
     runs = balance_demo(costs, 2, 8, steps=args.steps, batch_size=args.batch_size,
-                        model=ModelConfig(width=args.width, depth=len(costs)))
+                        model=pipeline_model(args.width, len(costs)))
     for label, res in runs.items():
         stage_ms = res.metrics["stage_time_ms"]
         print(f"{label:<17} bounds {res.metrics['stage_bounds']}  stage ms/microbatch "

@@ -27,7 +27,9 @@ def _bench(ctx, steps: int, rounds: int, width: int, depth: int) -> dict:
     from labkit.base.events import Op
     from labkit.config.run import ModelConfig
     from labkit.strategies.ddp.torch_ddp import StepRef, traced_allreduce_hook
-    from labkit.train.training import BackwardClock, SyntheticTask, build_mlp, traced_backward
+    from labkit.train.data import SyntheticTask
+    from labkit.train.models import build_mlp
+    from labkit.train.training import BackwardClock, traced_backward
 
     model = build_mlp(ModelConfig(width=width, depth=depth), 0)
     ddp = DistributedDataParallel(model)

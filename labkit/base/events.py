@@ -50,6 +50,7 @@ class Op(enum.Enum):
     REDUCE_SCATTER = "reduce_scatter"
     ALL_GATHER = "all_gather"
     BROADCAST = "broadcast"
+    GATHER = "gather"
     REDUCE = "reduce"
     ALL_TO_ALL = "all_to_all"
     SEND = "send"
@@ -64,8 +65,8 @@ class Op(enum.Enum):
         return Lane.COMM if self in _COMM_OPS else Lane.COMPUTE
 
 
-_COMM_OPS = {Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.BROADCAST, Op.REDUCE,
-             Op.ALL_TO_ALL, Op.SEND, Op.RECV, Op.BARRIER, Op.WAIT}
+_COMM_OPS = {Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.BROADCAST, Op.GATHER,
+             Op.REDUCE, Op.ALL_TO_ALL, Op.SEND, Op.RECV, Op.BARRIER, Op.WAIT}
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,18 @@ processes that then die with a bare ``TypeError``. Python's ``bool`` is an ``int
 for an integer (``2.0`` ranks is a bug upstream, not a request for 2), and a real number
 must be finite (``inf`` seconds is no timeout, an ``inf`` learning rate is NaN weights).
 Numpy scalars count as the Python number they hold. Torch-free.
+
+Options dataclasses declare a rule per field (``option(default, integer(1, example=4))``)
+and call ``check_fields(self)`` in ``__post_init__``; only rules across fields are written
+by hand.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
+from collections.abc import Callable
 from typing import Any
 
 MAX_LOCAL_WORLD_SIZE = 64
@@ -91,3 +97,85 @@ def as_plain(value: Any) -> Any:
     if is_real(value) and not isinstance(value, (int, float)):
         return float(value)
     return value
+
+
+# ---- declared rules: one per field of an options dataclass ---------------------------------
+
+Rule = Callable[[str, Any], "str | None"]
+"""``rule(name, value)`` -> the message naming the value, the rule and an example, or None."""
+
+
+def integer(lo: int, hi: int | None = None, *, example: Any, why: str = "",
+            optional: bool = False) -> Rule:
+    """An integer in ``lo..hi`` (``optional``: None allowed too)."""
+    def rule(name: str, value: Any) -> str | None:
+        if optional and value is None:
+            return None
+        return int_problem(name, value, lo, hi, example=example, why=why)
+    return rule
+
+
+def real(lo: float = 0.0, hi: float = math.inf, *, example: Any, lo_open: bool = True,
+         unit: str = "", why: str = "") -> Rule:
+    """A finite real number above ``lo`` (or equal, with ``lo_open=False``) and <= ``hi``."""
+    low = f"> {lo:g}" if lo_open else f">= {lo:g}"
+    rule_text = low + ("" if hi == math.inf else f" and <= {hi:g}") + unit
+
+    def rule(name: str, value: Any) -> str | None:
+        if not is_real(value):
+            return (f"{name} ({value!r}) must be a number {rule_text}, not "
+                    f"{type(value).__name__}{why}{_example(name, example)}")
+        if not math.isfinite(value):
+            return f"{name} ({value}) must be a finite number {rule_text}{why}{_example(name, example)}"
+        if value < lo or (lo_open and value == lo) or value > hi:
+            return f"{name} ({value}) must be {rule_text}{why}{_example(name, example)}"
+        return None
+    return rule
+
+
+def one_of(choices: tuple[Any, ...], *, example: Any, why: str = "") -> Rule:
+    """One of ``choices`` (strings or numbers; a bool is never a number here)."""
+    def rule(name: str, value: Any) -> str | None:
+        if not isinstance(value, bool) and value in choices and \
+                type(value) in {type(c) for c in choices}:
+            return None
+        listed = ", ".join(str(c) for c in choices)
+        return f"{name} ({value!r}) must be one of {listed}{why}{_example(name, example)}"
+    return rule
+
+
+def integers(lo: int, *, example: Any, why: str = "") -> Rule:
+    """A sequence of integers, each >= ``lo``."""
+    def rule(name: str, value: Any) -> str | None:
+        items = list(value) if isinstance(value, (list, tuple)) else None
+        if items is None or not all(is_int(v) and v >= lo for v in items):
+            return (f"{name} ({value!r}) must be a list of integers >= {lo}{why}"
+                    f"{_example(name, example)}")
+        return None
+    return rule
+
+
+def flag() -> Rule:
+    """True or False."""
+    return bool_problem
+
+
+def option(default: Any, rule: Rule) -> Any:
+    """A dataclass field with its default and its rule (``check_fields`` applies it)."""
+    return dataclasses.field(default=default, metadata={"rule": rule})
+
+
+def check_fields(obj: Any) -> list[str]:
+    """Every declared rule of ``obj``'s fields that its values break (numpy scalars count
+    as the numbers they hold)."""
+    problems = []
+    for f in dataclasses.fields(obj):
+        rule = f.metadata.get("rule")
+        if rule is None:
+            continue
+        value = as_plain(getattr(obj, f.name))
+        object.__setattr__(obj, f.name, value)
+        problem = rule(f.name, value)
+        if problem is not None:
+            problems.append(problem)
+    return problems

@@ -83,12 +83,20 @@ def real_flag(text: str) -> float:
     return float(value)
 
 
+MODEL_FLAGS = ("width", "depth", "heads", "seq_len", "vocab_size")
+"""The model's fields that are common flags of every strategy (``--heads`` ...)."""
+
+
 def option_flags(options_cls: type) -> argparse.ArgumentParser:
-    """A parser with one --flag per field of a strategy's options dataclass."""
+    """A parser with one --flag per field of a strategy's options dataclass. A field named
+    like a model flag (tp's ``heads``) has no flag of its own: the common flag sets both
+    (``config_from_args``)."""
     p = argparse.ArgumentParser(add_help=False)
     docs = field_docs(options_cls)
     hints = typing.get_type_hints(options_cls)
     for f in dataclasses.fields(options_cls):
+        if f.name in MODEL_FLAGS:
+            continue
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else None
         hint = hints.get(f.name)
@@ -125,8 +133,10 @@ def config_from_args(args: argparse.Namespace, extra: list[str], *, command: str
     if extra:
         raise ConfigError(f"unrecognised argument(s) for `{command} {args.strategy}`: "
                           f"{' '.join(extra)} (see `labkit run {args.strategy} --help`)")
-    model_kw = {k: v for k in ("width", "depth", "heads", "seq_len", "vocab_size")
-                if (v := getattr(args, k, None)) is not None}
+    model_kw = {k: v for k in MODEL_FLAGS if (v := getattr(args, k, None)) is not None}
+    if spec is not None and spec.options is not None:  # e.g. tp's blocks take --heads too
+        names = {f.name for f in dataclasses.fields(spec.options)}
+        options.update({k: v for k, v in model_kw.items() if k in names})
     return RunConfig(
         strategy=args.strategy, world_size=args.world_size if world_size is None else world_size,
         steps=args.steps, backend=args.backend, timeout_s=args.timeout, seed=args.seed,

@@ -43,9 +43,17 @@ class Strategy:
     """RunConfig settings this strategy uses unless the run sets them (steps, lr, optimizer,
     timeout_s), over the model's defaults (``labkit.config.run.MODEL_DEFAULTS``); ``"model"``
     maps a model kind to the shape this strategy shows its lesson on, e.g.
-    ``{"model": {"mlp": {"width": 512, "depth": 8}}}``."""
+    ``{"model": {"mlp": {"width": 512, "depth": 8}}}`` (or to a function of the fields
+    given, returning that shape)."""
     backends: tuple[str, ...] = ("gloo", "nccl")
     """The backends the strategy runs on; ``backend="auto"`` picks NCCL only if listed."""
+    model_entries: dict[str, str] = field(default_factory=dict)
+    """Rank code for a model kind that another loop trains, e.g. ``{"gpt":
+    "labkit.strategies.hybrid.impl:train"}``: resolved once, when the job is built."""
+
+    def entry_for(self, config: Any) -> str:
+        """The rank code a run of ``config`` starts on every rank."""
+        return self.model_entries.get(config.model.kind, self.entry)
 
     def grid_for(self, config: Any) -> Any:
         """The rank grid of a run of this strategy (``labkit.base.grid.Grid``)."""

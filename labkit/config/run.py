@@ -111,7 +111,8 @@ class ModelConfig:
     out_dim: int = 10
     """Classes of the synthetic task (mlp; digits always has 10)."""
     heads: int = 4
-    """Attention heads (gpt); width must be a multiple of heads."""
+    """Attention heads (gpt, and the blocks `labkit run tp` trains); width must be a multiple
+    of heads."""
     seq_len: int = 64
     """Tokens per sample (gpt)."""
     vocab_size: int | None = None
@@ -273,6 +274,8 @@ class RunConfig:
             kind = model.get("kind", "mlp") if not unknown else "mlp"
             shape = (spec.defaults.get("model", {}) if spec is not None else {}).get(
                 kind if isinstance(kind, str) else "mlp", {})
+            if callable(shape):  # a shape that depends on what was given (e.g. in_dim = width)
+                shape = shape(model)
             if unknown:
                 problems.append(f"model has unknown key(s) {', '.join(map(str, unknown))}; "
                                 f"known: {', '.join(known)}; e.g. model={{'kind': 'gpt', "

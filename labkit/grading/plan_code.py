@@ -37,6 +37,7 @@ from labkit.schedules import (
     validate_plan,
 )
 from labkit.schedules.actions import Op
+from labkit.strategies.pipeline import pipeline_model
 
 VISIBLE_CASES = ((2, 4), (4, 8))
 FORBID = ("labkit.schedules", "labkit.theory", "labkit.grading", "labkit.strategies")
@@ -127,13 +128,12 @@ def run_on_executor(plan: Plan, tolerance: float = 1e-5) -> Verdict:
     The plan is plain data (action strings from the student's function), so the grader
     runs it itself: no student code is involved.
     """
-    from labkit.config.run import ModelConfig
     from labkit.lessons.pipeline import run_plan
 
     stages, microbatches = plan.stages, plan.microbatches
     where = f"one_f_one_b(stages={stages}, microbatches={microbatches})"
     try:
-        result = run_plan(plan, steps=1, model=ModelConfig(width=64, depth=2 * stages),
+        result = run_plan(plan, steps=1, model=pipeline_model(64, 2 * stages),
                           check_reference=True, timeout_s=60.0)
     except Exception as exc:  # noqa: BLE001 (a failing plan is feedback)
         return Verdict(False, f"{where} failed on the pipeline executor: {exc}")

@@ -51,7 +51,7 @@ def job_for(config: RunConfig, backend: str | None = None, threads: int | None =
     return Job(config=config, backend=backend or config.resolved_backend(),
                threads=threads or config.threads(), timeout_s=config.timeout_s,
                seed=config.seed, trace=config.trace, grid=spec.grid_for(config),
-               entry=spec.entry)
+               entry=spec.entry_for(config))
 
 
 def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed: Any,

@@ -13,7 +13,7 @@ from typing import Any
 from labkit.api import launch
 from labkit.config.run import ModelConfig
 from labkit.train.checkpoint import load_sharded, save_sharded
-from labkit.train.training import build_mlp
+from labkit.train.models import build_mlp
 
 
 def reshard_check(root: str | Path, save_world: int = 4, load_world: int = 2, seed: int = 0,

@@ -21,13 +21,14 @@ from labkit.config.run import ModelConfig
 from labkit.lessons import cluster_predict as predict
 from labkit.lessons.cluster import DDP_MODEL, _missing, _run_many
 from labkit.strategies.collectives import parse_size
+from labkit.strategies.pipeline import pipeline_model
 from labkit.theory.interconnect import Interconnect, predict_step_time
 
 # The same model work both ways: 4 transformer blocks of hidden 256 (3.1M parameters, 12 h^2
 # each) on 4 x 8 = 32 tokens, and a 12-layer MLP of width 512 (3.1M parameters) on 32 samples.
 TP = {"hidden": 256, "heads": 4, "seq": 8, "layers": 4, "block": "both"}
 TP_BATCH = 4
-PP_MODEL = ModelConfig(width=512, depth=12)
+PP_MODEL = pipeline_model(512, 12)
 PP_BATCH = 32
 
 

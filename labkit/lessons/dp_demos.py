@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -19,6 +20,8 @@ from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from labkit.rank.context import RankContext
+from labkit.train.data import Task
+from labkit.train.reference import max_abs_diff, reference_run
 
 
 def sampler_demo(ctx: RankContext, use_sampler: bool = True, set_epoch: bool = True,
@@ -70,10 +73,17 @@ def _norm_model(norm: str, seed: int, comm: Any = None) -> nn.Sequential:
     return nn.Sequential(nn.Linear(16, 64), layer, nn.ReLU(), nn.Linear(64, 4))
 
 
-def _norm_batch(step: int, global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 + step)
-    x = torch.randn(global_batch, 16, generator=g) * 2 + 1
-    return x, (x[:, 0] > 1).long() + 2 * (x[:, 1] > 1).long()
+class NormTask(Task):
+    """The demo's data: 16 features ~ N(1, 2), four classes from the first two; a fresh
+    global batch per step, each data rank taking its contiguous shard."""
+
+    def batch(self, step: int, global_batch: int, shard: int = 0, shards: int = 1
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(1000 + step)
+        x = torch.randn(global_batch, 16, generator=g) * 2 + 1
+        y = (x[:, 0] > 1).long() + 2 * (x[:, 1] > 1).long()
+        per = global_batch // shards
+        return x[shard * per:(shard + 1) * per], y[shard * per:(shard + 1) * per]
 
 
 def batchnorm_demo(ctx: RankContext, norm: str = "batch", steps: int = 5,
@@ -90,10 +100,9 @@ def batchnorm_demo(ctx: RankContext, norm: str = "batch", steps: int = 5,
         raise ValueError(f"norm {norm!r} must be one of {', '.join(NORMS)}")
     model = _norm_model(norm, seed=0, comm=ctx.comm)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    n, r = ctx.world_size, ctx.rank
+    n, r, task = ctx.world_size, ctx.rank, NormTask()
     for step in range(steps):
-        x, y = _norm_batch(step, batch_size * n)
-        x, y = x[r * batch_size:(r + 1) * batch_size], y[r * batch_size:(r + 1) * batch_size]
+        x, y = task.batch(step, batch_size * n, r, n)
         opt.zero_grad()
         if norm == "syncbatch":
             model[1].step = step  # type: ignore[assignment]  # labels its spans
@@ -109,15 +118,12 @@ def batchnorm_demo(ctx: RankContext, norm: str = "batch", steps: int = 5,
         sent = sum(e.bytes or 0 for e in ctx.events() if e.name == "syncbn")
         out["syncbn_bytes_per_step"] = sent / steps
     if r == 0:
-        ref = _norm_model("batch" if norm == "syncbatch" else norm, seed=0)
-        ref_opt = torch.optim.SGD(ref.parameters(), lr=lr)
-        for step in range(steps):
-            x, y = _norm_batch(step, batch_size * n)
-            ref_opt.zero_grad()
-            nn.functional.cross_entropy(ref(x), y).backward()
-            ref_opt.step()
-        out["max_abs_diff_vs_reference"] = max(
-            float((a - b).abs().max()) for a, b in zip(model.parameters(), ref.parameters()))
+        # one process on the global batch, with plain BatchNorm where SyncBN ran
+        plain = "batch" if norm == "syncbatch" else norm
+        setup = SimpleNamespace(optimizer="sgd", lr=lr, steps=steps, batch_size=batch_size)
+        ref = reference_run(setup, dp=n, build=lambda _: _norm_model(plain, seed=0), task=task)
+        out["max_abs_diff_vs_reference"] = max_abs_diff(
+            {k: p.detach() for k, p in model.named_parameters()}, ref.state)
     return out
 
 

@@ -18,9 +18,9 @@ from labkit.base.errors import ConfigError
 from labkit.config.run import ModelConfig, RunConfig
 from labkit.launchers.results import RunResult
 from labkit.schedules import Plan, validate_plan
-from labkit.strategies.pipeline import PipelineOptions, orders_text
+from labkit.strategies.pipeline import PipelineOptions, orders_text, pipeline_model
 
-LESSON_MODEL = ModelConfig(width=1024, depth=8)
+LESSON_MODEL = pipeline_model(1024, 8)
 
 
 def run_pipeline(schedule: str = "1f1b", stages: int = 2, microbatches: int = 4, *,
@@ -49,7 +49,7 @@ def balance_demo(layer_costs: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 4, 4), stages
                  microbatches: int = 8, *, schedule: str = "1f1b", **kwargs: Any
                  ) -> dict[str, RunResult]:
     """The same uneven model split by layer count and by measured cost."""
-    model = kwargs.pop("model", ModelConfig(width=1024, depth=len(layer_costs)))
+    model = kwargs.pop("model", pipeline_model(1024, len(layer_costs)))
     return {label: run_pipeline(schedule, stages, microbatches, model=model,
                                 layer_costs=layer_costs, balance=balance, **kwargs)
             for label, balance in (("by layer count", "count"), ("by measured cost", "cost"))}
@@ -99,7 +99,7 @@ def run_plan(plan: Plan, *, steps: int = 2, batch_size: int | None = None,
     ``max_abs_diff_grads`` / ``max_abs_diff_loss`` against one process on the whole batch.
     """
     validate_plan(plan)
-    model = model or ModelConfig(width=256, depth=max(4, plan.num_model_stages))
+    model = model or pipeline_model(256, max(4, plan.num_model_stages))
     opts = PipelineOptions(schedule="1f1b", stages=plan.stages,
                            microbatches=plan.microbatches, virtual=plan.virtual,
                            orders=orders_text(plan), layer_costs=layer_costs, balance=balance)

@@ -62,7 +62,7 @@ class ServerActor:
     def __init__(self, model: ModelConfig, seed: int, lr: float, workers: int):
         import torch
 
-        from labkit.train.training import build_mlp
+        from labkit.train.models import build_mlp
 
         self.net = build_mlp(model, seed)
         self.flat = torch.nn.utils.parameters_to_vector(self.net.parameters()).detach()
@@ -91,7 +91,8 @@ def gradient_task(weights: np.ndarray, version: int, worker: int, step: int, wor
     """Ray task: one worker's gradient on its shard of step ``step``'s batch."""
     import torch
 
-    from labkit.train.training import SyntheticTask, build_mlp
+    from labkit.train.data import SyntheticTask
+    from labkit.train.models import build_mlp
 
     t0 = time.monotonic_ns()
     torch.set_num_threads(1)

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from labkit.config.run import ModelConfig
-from labkit.train.training import SyntheticTask, build_mlp
+from labkit.train.data import SyntheticTask
+from labkit.train.models import build_mlp
 
 
 def stale_sgd_losses(staleness: list[int], steps: int = 40, lr: float = 0.2,

@@ -21,7 +21,9 @@ Language Model Training on GPU Clusters Using Megatron-LM"):
 Traffic is in *wire* bytes (what ranks send, nccl-tests' ring factors) per training step,
 summed over every rank of the grid; point-to-point counts the bytes sent. Memory is model
 state per rank (``labkit.theory.zero_memory`` of the parameters that rank holds).
-The lab's MLP can be laid out on dp x pp (its layers have no Megatron column/row pairs).
+The lab's MLP can be laid out on dp x pp (its layers have no Megatron column/row pairs):
+its ``depth`` blocks are Linear+ReLU pairs, the first one taking the input (``in_dim``), and
+its classifier rides with the last stage.
 """
 
 from __future__ import annotations
@@ -132,8 +134,9 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
         full = gpt_params(vocab, width, depth, seq_len)
         first, last = full["embedding"], full["final"]
         act = (b // m) * seq_len * width * 4
-    else:
-        first, last = in_dim * width + width, width * out_dim + out_dim
+    else:  # block 0 is the input layer (in_dim -> width); the classifier is the epilogue
+        first, last = in_dim * width + width - _block_local(kind, width, t), \
+            width * out_dim + out_dim
         act = (b // m) * width * 4
     block = _block_local(kind, width, t)
     params = [(cuts[k + 1] - cuts[k]) * block + (first if k == 0 else 0)

@@ -248,6 +248,18 @@ class Comm:
                   (box,), False, meta)
         return box[0]
 
+    def gather_object(self, obj: Any, dst: int = 0, **meta: Any) -> list[Any] | None:
+        """Every group rank's picklable ``obj``, in group-rank order, on group rank ``dst``
+        (None on the others); e.g. a pipeline's stages putting the whole model together."""
+        if self.group is SOLO:
+            return [obj]
+        out: list[Any] | None = [None] * self.world_size if self.rank == dst else None
+        g = self.ranks[dst]
+        meta.setdefault("peer", g)
+        self._run(Op.GATHER, lambda o, **kw: dist.gather_object(o, out, dst=g, **kw), (obj,),
+                  False, meta)
+        return out
+
     def reduce(self, tensor: torch.Tensor, dst: int, op: str = "sum", *, async_op: bool = False,
                **meta: Any) -> Handle | None:
         """Reduce ``tensor`` across the group onto group rank ``dst``."""

@@ -240,7 +240,7 @@ def _sharded_model_state(ctx: RankContext, seed: int, empty: bool) -> dict[str, 
     from torch.distributed.tensor import Shard, distribute_tensor
 
     from labkit.config.run import ModelConfig
-    from labkit.train.training import build_mlp
+    from labkit.train.models import build_mlp
 
     mesh = init_device_mesh("cpu", (ctx.world_size,))
     full = build_mlp(ModelConfig(), seed).state_dict()

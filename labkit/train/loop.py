@@ -36,19 +36,11 @@ from labkit.base.events import Op
 from labkit.config.metrics import RankMetrics
 from labkit.config.run import RunConfig
 from labkit.rank.context import RankContext, RankOutput
-from labkit.train.data import DigitsTask
+from labkit.train.data import Task
+from labkit.train.models import task_for
 from labkit.train.optim import make_optimizer
-from labkit.train.training import (
-    BackwardClock,
-    held_out_accuracy,
-    max_abs_diff,
-    model_stats,
-    params_sha256,
-    reference_train,
-    task_for,
-    traced_backward,
-    unwrap_state,
-)
+from labkit.train.reference import finish_run, reference_run
+from labkit.train.training import BackwardClock, model_stats, traced_backward, unwrap_state
 
 R = TypeVar("R", bound=RankMetrics)
 
@@ -69,7 +61,8 @@ class TrainLoop(Generic[R]):
     def __init__(self, ctx: RankContext, model: Any, *, full_model: nn.Module | None = None,
                  params: Sequence[torch.Tensor] | None = None, optimizer: Any = None,
                  checkpoint_module: nn.Module | None = None, clock: bool = True,
-                 config: Any = None, stats: tuple[int, int] | None = None):
+                 config: Any = None, stats: tuple[int, int] | None = None,
+                 task: Task | None = None):
         cfg = config if config is not None else ctx.config
         assert cfg is not None
         self.ctx, self.cfg = ctx, cast("RunConfig", cfg)
@@ -81,7 +74,7 @@ class TrainLoop(Generic[R]):
             p for p in model.parameters() if p.requires_grad]
         self.optimizer = (optimizer if optimizer is not None
                           else make_optimizer(self.cfg.optimizer, self.params, self.cfg.lr))
-        self.task = task_for(self.cfg)
+        self.task = task if task is not None else task_for(self.cfg)
         self.clock = BackwardClock(self.params) if clock else None
         self.losses: list[float] = []
         self.record: R = cast(R, self.Record())
@@ -142,7 +135,7 @@ class TrainLoop(Generic[R]):
 
     def reference_state(self) -> dict[str, torch.Tensor]:
         """One process trained on the global batch, same seed, same optimizer."""
-        return reference_train(self.cfg, self.dp)
+        return reference_run(self.cfg, dp=self.dp).state
 
     def fill_record(self) -> None:
         """Put the strategy's own measurements in ``self.record`` (after training)."""
@@ -190,11 +183,8 @@ class TrainLoop(Generic[R]):
         out = RankOutput(losses=self.losses, record=rec)
         state = self.final_state()
         if self.reports_state():
-            out.params_sha256 = params_sha256(state.items())
-            if self.cfg.check_reference:
-                rec.max_abs_diff_vs_reference = max_abs_diff(state, self.reference_state())
-            if isinstance(self.task, DigitsTask):
-                rec.accuracy = held_out_accuracy(self.cfg, self.task, state)
+            out.params_sha256 = finish_run(state, self.cfg, rec, reference=self.reference_state,
+                                           task=self.task)
         return out
 
     def flops_per_step(self, matmul_params: int) -> float:

@@ -189,7 +189,7 @@ def _load_step(ctx: RankContext, root: str, step: int) -> float:
 
 
 def _mlp_state() -> dict[str, torch.Tensor]:
-    from labkit.train.training import build_mlp
+    from labkit.train.models import build_mlp
 
     return dict(build_mlp(labkit.ModelConfig(), 0).state_dict())
 

@@ -98,10 +98,15 @@ def _against_torch_pipelining(ctx: Any, micro: int, batch: int, seed: int) -> di
     import torch
     from torch.nn import functional as F
 
+    from labkit.schedules.partition import bounds_by_count
     from labkit.strategies.pipeline.engine import run_step
-    from labkit.strategies.pipeline.model import StageModule, build_full
-    from labkit.strategies.pipeline.partition import bounds_by_count
-    from labkit.train.training import SyntheticTask
+    from labkit.train.data import SyntheticTask
+    from labkit.train.models import build_mlp, layout_of
+    from labkit.train.parallel.pipeline import Stage
+
+    def stage_of(seed: int, stage: int, num: int, bounds: list[int]) -> Stage:
+        full = build_mlp(MODEL, seed)
+        return Stage(layout_of(full), full, stage, num, bounds)
 
     try:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
@@ -110,14 +115,14 @@ def _against_torch_pipelining(ctx: Any, micro: int, batch: int, seed: int) -> di
     p = ctx.world_size
     bounds = bounds_by_count(MODEL.depth, p)
     x, y = SyntheticTask(seed, MODEL.in_dim, MODEL.out_dim).batch(0, batch)
-    theirs = StageModule(build_full(MODEL, (), seed), ctx.rank, p, bounds)
+    theirs = stage_of(seed, ctx.rank, p, bounds)
     schedule = Schedule1F1B(PipelineStage(theirs, ctx.rank, p, torch.device("cpu")),
                             n_microbatches=micro, loss_fn=lambda o, t: F.cross_entropy(o, t))
     if ctx.rank == 0:
         schedule.step(x)
     else:
         schedule.step(target=y)
-    ours = StageModule(build_full(MODEL, (), seed), ctx.rank, p, bounds)
+    ours = stage_of(seed, ctx.rank, p, bounds)
     run_step(ctx, one_f_one_b(p, micro), {ctx.rank: ours}, x, y, 0)
     diffs = {n: float((a.grad - b.grad).abs().max()) for n, a, b in zip(
         ours.param_names(), theirs.parameters(), ours.parameters())}
@@ -132,3 +137,24 @@ def test_matches_torch_distributed_pipelining_1f1b() -> None:
             pytest.skip(out["skip"])
         for name, diff in out["diffs"].items():
             assert diff <= TOL, f"rank {rank}: grad of {name} differs from torch by {diff}"
+
+
+def test_a_pipeline_run_hashes_the_whole_model_in_one_order() -> None:
+    """Every stage's weights go into one ``params_sha256``, in name order: GPipe, 1F1B and
+    zero bubble end with the same weights here, so with the same hash; the CLI reports it."""
+    import subprocess
+    import sys
+
+    from labkit.strategies.pipeline import pipeline_model
+
+    hashes = {s: run(strategy="pipeline", world_size=2, steps=2, batch_size=16,
+                            model=pipeline_model(64, 4), progress=False, threads_per_rank=1,
+                            options={"schedule": s, "microbatches": 4}).params_sha256
+              for s in ("gpipe", "1f1b", "zb")}
+    assert None not in hashes.values() and len(set(hashes.values())) == 1, hashes
+    out = subprocess.run([sys.executable, "-m", "labkit", "run", "hybrid", "--pp", "2",
+                          "--model", "gpt", "--width", "32", "--depth", "2", "--seq-len", "16",
+                          "--steps", "1", "--batch-size", "4", "--json"],
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert len(json.loads(out.stdout)["params_sha256"]) == 64

@@ -38,8 +38,6 @@ def test_golden_run_ends_with_the_recorded_parameters(name: str) -> None:
         f"{table[name]}: the change moved its weights")
 
 
-@pytest.mark.xfail(strict=True, reason="pipeline runs and hybrid runs with pp > 1 report no "
-                   "params_sha256 yet (issue 24, item 5)")
 def test_every_run_that_trains_reports_a_hash() -> None:
     """Every golden run's recorded value is a hash: no strategy leaves its final weights
     unfingerprinted (a pipeline run hashes all stages in one fixed order)."""

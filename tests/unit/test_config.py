@@ -156,7 +156,7 @@ def test_numpy_numbers_count_as_the_python_numbers_they_hold():
 
 
 def test_model_parameters_count_the_mlp():
-    from labkit.train.training import build_mlp
+    from labkit.train.models import build_mlp
 
     m = ModelConfig(in_dim=5, width=7, depth=3, out_dim=2)
     assert m.parameters() == sum(p.numel() for p in build_mlp(m, 0).parameters())

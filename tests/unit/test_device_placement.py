@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from labkit.config.run import ModelConfig
-from labkit.train.training import SyntheticTask, build_mlp
+from labkit.train.data import SyntheticTask
+from labkit.train.models import build_mlp
 
 pytestmark = pytest.mark.lesson00
 
@@ -28,13 +29,13 @@ def test_model_and_data_ignore_the_default_device():
 
 
 def test_tp_reference_and_batches_ignore_the_default_device():
-    from labkit.strategies.tp.impl import batch
-    from labkit.strategies.tp.layers import build_reference
+    from labkit.train.data import ActivationTask
+    from labkit.train.models import build_blocks
 
-    ref = build_reference(64, 128, 4, 2, "mlp", 0)
+    ref = build_blocks(64, 2, 4, 3, 128, "mlp", 0)
     with torch.device("meta"):
-        model = build_reference(64, 128, 4, 2, "mlp", 0)
-        x, _ = batch(0, 1, 2, 3, 64)
+        model = build_blocks(64, 2, 4, 3, 128, "mlp", 0)
+        x, _ = ActivationTask(0, 3, 64).batch(1, 2)
     assert x.device.type == "cpu"
     for a, b in zip(ref.parameters(), model.parameters()):
         assert b.device.type == "cpu" and torch.equal(a, b)

@@ -26,11 +26,14 @@ def test_grid_puts_tp_fastest_and_groups_share_their_other_coordinates() -> None
 
 
 def test_gpt_param_count_matches_the_model_and_tp_slices_reassemble() -> None:
-    from labkit.train.models.gpt import build_gpt, shard_gpt, unshard
+    import copy
+
+    from labkit.train.models.gpt import build_gpt
+    from labkit.train.parallel.tensor import tensor_parallel, unshard
 
     full = build_gpt(96, 64, 2, 4, 16, seed=0)
     assert sum(p.numel() for p in full.parameters()) == gpt_params(96, 64, 2, 16)["total"]
-    shards = [shard_gpt(full, r, 2, None) for r in range(2)]
+    shards = [tensor_parallel(copy.deepcopy(full), r, 2, None) for r in range(2)]
     layout = parallel_layout(width=64, depth=2, heads=4, seq_len=16, vocab=96, tp=2)
     assert sum(p.numel() for p in shards[0].parameters()) == layout.params_per_rank[0]
     merged = unshard([s.state_dict() for s in shards])

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from labkit.train.optim import LAMB, LARS
-from labkit.train.training import make_optimizer
+from labkit.train.optim import LAMB, LARS, make_optimizer
 
 pytestmark = pytest.mark.lesson02
 

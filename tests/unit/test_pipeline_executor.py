@@ -14,14 +14,25 @@ from torch import nn
 from labkit.config.run import ModelConfig
 from labkit.rank.context import RankContext
 from labkit.schedules import build_plan
+from labkit.schedules.partition import bounds_by_count
 from labkit.strategies.pipeline.engine import input_grads, run_step, tag, weight_grads
-from labkit.strategies.pipeline.model import StageModule, build_full
-from labkit.strategies.pipeline.partition import bounds_by_count
 from labkit.trace.tracer import Tracer
-from labkit.train.training import SyntheticTask
+from labkit.train.data import SyntheticTask
+from labkit.train.models import build_mlp, layout_of
+from labkit.train.parallel.pipeline import Stage
 
 pytestmark = pytest.mark.lesson03
 MODEL = ModelConfig(in_dim=8, width=32, depth=4, out_dim=5)
+
+
+def build_full(model: ModelConfig, costs: tuple[int, ...], seed: int) -> nn.Sequential:
+    return build_mlp(model, seed, costs)
+
+
+def StageModule(full: nn.Sequential, stage: int, num: int, bounds: list[int]) -> Stage:
+    """Stage ``stage`` of the MLP ``full`` (blocks of one Linear+ReLU pair each, or as many
+    as ``full``'s block costs put together)."""
+    return Stage(layout_of(full), full, stage, num, bounds)
 
 
 def _ctx() -> RankContext:

@@ -48,10 +48,10 @@ def test_cross_field_rules_reject_bad_input(kw: dict[str, object], needle: str) 
 
 @pytest.mark.parametrize("kw, needle", [
     ({"schedule": "pipedream"}, "schedule ('pipedream') must be one of"),
-    ({"microbatches": 0}, "microbatches (0) must be an integer >= 1"),
+    ({"microbatches": 0}, "microbatches (0) must be >= 1"),
     ({"schedule": "interleaved", "virtual": 1}, "virtual (1) must be >= 2"),
     ({"schedule": "gpipe", "virtual": 2}, "virtual (2) must be 1 for schedule 'gpipe'"),
-    ({"layer_costs": (1, 0)}, "layer_costs ([1, 0]) must be integers >= 1"),
+    ({"layer_costs": (1, 0)}, "layer_costs ((1, 0)) must be a list of integers >= 1"),
     ({"balance": "flops"}, "balance ('flops') must be one of count, cost"),
 ])
 def test_options_reject_bad_values(kw: dict[str, object], needle: str) -> None:

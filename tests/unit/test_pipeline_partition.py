@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from labkit.base.errors import ConfigError
-from labkit.strategies.pipeline.partition import bounds_by_cost, bounds_by_count, stage_costs
+from labkit.schedules.partition import bounds_by_cost, bounds_by_count, stage_costs
 
 pytestmark = pytest.mark.lesson03
 

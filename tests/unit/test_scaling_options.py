@@ -22,8 +22,8 @@ def test_bad_options_are_named_with_a_valid_example() -> None:
     with pytest.raises(ConfigError) as err:
         ScalingOptions(lr_rule="cubic", accumulation=0, clip_grad_norm=-1.0, warmup_steps=-2)
     text = str(err.value)
-    for piece in ("lr_rule 'cubic'", "accumulation (0)", "clip_grad_norm (-1.0)",
-                  "warmup_steps (-2)", "e.g."):
+    for piece in ("lr_rule ('cubic') must be one of none, linear, sqrt", "accumulation (0)",
+                  "clip_grad_norm (-1.0)", "warmup_steps (-2)", "e.g."):
         assert piece in text, f"missing {piece!r} in {text!r}"
 
 

@@ -28,7 +28,7 @@ def test_bytes_per_layer_is_count_times_bsh_times_value_size() -> None:
 
 
 def test_bad_block_and_shapes_are_rejected_with_the_value() -> None:
-    with pytest.raises(ConfigError, match="block 'conv'"):
+    with pytest.raises(ConfigError, match=r"block \('conv'\) must be one of both, mlp, attention"):
         TPOptions(block="conv")
     with pytest.raises(ConfigError, match=r"hidden \(100\) must be a multiple of heads \(8\)"):
         TPOptions(hidden=100)
@@ -38,3 +38,17 @@ def test_heads_must_split_over_ranks_before_any_process_starts() -> None:
     with pytest.raises(ConfigError, match=r"heads \(6\) must be a multiple of world_size \(4\)"):
         RunConfig(strategy="tp", world_size=4, options={"heads": 6, "hidden": 96})
     RunConfig(strategy="tp", world_size=4, options={"heads": 8})
+
+
+def test_tp_help_lists_every_flag_and_heads_reaches_its_blocks(capsys) -> None:
+    """`labkit run tp --help` works (tp's ``heads`` shares the common ``--heads`` flag) and
+    ``--heads`` sets the heads of the blocks tp trains."""
+    from labkit.cli import build_parser, main
+    from labkit.config.flags import config_from_args
+
+    assert main(["run", "tp", "--help"]) == 0
+    shown = capsys.readouterr().out
+    assert "--hidden" in shown and "--heads" in shown and "--block" in shown
+    args, extra = build_parser().parse_known_args(["run", "tp", "--heads", "4", "--hidden", "64"])
+    config = config_from_args(args, extra)
+    assert config.options.heads == 4 and config.options.hidden == 64

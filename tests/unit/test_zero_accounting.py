@@ -8,8 +8,8 @@ from torch import nn
 
 from labkit.base.events import Event, Lane, Op
 from labkit.strategies.zero import accounting as acc
-from labkit.strategies.zero.sharding import Meter
 from labkit.theory import mlp_activation_bytes
+from labkit.train.parallel.zero_units import Meter
 
 pytestmark = pytest.mark.lesson05
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.lesson05
 
 
 def test_stage_4_is_rejected_with_the_valid_stages_named() -> None:
-    with pytest.raises(ConfigError, match=r"stage \(4\) must be 0, 1, 2 or 3"):
+    with pytest.raises(ConfigError, match=r"stage \(4\) must be one of 0, 1, 2, 3"):
         ZeroOptions(stage=4)
 
 

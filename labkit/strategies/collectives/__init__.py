@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.base.errors import ConfigError
+from labkit.base.validate import check_fields, integer, one_of, option
 from labkit.config.registry import Strategy, register
 
 IMPLS = ("builtin", "ring", "reduce_broadcast", "all_to_all", "hierarchical")
@@ -58,22 +59,19 @@ def format_size(size: int) -> str:
 class AllreduceBenchOptions:
     """Settings of the all-reduce benchmark."""
 
-    impl: str = "builtin"
+    impl: str = option("builtin", one_of(IMPLS, example="ring"))
     """ring (ours, on send/recv), builtin (the backend's all_reduce), reduce_broadcast,
     all_to_all, or hierarchical (reduce-scatter inside each node, all-reduce across nodes,
     all-gather inside; node size from the run: ``--nodes``, or torchrun's local ranks)."""
     sizes: tuple[str, ...] = ("4KB", "64KB", "1MB", "4MB")
     """Message sizes: bytes or with a unit (4KB, 1MB, 1MiB); each a multiple of 4 bytes."""
-    iters: int = 10
+    iters: int = option(10, integer(1, 10_000, example=10))
     """Timed all-reduces per size (the mean is reported)."""
-    warmup: int = 2
+    warmup: int = option(2, integer(0, 1000, example=2))
     """Untimed all-reduces per size before timing (connection set-up, caches)."""
 
     def __post_init__(self) -> None:
-        problems: list[str] = []
-        if self.impl not in IMPLS:
-            problems.append(f"impl {self.impl!r} must be one of {', '.join(IMPLS)}; "
-                            f"e.g. --impl ring")
+        problems = check_fields(self)
         raw = (self.sizes,) if isinstance(self.sizes, (str, int, float)) else tuple(self.sizes)
         parsed: list[int] = []
         for s in raw:
@@ -83,10 +81,6 @@ class AllreduceBenchOptions:
                 problems += err.problems
         if not raw:
             problems.append("sizes () must name at least one size; e.g. --sizes 4KB 1MB 4MB")
-        if self.iters < 1:
-            problems.append(f"iters ({self.iters}) must be >= 1; e.g. --iters 10")
-        if self.warmup < 0:
-            problems.append(f"warmup ({self.warmup}) must be >= 0; e.g. --warmup 2")
         if problems:
             raise ConfigError(problems)
         object.__setattr__(self, "sizes", tuple(parsed))

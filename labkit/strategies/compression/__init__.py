@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.base.errors import ConfigError
+from labkit.base.validate import check_fields, integer, one_of, option, real
 from labkit.config.registry import Strategy, register
 from labkit.strategies.dp import DPMetrics
 
@@ -26,35 +27,22 @@ METHODS = ("none", "fp16", "bf16", "powersgd", "topk", "randomk", "int8")
 class CompressionOptions:
     """Which compression the DDP comm hook applies, and its knobs."""
 
-    method: str = "none"
+    method: str = option("none", one_of(METHODS, example="fp16"))
     """none (plain all-reduce), fp16, bf16, powersgd, topk, randomk or int8."""
-    rank: int = 2
+    rank: int = option(2, integer(1, 4096, example=2))
     """PowerSGD matrix approximation rank r (each m x n gradient is sent as (m + n) x r)."""
-    topk_ratio: float = 0.01
+    topk_ratio: float = option(0.01, real(0, 1, example=0.01))
     """Top-k: share of gradient values each rank sends per bucket (0 < ratio <= 1)."""
-    randomk_ratio: float = 0.01
+    randomk_ratio: float = option(0.01, real(0, 1, example=0.01))
     """Random-k: share of gradient values all-reduced per bucket (0 < ratio <= 1)."""
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float = option(25.0, real(0, 10_000, unit=" MB", example=25))
     """DDP gradient bucket size in MB."""
-    powersgd_start_step: int = 2
+    powersgd_start_step: int = option(2, integer(
+        2, example=2, why=" (torch's PowerSGD with error feedback)"))
     """PowerSGD all-reduces uncompressed before this step (torch requires >= 2 with error feedback)."""
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.method not in METHODS:
-            problems.append(f"method {self.method!r} must be one of {', '.join(METHODS)}; "
-                            "e.g. method='fp16'")
-        if self.rank < 1:
-            problems.append(f"rank ({self.rank}) must be >= 1, e.g. rank=2")
-        if not 0 < self.topk_ratio <= 1:
-            problems.append(f"topk_ratio ({self.topk_ratio}) must be in (0, 1], e.g. 0.01")
-        if not 0 < self.randomk_ratio <= 1:
-            problems.append(f"randomk_ratio ({self.randomk_ratio}) must be in (0, 1], e.g. 0.01")
-        if not self.bucket_cap_mb > 0:
-            problems.append(f"bucket_cap_mb ({self.bucket_cap_mb}) must be > 0 MB, e.g. 25")
-        if self.powersgd_start_step < 2:
-            problems.append(f"powersgd_start_step ({self.powersgd_start_step}) must be >= 2 "
-                            "(torch's PowerSGD with error feedback); e.g. 2")
+        problems = check_fields(self)
         if problems:
             raise ConfigError(problems)
 

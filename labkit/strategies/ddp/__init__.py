@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.base.errors import ConfigError
+from labkit.base.validate import check_fields, option, real
 from labkit.config.registry import Strategy, register
 from labkit.train.checkpoint import CheckpointOptions
 
@@ -13,14 +14,11 @@ from labkit.train.checkpoint import CheckpointOptions
 class DDPOptions(CheckpointOptions):
     """Settings of torch's DistributedDataParallel."""
 
-    bucket_cap_mb: float = 25.0
+    bucket_cap_mb: float = option(25.0, real(0, 10_000, unit=" MB", example=25))
     """Gradient bucket size in MB (torch's default is 25); smaller buckets start comm earlier."""
 
     def __post_init__(self) -> None:
-        problems = []
-        if not self.bucket_cap_mb > 0:
-            problems.append(f"bucket_cap_mb ({self.bucket_cap_mb}) must be > 0 MB, e.g. 25")
-        problems += self.checkpoint_problems()
+        problems = check_fields(self) + self.checkpoint_problems()
         if problems:
             raise ConfigError(problems)
 

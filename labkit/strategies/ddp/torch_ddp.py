@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.dp import DPMetrics
 from labkit.train.loop import TrainLoop
-from labkit.train.training import build_model
+from labkit.train.models import build_model
 
 
 def traced_allreduce_hook(comm: Any, step: Any) -> Any:

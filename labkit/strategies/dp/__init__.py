@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from labkit.base.errors import ConfigError
+from labkit.base.validate import check_fields, option, real
 from labkit.config.metrics import RankMetrics
 from labkit.config.registry import Strategy, register
 
@@ -56,14 +57,14 @@ class DPMetrics(RankMetrics):
 class BucketedOptions:
     """Settings of our bucketed, overlapped DDP."""
 
-    bucket_cap_mb: float = 1.0
+    bucket_cap_mb: float = option(1.0, real(0, 10_000, unit=" MB", example=1))
     """Bucket size in MB (1e6 bytes; torch DDP's default is 25, which would hold the whole
     lesson model in one bucket); smaller buckets start comm earlier."""
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.bucket_cap_mb, (int, float)) and self.bucket_cap_mb > 0):
-            raise ConfigError(f"bucket_cap_mb ({self.bucket_cap_mb!r}) must be a number > 0 MB; "
-                              f"e.g. --bucket-cap-mb 1")
+        problems = check_fields(self)
+        if problems:
+            raise ConfigError(problems)
 
 
 register(Strategy(

@@ -4,7 +4,7 @@ Each rank (1) builds the same seeded model, (2) takes its own shard of the step'
 batch, (3) runs forward and backward on it, (4) lets the ``GradSync`` turn its local
 gradients into the average over ranks, and (5) steps its optimizer. Because every rank
 starts equal and applies the same averaged gradient, the replicas stay identical, and equal
-to one process training on the global batch (``labkit.train.training.reference_train``).
+to one process training on the global batch (``labkit.train.reference.reference_run``).
 
 At its last step the loop also keeps what the "Train Step" visualizer replays: this rank's
 loss, the norm of every local gradient before averaging and after, the update size, and the
@@ -22,7 +22,8 @@ from torch import nn
 from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.dp import DPMetrics
 from labkit.train.loop import TrainLoop
-from labkit.train.training import build_model, params_sha256
+from labkit.train.models import build_model
+from labkit.train.reference import params_sha256
 
 
 class GradSync(Protocol):

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from labkit.base.errors import ConfigError
 from labkit.base.grid import Grid
+from labkit.base.validate import check_fields, integer, one_of, option
 from labkit.config.metrics import RankMetrics
 from labkit.config.registry import Strategy, register
 
@@ -28,46 +29,28 @@ SCHEDULES = ("gpipe", "1f1b")
 BALANCE = ("count", "cost")
 
 
-def _is_int(value: object, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-
-
 @dataclass(kw_only=True, frozen=True)
 class HybridOptions:
     """The grid and how each axis works (``labkit run hybrid --dp 2 --pp 2 --tp 2``)."""
 
-    dp: int | None = None
+    dp: int | None = option(None, integer(1, example=2, optional=True))
     """Data-parallel replicas D; default: world_size / (pp x tp)."""
-    pp: int = 1
+    pp: int = option(1, integer(1, 64, example=2))
     """Pipeline stages P."""
-    tp: int = 1
+    tp: int = option(1, integer(1, 64, example=2))
     """Tensor-parallel ranks T (split each block's heads and MLP columns; gpt only)."""
-    schedule: str = "1f1b"
+    schedule: str = option("1f1b", one_of(SCHEDULES, example="1f1b", why=(
+        " for hybrid runs (interleaved and zero bubble run with `labkit run pipeline`)")))
     """Pipeline schedule: gpipe or 1f1b."""
-    microbatches: int = 4
+    microbatches: int = option(4, integer(1, 4096, example=4))
     """Microbatches M per step (batch_size must be a multiple of M)."""
-    zero_stage: int = 0
+    zero_stage: int = option(0, one_of((0, 1, 2, 3), example=1))
     """ZeRO stage on the data axis: 0 (all-reduce gradients), 1, 2 or 3."""
-    balance: str = "count"
+    balance: str = option("count", one_of(BALANCE, example="cost"))
     """Blocks per stage: count (equal numbers) or cost (by time measured on rank 0)."""
 
     def __post_init__(self) -> None:
-        problems = []
-        for name, value in (("pp", self.pp), ("tp", self.tp), ("microbatches", self.microbatches)):
-            if not _is_int(value, 1):
-                problems.append(f"{name} ({value!r}) must be an integer >= 1; e.g. {name}=2")
-        if self.dp is not None and not _is_int(self.dp, 1):
-            problems.append(f"dp ({self.dp!r}) must be an integer >= 1; e.g. dp=2")
-        if self.schedule not in SCHEDULES:
-            problems.append(f"schedule ({self.schedule!r}) must be one of {', '.join(SCHEDULES)} "
-                            f"for hybrid runs (interleaved and zero bubble run with `labkit run "
-                            f"pipeline`); e.g. schedule='1f1b'")
-        if isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 1, 2, 3):
-            problems.append(f"zero_stage ({self.zero_stage!r}) must be 0, 1, 2 or 3; "
-                            f"e.g. zero_stage=1")
-        if self.balance not in BALANCE:
-            problems.append(f"balance ({self.balance!r}) must be one of {', '.join(BALANCE)}; "
-                            f"e.g. balance='cost'")
+        problems = check_fields(self)
         if problems:
             raise ConfigError(problems)
 

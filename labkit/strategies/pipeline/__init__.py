@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.base.errors import ConfigError, LabError
+from labkit.base.validate import check_fields, integer, integers, one_of, option
 from labkit.config.registry import Strategy, register
 from labkit.schedules.plans import SCHEDULES, schedule_problems
 
@@ -28,16 +29,17 @@ class PipelineOptions:
 
     schedule: str = "1f1b"
     """gpipe (all forwards, then all backwards), 1f1b, interleaved (virtual stages) or zb."""
-    stages: int | None = None
+    stages: int | None = option(None, integer(1, 64, example=2, optional=True))
     """Pipeline ranks P (must equal world_size; default: world_size)."""
-    microbatches: int = 4
+    microbatches: int = option(4, integer(1, 4096, example=4))
     """Microbatches M per step; batch_size must be a multiple of M."""
-    virtual: int | None = None
+    virtual: int | None = option(None, integer(1, 64, example=2, optional=True))
     """Model chunks per rank V (interleaved only; default 2 for interleaved, else 1)."""
-    layer_costs: tuple[int, ...] = ()
+    layer_costs: tuple[int, ...] = option((), integers(
+        1, example=(1, 1, 4, 4), why=" (matmuls per layer)"))
     """Relative cost of each layer (how many width x width matmuls it runs); one per
     model.depth layer; default: all 1. E.g. 1 1 1 1 4 4 4 4 for an unbalanced model."""
-    balance: str = "count"
+    balance: str = option("count", one_of(BALANCE, example="cost"))
     """How layers are split into stages: count (equal layer counts) or cost (by the
     per-layer time measured on rank 0 before training)."""
     orders: str = ""
@@ -45,25 +47,12 @@ class PipelineOptions:
     separated by ';', e.g. "0F0 0F1 0B0 0B1; 1F0 1B0 1F1 1B1"."""
 
     def __post_init__(self) -> None:
-        problems: list[str] = []
-        if not _is_int(self.microbatches, 1):
-            problems.append(f"microbatches ({self.microbatches!r}) must be an integer >= 1; "
-                            f"e.g. microbatches=4")
-        if self.stages is not None and not _is_int(self.stages, 1):
-            problems.append(f"stages ({self.stages!r}) must be an integer >= 1; e.g. stages=2")
-        if self.virtual is not None and not _is_int(self.virtual, 1):
-            problems.append(f"virtual ({self.virtual!r}) must be an integer >= 1; "
-                            f"e.g. virtual=2")
-        elif self.schedule not in SCHEDULES or not self.orders:  # the schedule's own rules
+        if isinstance(self.layer_costs, list):
+            object.__setattr__(self, "layer_costs", tuple(self.layer_costs))
+        problems = check_fields(self)
+        if not any(p.startswith("virtual") for p in problems) and (
+                self.schedule not in SCHEDULES or not self.orders):  # the schedule's own rules
             problems += schedule_problems(self.schedule, virtual=self.resolved_virtual())
-        costs = tuple(self.layer_costs)
-        if any(not _is_int(c, 1) for c in costs):
-            problems.append(f"layer_costs ({list(costs)}) must be integers >= 1 (matmuls per "
-                            f"layer); e.g. layer_costs=(1, 1, 4, 4)")
-        object.__setattr__(self, "layer_costs", costs)
-        if self.balance not in BALANCE:
-            problems.append(f"balance ({self.balance!r}) must be one of {', '.join(BALANCE)}; "
-                            f"e.g. balance='cost'")
         if problems:
             raise ConfigError(problems)
 
@@ -71,10 +60,6 @@ class PipelineOptions:
         if self.virtual is not None:
             return self.virtual
         return 2 if self.schedule == "interleaved" else 1
-
-
-def _is_int(value: object, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def parse_orders(text: str) -> dict[int, list[Any]]:
@@ -144,12 +129,27 @@ def options_for(config: Any) -> PipelineOptions:
     return opts if isinstance(opts, PipelineOptions) else PipelineOptions(**(opts or {}))
 
 
+def lesson_mlp_shape(given: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline lesson's MLP: 1024 wide, 16 blocks, and an input as wide as a block
+    (``in_dim`` follows ``width`` unless given), so the first stage's first block costs what
+    every other block does and equal block counts give equal stages."""
+    return {"width": 1024, "depth": 16, "in_dim": given.get("width", 1024)}
+
+
+def pipeline_model(width: int, depth: int, **fields: Any) -> Any:
+    """A ``ModelConfig`` for an MLP pipeline whose blocks all cost alike (``in_dim = width``)."""
+    from labkit.config.run import ModelConfig
+
+    return ModelConfig(width=width, depth=depth, **{"in_dim": width, **fields})
+
+
 register(Strategy(
     name="pipeline", entry="labkit.strategies.pipeline.executor:train", options=PipelineOptions,
     summary="pipeline parallel: GPipe / 1F1B / interleaved / zero-bubble plans on real ranks",
     check=check, lesson="03_pipeline_parallelism", axis="pp",
     # heavy enough that each action computes for tens of ms: the measured bubble then
     # follows (p-1)/(m+p-1) (docs/benchmarks.md, lesson 03); the lesson shows small ones too
-    defaults={"steps": 6, "batch_size": 1024, "model": {"mlp": {"width": 1024, "depth": 16}}}))
+    defaults={"steps": 6, "batch_size": 1024, "model": {"mlp": lesson_mlp_shape}},
+    model_entries={"gpt": "labkit.strategies.hybrid.impl:train"}))
 
 __all__ = ["PipelineOptions", "check", "orders_text", "parse_orders", "plan_for"]

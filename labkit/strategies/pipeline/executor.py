@@ -9,7 +9,7 @@ them every step. ``run_plan`` (``labkit.lessons.pipeline``) runs a plan a studen
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -18,54 +18,24 @@ from labkit.schedules import Op, Plan
 from labkit.strategies.pipeline import PipelineOptions, options_for, plan_for
 from labkit.strategies.pipeline.engine import StepRecord, check_only_linears, run_step
 from labkit.strategies.pipeline.metrics import PipelineMetrics
-from labkit.strategies.pipeline.model import (
-    StageModule,
-    build_full,
-    measure_layer_costs,
-    stage_bounds,
-)
 from labkit.train.loop import TrainLoop
-
-if TYPE_CHECKING:
-    from labkit.config.run import ModelConfig
-
-
+from labkit.train.models import build_model, layout_of, task_for
+from labkit.train.parallel.pipeline import Stage, choose_bounds, gather_stages
+from labkit.train.reference import Reference, reference_run
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-def build_stages(ctx: RankContext, plan: Plan, model: ModelConfig, opts: PipelineOptions,
-                 seed: int, rows: int) -> tuple[dict[int, StageModule], list[int], Any]:
-    """This rank's stage modules, the stage boundaries, and the full model (for reference)."""
-    full = build_full(model, opts.layer_costs, seed)
-    measured = None
-    if opts.balance == "cost":  # rank 0 times every layer; all ranks use its numbers
-        costs = torch.zeros(model.depth, dtype=torch.float64)
-        if ctx.pp_rank == 0:
-            costs = torch.tensor(measure_layer_costs(full, rows), dtype=torch.float64)
-        ctx.pp_comm.broadcast(costs, 0)
-        measured = costs.tolist()
+def build_stages(ctx: RankContext, plan: Plan, opts: PipelineOptions, full: Any,
+                 sample: Any) -> tuple[dict[int, Stage], list[int]]:
+    """This rank's stages of ``full`` (the registry's model) and the stage boundaries."""
+    layout = layout_of(full)
     num = plan.num_model_stages
-    bounds = stage_bounds(opts.balance, model.depth, num, measured)
-    mods = {s: StageModule(full, s, num, bounds).to(ctx.device)
+    bounds = choose_bounds(ctx.pp_comm, layout, num, opts.balance, sample)
+    mods = {s: Stage(layout, full, s, num, bounds).to(ctx.device)
             for s in range(num) if plan.stage_to_rank(s) == ctx.pp_rank}
     if any(a.op is Op.W for a in plan.actions(ctx.pp_rank)):  # checked once, not every step
         for mod in mods.values():
             check_only_linears(mod)
-    return mods, bounds, full
+    return mods, bounds
 
 
 class PipelineLoop(TrainLoop[PipelineMetrics]):
@@ -79,12 +49,14 @@ class PipelineLoop(TrainLoop[PipelineMetrics]):
         self.opts = options_for(cfg)
         self.plan = plan_for(self.opts, ctx.grid.pp if ctx.grid is not None else ctx.world_size)
         rows = cfg.batch_size // self.plan.microbatches
-        self.mods, self.bounds, full = build_stages(ctx, self.plan, cfg.model, self.opts,
-                                                    cfg.seed, rows)
+        full, task = build_model(cfg, self.opts.layer_costs), task_for(cfg)
+        self.mods, self.bounds = build_stages(ctx, self.plan, self.opts, full,
+                                              lambda: task.batch(0, rows)[0])
         params = [p for mod in self.mods.values() for p in mod.parameters()]
-        super().__init__(ctx, self.mods, full_model=full, params=params, clock=False)
+        super().__init__(ctx, self.mods, full_model=full, params=params, clock=False, task=task)
         self.records: list[StepRecord] = []
         self.first_grads: dict[str, torch.Tensor] = {}
+        self._ref: Reference | None = None
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float | None:
         self.records.append(run_step(self.ctx, self.plan, self.mods, x, y, step))
@@ -95,14 +67,25 @@ class PipelineLoop(TrainLoop[PipelineMetrics]):
         return self.records[-1].loss
 
     def final_state(self) -> dict[str, torch.Tensor]:
-        return {}  # the weights stay split over the stages; each rank checks its own
+        """The whole model, put together from every stage on the first stage's rank."""
+        mine = {n: p.detach() for mod in self.mods.values()
+                for n, p in zip(mod.param_names(), mod.parameters())}
+        return gather_stages(mine, self.ctx.pp_comm)
 
     def reports_state(self) -> bool:
-        return False
+        return self.ctx.pp_rank == 0
+
+    def reference(self) -> Reference:
+        """One process on the whole batch (trained once per rank that asks)."""
+        if self._ref is None:
+            costs = self.opts.layer_costs
+            self._ref = reference_run(self.cfg, build=lambda c: build_model(c, costs))
+        return self._ref
+
+    def reference_state(self) -> dict[str, torch.Tensor]:
+        return self.reference().state
 
     def fill_record(self) -> None:
-        from labkit.strategies.pipeline.reference import reference_check
-
         plan, rec, records = self.plan, self.record, self.records
         steady = records[1:] or records
         rec.step_stats = [r.stat for r in records]
@@ -114,21 +97,20 @@ class PipelineLoop(TrainLoop[PipelineMetrics]):
         rec.schedule = "custom" if self.opts.orders else self.opts.schedule
         rec.stages, rec.microbatches, rec.virtual = plan.stages, plan.microbatches, plan.virtual
         rec.stage_bounds, rec.balance = self.bounds, self.opts.balance
-        if self.cfg.check_reference:
-            diffs = reference_check(self.cfg, self.mods, records, self.first_grads)
-            rec.max_abs_diff_grads = diffs["max_abs_diff_grads"]
-            rec.max_abs_diff_vs_reference = diffs["max_abs_diff_vs_reference"]
-            rec.max_abs_diff_loss = diffs["max_abs_diff_loss"]
+        if self.cfg.check_reference:  # this rank's stages: gradients, weights and losses
+            ref = self.reference()
+            rec.max_abs_diff_vs_reference = max(
+                float((p.detach().cpu() - ref.state[n]).abs().max())
+                for mod in self.mods.values() for n, p in zip(mod.param_names(), mod.parameters()))
+            rec.max_abs_diff_grads = max(
+                (float((g - ref.first_grads[n]).abs().max()) for n, g in self.first_grads.items()),
+                default=0.0)
+            mine = [r.loss for r in records if r.loss is not None]
+            rec.max_abs_diff_loss = max((abs(a - b) for a, b in zip(mine, ref.losses)),
+                                        default=0.0)
 
 
 def train(ctx: RankContext) -> RankOutput:
-    """The strategy entry: ``labkit run pipeline`` on every rank."""
-    assert ctx.config is not None
-    if ctx.config.model.kind == "gpt":  # the GPT's blocks as stages, on the 3D loop
-        from labkit.strategies.hybrid.impl import Axes3D, HybridLoop
-
-        o = options_for(ctx.config)
-        return HybridLoop(ctx, Axes3D(o.schedule, o.microbatches, 0, o.balance)).run()
+    """The strategy entry: ``labkit run pipeline`` on every rank (``--model gpt`` runs on the
+    3D loop, ``labkit.strategies.hybrid.impl``: the registry routes it)."""
     return PipelineLoop(ctx).run()
-
-

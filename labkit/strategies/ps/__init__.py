@@ -17,56 +17,49 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.base.errors import ConfigError
+from labkit.base.validate import check_fields, integer, one_of, option, real
 from labkit.config.registry import Strategy, register
 from labkit.strategies.ps.protocol import Consistency, parse_straggler
 
 CONSISTENCIES = tuple(c.value for c in Consistency)
 ELEMENTWISE_OPTIMIZERS = ("sgd", "momentum", "adam")
 DEFAULT_BOUND = 2
+MAX_STRAGGLER = 100.0
+STRAGGLER_FACTOR = real(1, MAX_STRAGGLER, lo_open=False, example="'3:4'",
+                        why=" (how many times slower a worker computes)")
 
 
 @dataclass(kw_only=True, frozen=True)
 class PSOptions:
     """Settings of the parameter server run."""
 
-    servers: int = 1
+    servers: int = option(1, integer(1, 64, example=1))
     """Server ranks (the first S ranks), each owning one contiguous shard of the parameters."""
-    workers: int = 0
+    workers: int = option(0, integer(0, 64, example=3, why=" (0: every rank that is not a server)"))
     """Worker ranks (after the servers) that pull weights and push gradients; 0: every rank
     that is not a server (world_size - servers)."""
-    consistency: str = "bsp"
+    consistency: str = option("bsp", one_of(CONSISTENCIES, example="ssp"))
     """bsp (every step waits for all workers), asp (never wait) or ssp (wait only when a
     gradient would become more than --staleness updates stale)."""
-    staleness: int | None = None
+    staleness: int | None = option(None, integer(0, 1000, example=2, optional=True,
+                                                 why=" updates"))
     """SSP's bound K in updates (default 2): no gradient is applied more than K updates after
     the version it was computed on."""
     straggler: str = ""
     """Slow one worker: RANK:FACTOR makes worker rank RANK's compute FACTOR times longer (e.g. 3:4)."""
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.servers < 1:
-            problems.append(f"servers ({self.servers}) must be >= 1; e.g. --servers 1")
-        if self.workers < 0:
-            problems.append(f"workers ({self.workers}) must be >= 1, or 0 for every rank that "
-                            f"is not a server; e.g. --workers 3")
-        if self.consistency not in CONSISTENCIES:
-            problems.append(f"consistency {self.consistency!r} must be one of "
-                            f"{', '.join(CONSISTENCIES)}; e.g. --consistency ssp --staleness 2")
-        if self.staleness is not None:
-            if self.staleness < 0:
-                problems.append(f"staleness ({self.staleness}) must be >= 0 updates; e.g. "
-                                f"--staleness 2")
-            if self.consistency != "ssp":
-                problems.append(f"staleness ({self.staleness}) is the bound of ssp; with "
+        problems = check_fields(self)
+        if self.staleness is not None and self.consistency != "ssp":
+            problems.append(f"staleness ({self.staleness}) is the bound of ssp; with "
                                 f"consistency {self.consistency!r} drop it, or use "
                                 f"--consistency ssp --staleness {self.staleness}")
         if self.straggler:
             try:
                 _, factor = parse_straggler(self.straggler)
-                if not factor >= 1:
-                    problems.append(f"straggler factor in {self.straggler!r} must be >= 1 "
-                                    f"(how many times slower); e.g. --straggler 3:4")
+                slow = STRAGGLER_FACTOR(f"straggler factor in {self.straggler!r}", factor)
+                if slow is not None:
+                    problems.append(slow)
             except ValueError:
                 problems.append(f"straggler {self.straggler!r} must look like RANK:FACTOR, "
                                 f"e.g. --straggler 3:4 (worker rank 3 computes 4x slower)")

@@ -40,8 +40,9 @@ from labkit.strategies.ps.protocol import (
     shard_bounds,
 )
 from labkit.strategies.ps.records import PSMetrics
+from labkit.train.models import build_model
 from labkit.train.optim import make_optimizer
-from labkit.train.training import build_model, max_abs_diff, params_sha256, reference_train
+from labkit.train.reference import finish_run, reference_run
 
 
 class ParameterServer:
@@ -150,11 +151,10 @@ class ParameterServer:
                 comm.recv(flat[lo:hi], s, tag=TAG_FINAL, name="final")
         torch.nn.utils.vector_to_parameters(flat, self.model.parameters())
         state = {k: v.detach() for k, v in self.model.state_dict().items()}
-        out.params_sha256 = params_sha256(state.items())
-        if self.cfg.check_reference:
-            self.record.max_abs_diff_vs_reference = max_abs_diff(
-                state, reference_train(self.cfg, self.workers))
         self.record.num_params = self.numel
+        out.params_sha256 = finish_run(  # the reference: BSP's average over the workers
+            state, self.cfg, self.record,
+            reference=lambda: reference_run(self.cfg, dp=self.workers).state)
         return out
 
 

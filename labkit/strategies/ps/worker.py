@@ -36,7 +36,7 @@ from labkit.strategies.ps.protocol import (
 )
 from labkit.strategies.ps.records import PSMetrics
 from labkit.train.loop import TrainLoop
-from labkit.train.training import build_model
+from labkit.train.models import build_model
 
 
 class PSWorker(TrainLoop[PSMetrics]):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.base.errors import ConfigError
+from labkit.base.validate import check_fields, integer, one_of, option, real
 from labkit.config.metrics import RankMetrics
 from labkit.config.registry import Strategy, register
 from labkit.train.checkpoint import CheckpointOptions
@@ -24,33 +25,19 @@ DATASET_SAMPLES = 8192  # labkit.train.training.SyntheticTask's default size
 class ScalingOptions(CheckpointOptions):
     """How the learning rate follows the global batch, and what keeps large batches stable."""
 
-    lr_rule: str = "none"
+    lr_rule: str = option("none", one_of(LR_RULES, example="linear"))
     """none (use lr as given), linear or sqrt: scale lr from base_batch to the global batch."""
-    base_batch: int = 0
+    base_batch: int = option(0, integer(0, example=256, why=" samples (0: batch_size)"))
     """Global batch (samples) at which lr was tuned; 0 means batch_size (1 rank, no accumulation)."""
-    warmup_steps: int = 0
+    warmup_steps: int = option(0, integer(0, example=5))
     """Steps of linear warmup from 0 to the (scaled) lr; 0: no warmup."""
-    clip_grad_norm: float = 0.0
+    clip_grad_norm: float = option(0.0, real(0, lo_open=False, example=1.0, why=" (0: off)"))
     """Clip the global gradient norm to this value before the update; 0: no clipping."""
-    accumulation: int = 1
+    accumulation: int = option(1, integer(1, 1024, example=4))
     """Micro-batches per rank summed before each optimizer step (global batch x accumulation)."""
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.lr_rule not in LR_RULES:
-            problems.append(f"lr_rule {self.lr_rule!r} must be one of {', '.join(LR_RULES)}; "
-                            f"e.g. lr_rule='linear'")
-        if self.base_batch < 0:
-            problems.append(f"base_batch ({self.base_batch}) must be >= 0 samples "
-                            f"(0: batch_size); e.g. base_batch=256")
-        if self.warmup_steps < 0:
-            problems.append(f"warmup_steps ({self.warmup_steps}) must be >= 0; e.g. 5")
-        if not self.clip_grad_norm >= 0:
-            problems.append(f"clip_grad_norm ({self.clip_grad_norm}) must be >= 0 "
-                            f"(0: off); e.g. 1.0")
-        if self.accumulation < 1:
-            problems.append(f"accumulation ({self.accumulation}) must be >= 1; e.g. 4")
-        problems += self.checkpoint_problems()
+        problems = check_fields(self) + self.checkpoint_problems()
         if problems:
             raise ConfigError(problems)
 

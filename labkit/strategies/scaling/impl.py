@@ -24,8 +24,9 @@ from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.scaling import ScalingMetrics, global_batch_of
 from labkit.theory import lr_at_step, scaled_lr
 from labkit.train.loop import TrainLoop
+from labkit.train.models import build_model
 from labkit.train.optim import make_optimizer
-from labkit.train.training import build_model, task_for
+from labkit.train.reference import reference_run
 
 
 def target_lr(config: Any) -> float:
@@ -106,7 +107,12 @@ class ScalingLoop(TrainLoop[ScalingMetrics]):
             finite and self.losses and finite[-1] > 2 * finite[0])
 
     def reference_state(self) -> dict[str, torch.Tensor]:
-        return reference_train(self.cfg)
+        """One process, no accumulation: the whole global batch at once, the same LR
+        schedule and clip."""
+        cfg = self.cfg
+        return reference_run(cfg, global_batch=global_batch_of(cfg),
+                             lr_at=lambda step: lr_for_step(cfg, step),
+                             clip_grad_norm=cfg.options.clip_grad_norm).state
 
     def finish(self) -> RankOutput:
         start = self.checkpointer.resumed_from if self.checkpointer is not None else None
@@ -136,19 +142,3 @@ def run_variants(ctx: RankContext, configs: list[Any]) -> list[dict[str, Any]]:
         results.append({"losses": out.losses, **out.extra, **out.all_metrics(),
                         "params_sha256": out.params_sha256})
     return results
-
-
-def reference_train(config: Any) -> dict[str, torch.Tensor]:
-    """One process, no accumulation: the whole global batch at once, same LR schedule and clip."""
-    model = build_model(config)
-    opt = make_optimizer(config.optimizer, model.parameters(), lr_for_step(config, 0) or 1.0)
-    task, gbatch = task_for(config), global_batch_of(config)
-    for step in range(config.steps):
-        _set_lr(opt, lr_for_step(config, step))
-        x, y = task.batch(step, gbatch)
-        opt.zero_grad(set_to_none=True)
-        task.loss(model(x), y).backward()
-        if config.options.clip_grad_norm > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), config.options.clip_grad_norm)
-        opt.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.base.errors import ConfigError
+from labkit.base.validate import check_fields, flag, integer, one_of, option
 from labkit.config.metrics import RankMetrics
 from labkit.config.registry import Strategy, register
 
@@ -23,29 +24,23 @@ BLOCKS = ("both", "mlp", "attention")
 class TPOptions:
     """Shape of the tensor-parallel model (the batch size is ``RunConfig.batch_size``)."""
 
-    hidden: int = 256
+    hidden: int = option(256, integer(1, 65_536, example=256))
     """Hidden size h of the activations (b, s, h)."""
-    ffn_mult: int = 4
+    ffn_mult: int = option(4, integer(1, 64, example=4))
     """MLP inner width as a multiple of hidden (Megatron uses 4)."""
-    heads: int = 8
+    heads: int = option(8, integer(1, 65_536, example=8))
     """Attention heads; they are split evenly across the ranks."""
-    seq: int = 16
+    seq: int = option(16, integer(1, 65_536, example=16))
     """Sequence length s (tokens per sample)."""
-    layers: int = 2
+    layers: int = option(2, integer(1, 256, example=2))
     """Number of blocks (each: attention then MLP, as chosen by ``block``)."""
-    block: str = "both"
+    block: str = option("both", one_of(BLOCKS, example="both"))
     """What one layer holds: both (attention + MLP), mlp or attention."""
-    dtensor_check: bool = False
+    dtensor_check: bool = option(False, flag())
     """Also run torch's DTensor parallelize_module (Colwise/Rowwise) on the MLP as a cross-check."""
 
     def __post_init__(self) -> None:
-        problems = [f"{name} ({getattr(self, name)}) must be >= 1, e.g. {name}={example}"
-                    for name, example in (("hidden", 256), ("ffn_mult", 4), ("heads", 8),
-                                          ("seq", 16), ("layers", 2))
-                    if getattr(self, name) < 1]
-        if self.block not in BLOCKS:
-            problems.append(f"block {self.block!r} must be one of {', '.join(BLOCKS)}; "
-                            "e.g. block='both'")
+        problems = check_fields(self)
         if not problems and self.hidden % self.heads:
             problems.append(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}) "
                             "so every head has the same size; e.g. hidden=256, heads=8")
@@ -94,4 +89,5 @@ def check(config: Any) -> list[str]:
 register(Strategy(
     name="tp", entry="labkit.strategies.tp.impl:train", options=TPOptions, check=check,
     summary="Megatron tensor parallel attention + MLP (f/g operators) vs the unsharded model",
-    lesson="04_tensor_parallelism", axis="tp"))
+    lesson="04_tensor_parallelism", axis="tp",
+    model_entries={"gpt": "labkit.strategies.hybrid.impl:train"}))

@@ -1,7 +1,8 @@
 """Cross-check: torch's own tensor parallelism (DTensor ``parallelize_module``) on the same MLP.
 
-``ColwiseParallel`` shards ``fc1`` by output features and ``RowwiseParallel`` shards ``fc2``
-by input features, exactly Megatron's split; torch inserts the all-reduce itself. Its
+``ColwiseParallel`` shards ``fc`` by output features and ``RowwiseParallel`` shards ``proj``
+by input features, exactly Megatron's split; torch inserts the all-reduce itself. (The
+metric keys keep the names fc1 / fc2 of the first and second MLP linear.) Its
 collectives go through torch's functional collectives, not ``labkit.trace.comm``, so they are not
 on the timeline; ``CommDebugMode`` counts them instead. Runs on CPU with gloo.
 """
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 
 from labkit.rank.context import RankContext
-from labkit.strategies.tp.layers import MLP
+from labkit.train.models.gpt import MLP
 
 
 def dtensor_mlp_check(ctx: RankContext, mlp: MLP, seed: int, batch: int, seq: int
@@ -29,7 +30,7 @@ def dtensor_mlp_check(ctx: RankContext, mlp: MLP, seed: int, batch: int, seq: in
         parallelize_module,
     )
 
-    hidden = mlp.fc1.in_features
+    hidden = mlp.fc.in_features
     g = torch.Generator().manual_seed(seed + 777)
     x = torch.randn(batch, seq, hidden, generator=g)
     x_ref, x_tp = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
@@ -39,19 +40,19 @@ def dtensor_mlp_check(ctx: RankContext, mlp: MLP, seed: int, batch: int, seq: in
     ref_out.sum().backward()
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
     sharded: Any = parallelize_module(copy.deepcopy(mlp), mesh,
-                                 {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+                                 {"fc": ColwiseParallel(), "proj": RowwiseParallel()})
     counter = CommDebugMode()
     with counter:
         out = sharded(x_tp)
         out.sum().backward()
-    grad = sharded.fc1.weight.grad
+    grad = sharded.fc.weight.grad
     full_grad = grad.full_tensor() if isinstance(grad, DTensor) else grad
-    local = sharded.fc1.weight.to_local() if isinstance(sharded.fc1.weight, DTensor) else None
+    local = sharded.fc.weight.to_local() if isinstance(sharded.fc.weight, DTensor) else None
     counts = {str(k).split(".")[-1]: int(v) for k, v in counter.get_comm_counts().items()}
     assert x_tp.grad is not None and x_ref.grad is not None
     return {"max_abs_diff_output": float((out - ref_out).abs().max()),
             "max_abs_diff_input_grad": float((x_tp.grad - x_ref.grad).abs().max()),
-            "max_abs_diff_fc1_grad": float((full_grad - ref.fc1.weight.grad).abs().max()),
+            "max_abs_diff_fc1_grad": float((full_grad - ref.fc.weight.grad).abs().max()),
             "fc1_local_shape": list(local.shape) if local is not None else None,
             "comm_counts": counts}
 

@@ -1,78 +1,47 @@
 """Rank code of ``labkit run tp``: Megatron tensor parallelism checked against the full model.
 
-Every rank holds 1/N of every weight matrix and sees the *same* batch (tensor parallelism
+The model is the GPT's own blocks (``labkit.train.models.gpt.build_blocks``: attention and
+MLP, as ``--block`` says) on activations that stand for earlier layers' output; the
+tensor-parallel transform (``labkit.train.parallel.tensor.tensor_parallel``) keeps 1/N of
+every weight matrix on each rank. Every rank sees the *same* batch (tensor parallelism
 splits the model, not the data). Per step:
-  1. forward through the sharded layers (g all-reduces the partial outputs of each block),
-  2. backward (f all-reduces the input gradient of each block),
-  3. local optimizer step on the shards (no gradient all-reduce: nobody else owns them).
-At the end the shards are gathered and compared with a single-process run of the unsharded
-model on the same data (``max_abs_diff_vs_reference``), and the all-reduce bytes of each
-layer read off this rank's trace are compared with ``cost.tp_bytes_per_layer``.
+  1. forward through the split blocks (g all-reduces the partial outputs of each pair),
+  2. backward (f all-reduces the input gradient of each pair),
+  3. local optimizer step on the slices (no gradient all-reduce: nobody else owns them).
+At the end the slices are gathered and compared with one process training the whole model
+on the same data (``max_abs_diff_vs_reference``), and the all-reduce bytes of each layer
+read off this rank's trace are compared with ``cost.tp_bytes_per_layer``.
+``labkit run tp --model gpt`` trains the GPT on the 3D loop (the registry routes it).
 """
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from typing import Any
 
 import torch
-from torch import nn
 
 from labkit.base.events import Op
 from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.tp import TPMetrics
 from labkit.strategies.tp.cost import tp_bytes_per_layer
-from labkit.strategies.tp.layers import TPLayer, build_reference, shard_map
+from labkit.train.data import ActivationTask
 from labkit.train.loop import TrainLoop
-from labkit.train.optim import make_optimizer
-from labkit.train.parallel.tensor import ComputeClock, TPComm
-from labkit.train.training import max_abs_diff
+from labkit.train.models import Blocks, build_blocks
+from labkit.train.parallel.tensor import ComputeClock, TPComm, gather_state, tensor_parallel
+from labkit.train.reference import Reference, max_abs_diff, reference_run
 
 
-def batch(seed: int, step: int, b: int, s: int, h: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Step ``step``'s input (standing for the output of earlier layers) and its target."""
-    g = torch.Generator().manual_seed(seed * 100003 + step)
-    cpu = torch.device("cpu")
-    return (torch.randn(b, s, h, generator=g, device=cpu),
-            torch.randn(b, s, h, generator=g, device=cpu))
+def blocks_for(config: Any) -> Blocks:
+    """The whole model of a tp run: ``layers`` blocks of the GPT, shaped by the options."""
+    o = config.options
+    return build_blocks(o.hidden, o.layers, o.heads, o.seq, o.hidden * o.ffn_mult, o.block,
+                        config.seed)
 
 
-def reference_run(cfg: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[float]]:
-    """One process, unsharded: (output of step 0, final state dict, losses)."""
-    o = cfg.options
-    model = build_reference(o.hidden, o.hidden * o.ffn_mult, o.heads, o.layers, o.block, cfg.seed)
-    opt = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
-    first, losses = None, []
-    for step in range(cfg.steps):
-        x, y = batch(cfg.seed, step, cfg.batch_size, o.seq, o.hidden)
-        out = model(x)
-        first = out.detach().clone() if first is None else first
-        loss = nn.functional.mse_loss(out, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    assert first is not None
-    return first, {k: v.detach().clone() for k, v in model.state_dict().items()}, losses
-
-
-def gather_full(ctx: RankContext, model: nn.Sequential, block: str) -> dict[str, torch.Tensor]:
-    """Reassemble the full weights from every rank's shards (traced all-gathers)."""
-    full: dict[str, torch.Tensor] = {}
-    mapping = shard_map(block)
-    for i, layer in enumerate(model):
-        for local, (ref_name, dim) in mapping.items():
-            p = layer.get_parameter(local).detach()
-            if dim is None:
-                full[f"{i}.{ref_name}"] = p.clone()
-                continue
-            src = p if dim == 0 else p.T
-            src = src.contiguous()
-            out = torch.empty((src.shape[0] * ctx.tp_comm.world_size, *src.shape[1:]),
-                              dtype=src.dtype)
-            ctx.tp_comm.all_gather(out, src, name=f"gather.{i}.{local}")
-            full[f"{i}.{ref_name}"] = out if dim == 0 else out.T.contiguous()
-    return full
+def task_for_blocks(config: Any) -> ActivationTask:
+    return ActivationTask(config.seed, config.options.seq, config.options.hidden)
 
 
 def bytes_by_layer(events: list[Any], layers: int) -> list[dict[str, list[int]]]:
@@ -89,32 +58,29 @@ def bytes_by_layer(events: list[Any], layers: int) -> list[dict[str, list[int]]]
 
 
 class TPLoop(TrainLoop[TPMetrics]):
-    """``TrainLoop`` on Megatron-sharded layers: every rank sees the same batch."""
+    """``TrainLoop`` on Megatron-split blocks: every rank sees the same batch."""
 
     Record = TPMetrics
 
     def __init__(self, ctx: RankContext):
         assert ctx.config is not None
-        o, n = ctx.config.options, ctx.world_size
         self.clock_tp = ComputeClock(ctx.tracer)
         self.tpc = TPComm(ctx.tp_comm, self.clock_tp)
         if ctx.device.type == "cuda":
-            torch.set_default_device(ctx.device)  # weights, shards and buffers on this rank's GPU
-        # 1. shard a seeded full model: every rank slices the same weights
-        full = build_reference(o.hidden, o.hidden * o.ffn_mult, o.heads, o.layers, o.block,
-                               ctx.config.seed)
-        model = nn.Sequential(*(TPLayer(layer, ctx.tp_rank, n, self.tpc, i)  # type: ignore[arg-type]
-                                for i, layer in enumerate(full))).to(ctx.device)
-        super().__init__(ctx, model, full_model=full, clock=False)
+            torch.set_default_device(ctx.device)  # weights, slices and buffers on this GPU
+        # 1. split a seeded whole model: every rank slices the same weights
+        full = blocks_for(ctx.config)
+        model = tensor_parallel(copy.deepcopy(full), ctx.tp_rank, ctx.tp_comm.world_size,
+                                self.tpc).to(ctx.device)
+        super().__init__(ctx, model, full_model=full, clock=False,
+                         task=task_for_blocks(ctx.config))
         self.first: torch.Tensor | None = None
         self.gathered: dict[str, torch.Tensor] = {}
-        self._ref: tuple[torch.Tensor, dict[str, torch.Tensor], list[float]] | None = None
+        self._ref: Reference | None = None
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        o = self.cfg.options
-        x, y = batch(self.cfg.seed, step, self.cfg.batch_size, o.seq, o.hidden)
-        # the input stands for earlier layers' output: f's backward runs
-        return x.to(self.ctx.device).requires_grad_(True), y.to(self.ctx.device)
+        x, y = super().batch(step)
+        return x.requires_grad_(True), y  # it stands for earlier layers' output: f's backward runs
 
     def begin_step(self, step: int) -> None:
         self.tpc.step = step
@@ -123,7 +89,7 @@ class TPLoop(TrainLoop[TPMetrics]):
         # 2. forward: compute spans are cut at every all-reduce (g)
         self.clock_tp.begin(Op.FORWARD, step)
         out = self.model(x)
-        loss = nn.functional.mse_loss(out, y)
+        loss = self.loss(out, y)
         self.clock_tp.end()
         self.first = out.detach().clone() if self.first is None else self.first
         # 3. backward: f all-reduces the input gradient of every block
@@ -160,8 +126,9 @@ class TPLoop(TrainLoop[TPMetrics]):
         rec.params_full = self.stats[0]
 
     def final_state(self) -> dict[str, torch.Tensor]:
-        # 5. the full weights from every rank's shards (a collective)
-        self.gathered = gather_full(self.ctx, self.model, self.cfg.options.block)
+        # 5. the whole weights from every rank's slices (a collective)
+        state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        self.gathered = gather_state(state, self.ctx.tp_comm)
         o = self.cfg.options
         if o.dtensor_check and o.block in ("both", "mlp"):
             from labkit.strategies.tp.dtensor_check import dtensor_mlp_check
@@ -171,30 +138,25 @@ class TPLoop(TrainLoop[TPMetrics]):
                                                     self.cfg.batch_size, o.seq)
         return self.gathered
 
-    def _reference(self) -> tuple[torch.Tensor, dict[str, torch.Tensor], list[float]]:
+    def reference(self) -> Reference:
         if self._ref is None:
-            self._ref = reference_run(self.cfg)
+            self._ref = reference_run(self.cfg, build=blocks_for, task=self.task)
         return self._ref
 
     def reference_state(self) -> dict[str, torch.Tensor]:
-        return self._reference()[1]
+        return self.reference().state
 
     def finish(self) -> RankOutput:
         out = super().finish()
         if self.reports_state():  # always compared: the lesson is that TP changes nothing
-            ref_first, ref_state, ref_losses = self._reference()
-            assert self.first is not None
+            ref = self.reference()
+            assert self.first is not None and ref.first_output is not None
             rec = self.record
-            rec.max_abs_diff_output = float((self.first - ref_first).abs().max())
-            rec.max_abs_diff_loss = max(abs(a - b) for a, b in zip(self.losses, ref_losses))
-            rec.max_abs_diff_vs_reference = max_abs_diff(self.gathered, ref_state)
+            rec.max_abs_diff_output = float((self.first - ref.first_output).abs().max())
+            rec.max_abs_diff_loss = max(abs(a - b) for a, b in zip(self.losses, ref.losses))
+            rec.max_abs_diff_vs_reference = max_abs_diff(self.gathered, ref.state)
         return out
 
 
 def train(ctx: RankContext) -> RankOutput:
-    assert ctx.config is not None
-    if ctx.config.model.kind == "gpt":  # the GPT's own blocks, on the 3D loop with tp only
-        from labkit.strategies.hybrid.impl import Axes3D, HybridLoop
-
-        return HybridLoop(ctx, Axes3D()).run()
     return TPLoop(ctx).run()

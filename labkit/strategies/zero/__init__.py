@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from labkit.base.errors import ConfigError
+from labkit.base.validate import check_fields, flag, integer, one_of, option
 from labkit.config.metrics import RankMetrics
 from labkit.config.registry import Strategy, register
 
@@ -30,37 +31,25 @@ TORCH_STAGES = (1, 3)
 class ZeroOptions:
     """Settings of a ZeRO run (``labkit run zero --stage 2 --precision bf16``)."""
 
-    stage: int = 1
+    stage: int = option(1, one_of(STAGES, example=2,
+                                  why=" (ZeRO has three stages; 0 is plain data parallelism)"))
     """ZeRO stage: 0 none (DDP), 1 optimizer state, 2 + gradients, 3 + parameters sharded."""
-    impl: str = "labkit"
+    impl: str = option("labkit", one_of(IMPLS, example="labkit"))
     """labkit (ours, every collective on the timeline) or torch (ZeroRedundancyOptimizer for
     stage 1, FSDP2 fully_shard for stage 3)."""
-    precision: str = "fp32"
+    precision: str = option("fp32", one_of(PRECISIONS, example="bf16"))
     """fp32, or bf16: bf16 working weights and gradients under CPU autocast, fp32 master
     weights and optimizer state (the ZeRO paper's mixed precision, K = 12 for Adam)."""
-    checkpointing: bool = False
+    checkpointing: bool = option(False, flag())
     """Recompute the hidden Linear+ReLU blocks in backward (torch.utils.checkpoint)."""
-    checkpoint_segment: int = 2
+    checkpoint_segment: int = option(2, integer(1, example=2))
     """Hidden blocks per checkpointed segment; only segment inputs are saved (>= 1)."""
-    pad: bool = True
+    pad: bool = option(True, flag())
     """Pad each layer's flat buffer to a multiple of world_size so shards are equal; with
     --no-pad every layer's parameter count must divide by world_size."""
 
     def __post_init__(self) -> None:
-        problems = []
-        if isinstance(self.stage, bool) or self.stage not in STAGES:
-            problems.append(f"stage ({self.stage!r}) must be 0, 1, 2 or 3 (ZeRO has three "
-                            f"stages; 0 is plain data parallelism); e.g. --stage 2")
-        if self.impl not in IMPLS:
-            problems.append(f"impl {self.impl!r} must be one of {', '.join(IMPLS)}; "
-                            f"e.g. --impl labkit")
-        if self.precision not in PRECISIONS:
-            problems.append(f"precision {self.precision!r} must be one of "
-                            f"{', '.join(PRECISIONS)}; e.g. --precision bf16")
-        if isinstance(self.checkpoint_segment, bool) or not isinstance(
-                self.checkpoint_segment, int) or self.checkpoint_segment < 1:
-            problems.append(f"checkpoint_segment ({self.checkpoint_segment!r}) must be an "
-                            f"integer >= 1; e.g. --checkpoint-segment 2")
+        problems = check_fields(self)
         if not problems and self.impl == "torch":
             if self.stage not in TORCH_STAGES:
                 problems.append(f"impl 'torch' has stage 1 (ZeroRedundancyOptimizer) and "

@@ -1,7 +1,8 @@
 """``labkit run zero``: our ZeRO stages 0-3 on N ranks, measured against the calculator.
 
-``TrainLoop`` with the hooks ZeRO changes. Each step: (1) forward through ``ShardedMLP``
-(stage 3 all-gathers every layer's parameters just before it and frees them after),
+``TrainLoop`` with the hooks ZeRO changes, on the registry's model turned into ZeRO units
+(``labkit.train.parallel.zero.ShardedModel``). Each step: (1) forward (stage 3 all-gathers
+every layer's parameters just before it and frees them after),
 recording the bytes autograd saves; (2) backward: each layer's gradient is all-reduced
 (stage 0), kept whole (stage 1) or reduce-scattered into this rank's shard right away
 (stages 2-3); (3) ``sync``: stage 1 now reduce-scatters the kept gradients; (4)
@@ -13,19 +14,16 @@ them by rank beside ``labkit.theory.zero_memory`` / ``zero_comm_volume``.
 
 from __future__ import annotations
 
-from typing import cast
-
 import torch
-from torch import nn
 
 from labkit.base.events import Op
 from labkit.rank.context import RankContext, RankOutput
 from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
-from labkit.strategies.zero.mlp import ShardedMLP
-from labkit.strategies.zero.modules import ShardedModel
 from labkit.train.loop import TrainLoop
-from labkit.train.training import build_model, model_stats
+from labkit.train.models import build_model, layout_of
+from labkit.train.parallel.zero import ShardedModel
+from labkit.train.training import model_stats
 
 
 class ZeroLoop(TrainLoop[ZeroMetrics]):
@@ -37,18 +35,13 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
         self.bf16 = opts.precision == "bf16"
         if ctx.device.type == "cuda":
             torch.set_default_device(ctx.device)  # every flat buffer and shard on this rank's GPU
-        reference = build_model(ctx.config)
-        stats = model_stats(reference)
-        dtype = torch.bfloat16 if self.bf16 else torch.float32
-        model: ShardedMLP | ShardedModel
-        if ctx.config.model.kind == "gpt":  # any module: one unit per parameter-owning leaf
-            model = ShardedModel(reference, stage=opts.stage, comm=ctx.dp_comm, pad=opts.pad,
-                                 dtype=dtype)
-        else:
-            model = ShardedMLP(cast(nn.Sequential, reference), stage=opts.stage, dtype=dtype,
-                               pad=opts.pad, comm=ctx.dp_comm, checkpointing=opts.checkpointing,
-                               segment=opts.checkpoint_segment)
-            del reference  # only the shards stay
+        full = build_model(ctx.config)
+        stats = model_stats(full)
+        model = ShardedModel(  # one unit per parameter-owning module; only the shards stay
+            full, stage=opts.stage, comm=ctx.dp_comm, pad=opts.pad,
+            dtype=torch.bfloat16 if self.bf16 else torch.float32,
+            layout=layout_of(full) if opts.checkpointing else None,
+            checkpoint_segment=opts.checkpoint_segment if opts.checkpointing else 0)
         super().__init__(ctx, model, params=model.masters, clock=False, stats=stats)
         self.kept_params = model.kept()["params"] + self.params
         self.saved: list[int] = []

@@ -25,8 +25,8 @@ from labkit.rank.context import RankContext
 from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
 from labkit.train.loop import TrainLoop
+from labkit.train.models import build_model
 from labkit.train.optim import make_optimizer
-from labkit.train.training import build_model
 
 
 class _TracedAllGather:

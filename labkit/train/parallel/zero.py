@@ -1,8 +1,10 @@
-"""ZeRO for any module: every leaf module's parameters become one flat, sharded unit.
+"""ZeRO as a transform: every leaf module's parameters become one flat, sharded unit.
 
-``ShardedModel(module, stage=..., comm=...)`` walks a model (a GPT, a pipeline stage, an
-MLP) and turns each *leaf* module that owns parameters into a ``FlatUnit``
-(``labkit.strategies.zero.sharding``): its parameters leave the module and live in the
+Rajbhandari et al. 2020: stage 1 shards the optimizer state over the data-parallel ranks,
+stage 2 also the gradients, stage 3 also the parameters. ``ShardedModel(module, stage=...,
+comm=...)`` walks any model the registry builds (an MLP, a GPT, a pipeline stage of
+either) and turns each *leaf* module that owns parameters into a ``FlatUnit``
+(``labkit.train.parallel.zero_units``): its parameters leave the module and live in the
 unit's flat buffer, whole (stages 0-2) or as this rank's shard (stage 3), and the module's
 ``forward`` is routed through an autograd function that does what ZeRO does around it.
 
@@ -15,7 +17,11 @@ unit's flat buffer, whole (stages 0-2) or as this rank's shard (stage 3), and th
   (elementwise or lookups), so the recomputation costs little.
 
 With ``defer=True`` (pipelines) gradients are summed over the microbatches and reduced once
-per step (``flush``); otherwise each unit reduces as soon as its backward is done.
+per step (``flush``); otherwise each unit reduces as soon as its backward is done. With
+``checkpoint_segment`` (and the model's ``Layout``) the blocks run in checkpointed segments
+of that many blocks: only each segment's input is saved, and its forward runs again in
+backward (``torch.utils.checkpoint``, reentrant, so the saved tensors stay visible to the
+byte accounting).
 """
 
 from __future__ import annotations
@@ -25,14 +31,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from labkit.strategies.zero.sharding import (
+from labkit.trace.comm import Comm
+from labkit.train.models.layout import Layout
+from labkit.train.parallel.zero_units import (
     FlatLayer,
     FlatUnit,
     Meter,
     ShardedLinear,
     ShardedUnits,
 )
-from labkit.trace.comm import Comm
 
 
 class ShardedCall(torch.autograd.Function):
@@ -41,10 +48,8 @@ class ShardedCall(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, _anchor: torch.Tensor, unit: ModuleUnit,
                 step: int) -> torch.Tensor:
-        full = unit.acquire(step, "forward")        # 1. all-gather (stage 3)
-        with torch.no_grad():
-            y = unit.call(unit.views(full), x)       # 2. the module's own forward
-        unit.release(full)                          # 3. free (stage 3)
+        with unit.gathered(step, "forward") as full, torch.no_grad():
+            y = unit.call(unit.views(full), x)       # the module's own forward
         ctx.unit, ctx.step = unit, step
         ctx.save_for_backward(x)
         return y
@@ -53,15 +58,13 @@ class ShardedCall(torch.autograd.Function):
     def backward(ctx: Any, gy: torch.Tensor) -> tuple[Any, ...]:
         (x,) = ctx.saved_tensors
         unit: ModuleUnit = ctx.unit
-        full = unit.acquire(ctx.step, "backward")   # 1. all-gather again (stage 3)
-        params = [v.detach().requires_grad_() for v in unit.views(full)]
         wants_x = bool(ctx.needs_input_grad[0])
         xin = x.detach().requires_grad_() if wants_x else x
-        with torch.enable_grad():                   # 2. recompute forward, then backward
-            y = unit.call(params, xin)
+        with unit.gathered(ctx.step, "backward") as full, torch.enable_grad():
+            params = [v.detach().requires_grad_() for v in unit.views(full)]
+            y = unit.call(params, xin)              # recompute forward, then backward
             grads = torch.autograd.grad(y, params + ([xin] if wants_x else []), gy,
                                         allow_unused=True)
-        unit.release(full)                          # 3. free (stage 3)
         unit.reduce_grads(list(grads[:len(params)]), ctx.step)  # 4. reduce
         return (grads[-1] if wants_x else None), None, None, None
 
@@ -84,6 +87,14 @@ class ModuleUnit(FlatUnit):
                 object.__delattr__(self.module, name)
 
 
+def _run_blocks(blocks: list[nn.Module]) -> Any:
+    def run(x: torch.Tensor, *_anchors: torch.Tensor) -> torch.Tensor:
+        for block in blocks:
+            x = block(x)
+        return x
+    return run
+
+
 class ShardedModel(ShardedUnits):
     """``module`` with every parameter-owning leaf turned into a ZeRO unit on ``comm``'s ranks.
 
@@ -91,8 +102,13 @@ class ShardedModel(ShardedUnits):
     """
 
     def __init__(self, module: nn.Module, *, stage: int, comm: Comm, pad: bool = True,
-                 dtype: torch.dtype = torch.float32, defer: bool = False):
+                 dtype: torch.dtype = torch.float32, defer: bool = False,
+                 layout: Layout | None = None, checkpoint_segment: int = 0):
         self.module, self.meter, self.step = module, Meter(), 0
+        self.layout, self.segment = layout, checkpoint_segment
+        if checkpoint_segment and layout is None:
+            raise ValueError("checkpointed segments need the model's Layout (its blocks)")
+        self.unit_of: dict[int, FlatUnit] = {}  # id(module) -> its unit
         self.units: list[FlatUnit] = []
         self.names: list[list[str]] = []  # full parameter names of each unit
         for path, mod in list(module.named_modules()):
@@ -113,6 +129,7 @@ class ShardedModel(ShardedUnits):
                 self._route(mod, unit, ShardedCall)
             for n in own:
                 del mod._parameters[n]
+            self.unit_of[id(mod)] = unit
             self.units.append(unit)
             self.names.append([f"{path}.{n}" if path else n for n in own])
 
@@ -123,7 +140,21 @@ class ShardedModel(ShardedUnits):
         object.__setattr__(mod, "forward", forward)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.module(x)  # type: ignore[no-any-return]
+        if not self.segment or self.layout is None:
+            return self.module(x)  # type: ignore[no-any-return]
+        from torch.utils.checkpoint import checkpoint
+
+        lay, k = self.layout, self.segment
+        if lay.prologue is not None:
+            x = lay.prologue(x)
+        for first in range(0, len(lay.blocks), k):
+            blocks = lay.blocks[first:first + k]
+            # the segment's units' anchors are its inputs too: autograd then runs its
+            # backward (recompute + reduce) even where x itself needs no gradient
+            anchors = [self.unit_of[id(m)].anchor for b in blocks for m in b.modules()
+                       if id(m) in self.unit_of]
+            x = checkpoint(_run_blocks(blocks), x, *anchors, use_reentrant=True)
+        return lay.epilogue(x) if lay.epilogue is not None else x
 
     def full_state(self) -> dict[str, torch.Tensor]:
         """Every parameter, whole and fp32, under the module's own names (a collective)."""

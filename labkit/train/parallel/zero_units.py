@@ -1,8 +1,9 @@
-"""Our ZeRO: each Linear layer as one flat buffer, sharded over the data-parallel ranks.
+"""ZeRO's unit: one module's parameters as one flat buffer, sharded over the data ranks.
 
-Every Linear layer of the MLP becomes a ``FlatLayer``: weight and bias flattened into one
-1-D buffer, padded with zeros to a multiple of ``world_size`` so every rank owns an equal
-shard (``shard = padded / world_size`` elements; rank r owns ``[r*shard, (r+1)*shard)``).
+Every parameter-owning module becomes a ``FlatUnit`` (a Linear layer a ``FlatLayer``): its
+tensors flattened into one 1-D buffer, padded with zeros to a multiple of ``world_size``
+so every rank owns an equal shard (``shard = padded / world_size`` elements; rank r owns
+``[r*shard, (r+1)*shard)``).
 What each stage keeps between steps (Rajbhandari et al. 2020, section 5):
 
 ==========  ====================  =====================  ==============================
@@ -15,16 +16,19 @@ stage       parameters            gradients              optimizer state (+ fp32
 ==========  ====================  =====================  ==============================
 
 ``ShardedLinear`` is an autograd function, so the mechanism is written out: in stage 3
-forward it (1) all-gathers the layer's parameters, (2) computes, (3) frees them; backward
-(1) all-gathers them again, (2) computes both gradients, (3) frees the parameters and
-(4) reduce-scatters the flat gradient straight into this rank's gradient shard (stage 2
-does the same reduce-scatter; stage 0 all-reduces; stage 1 waits for the step's end).
+forward it (1) all-gathers the layer's parameters, (2) computes, (3) frees them
+(``FlatUnit.gathered``); backward (1) all-gathers them again, (2) computes both gradients,
+(3) frees the parameters and (4) reduce-scatters the flat gradient straight into this
+rank's gradient shard (stage 2 does the same reduce-scatter; stage 0 all-reduces; stage 1
+waits for the step's end).
 Transient buffers are reported to a ``Meter`` so the lesson can show the peak inside a step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -117,6 +121,16 @@ class FlatUnit:
     def release(self, gathered: torch.Tensor) -> None:
         if gathered is not self.full:
             self.meter.free(gathered)  # the last reference goes when the caller returns
+
+    @contextlib.contextmanager
+    def gathered(self, step: int, phase: str) -> Iterator[torch.Tensor]:
+        """ZeRO-3's rhythm around every use of the parameters: (1) all-gather them (stages
+        0-2 hold them whole already), (2) compute inside the block, (3) free them."""
+        full = self.acquire(step, phase)
+        try:
+            yield full
+        finally:
+            self.release(full)
 
     # ---- gradients -------------------------------------------------------------------
     def reduce_grads(self, grads: list[torch.Tensor | None], step: int) -> None:
@@ -225,12 +239,11 @@ class ShardedLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, _anchor: torch.Tensor, layer: FlatLayer,
                 step: int) -> torch.Tensor:
-        full = layer.acquire(step, "forward")          # 1. all-gather (stage 3)
-        w, b = layer.weights(full)
         xc = x.to(layer.dtype)
-        with layer.comm.tracer.detail(Op.FORWARD, step=step, name=f"F{layer.index}"):
-            y = F.linear(xc, w, b)                     # 2. compute
-        layer.release(full)                            # 3. free (stage 3)
+        with layer.gathered(step, "forward") as full, \
+                layer.comm.tracer.detail(Op.FORWARD, step=step, name=f"F{layer.index}"):
+            w, b = layer.weights(full)
+            y = F.linear(xc, w, b)
         ctx.layer, ctx.step, ctx.in_dtype = layer, step, x.dtype
         ctx.save_for_backward(xc)
         return y
@@ -239,14 +252,13 @@ class ShardedLinear(torch.autograd.Function):
     def backward(ctx: Any, gy: torch.Tensor) -> tuple[Any, ...]:
         (x,) = ctx.saved_tensors
         layer: FlatLayer = ctx.layer
-        full = layer.acquire(ctx.step, "backward")     # 1. all-gather again (stage 3)
-        w, _ = layer.weights(full)
         gy = gy.to(layer.dtype)
-        with layer.comm.tracer.detail(Op.BACKWARD, step=ctx.step, name=f"B{layer.index}"):
-            gx = gy @ w                                # 2. input and weight gradients
+        with layer.gathered(ctx.step, "backward") as full, \
+                layer.comm.tracer.detail(Op.BACKWARD, step=ctx.step, name=f"B{layer.index}"):
+            w, _ = layer.weights(full)
+            gx = gy @ w                                # input and weight gradients
             g2, x2 = gy.reshape(-1, gy.shape[-1]), x.reshape(-1, x.shape[-1])
             gw, gb = g2.t() @ x2, g2.sum(0) if layer.has_bias else None
-        layer.release(full)                            # 3. free (stage 3)
         layer.reduce_grads([gw, gb], ctx.step)         # 4. all-reduce / keep / reduce-scatter
         return gx.to(ctx.in_dtype), None, None, None
 
