@@ -83,8 +83,8 @@ class HybridLoop(TrainLoop[HybridMetrics]):
             local = tensor_parallel(copy.deepcopy(full), ctx.tp_rank, grid.tp, self.tpc)
         self.plan = build_plan(o.schedule, grid.pp, o.microbatches)
         rows = cfg.batch_size // o.microbatches
-        sample = lambda: self.task.batch(0, rows)[0]
-        self.bounds = choose_bounds(ctx.comm, layout_of(full), grid.pp, o.balance, sample)
+        self.bounds = choose_bounds(ctx.comm, layout_of(full), grid.pp, o.balance,
+                                    lambda: task.batch(0, rows)[0])  # rank 0 times one microbatch
         stage = Stage(layout_of(local), local, ctx.pp_rank, grid.pp, self.bounds)  # 3.
         self.stage_module = stage.to(ctx.device)
         self.params_held = sum(p.numel() for p in stage.parameters())
