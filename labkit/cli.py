@@ -43,12 +43,46 @@ def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
     return report(args, result)
 
 
-def _doctor_command(args: argparse.Namespace, _extra: list[str]) -> int:
+def _doctor_command(args: argparse.Namespace, extra: list[str]) -> int:
+    problems = [f"doctor does not take {' '.join(extra)!r}; its flags are --json, --markdown "
+                f"(with --selftest), --selftest and --clean, e.g. labkit doctor --selftest "
+                f"--json"] if extra else []
+    if args.json and args.markdown:
+        problems.append("--json and --markdown are two formats of one table: pick one, e.g. "
+                        "labkit doctor --selftest --markdown")
+    if args.markdown and not args.selftest:
+        problems.append("--markdown prints the self-test's table: add --selftest, e.g. "
+                        "labkit doctor --selftest --markdown")
+    if args.clean and args.selftest:
+        problems.append("--clean and --selftest are two steps: run labkit doctor --clean, "
+                        "then labkit doctor --selftest")
+    if problems:
+        print("labkit: error: " + "; ".join(problems), file=sys.stderr)
+        return 2
+    if args.selftest:
+        return _selftest(args)
     from labkit.doctor import doctor
 
     report = doctor(clean=args.clean)
     print(json.dumps(report.to_json(), indent=1) if args.json else report)
     return 0
+
+
+def _selftest(args: argparse.Namespace) -> int:
+    """Exit 0 when no row failed (skipped rows say why), 1 when one did."""
+    from labkit.selftest import Row, run_selftest
+
+    def progress(row: Row) -> None:  # to stderr: stdout carries only the table / JSON
+        print(f"  {row.lesson} {row.check}: {row.verdict}", file=sys.stderr, flush=True)
+
+    print("labkit doctor --selftest: one real check per lesson (about a minute on 2 cores)",
+          file=sys.stderr, flush=True)
+    report = run_selftest(on_row=progress)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    else:
+        print(report.markdown() if args.markdown else report)
+    return 0 if report.ok else 1
 
 
 def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
@@ -82,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true")
     d.add_argument("--clean", action="store_true",
                    help="remove what crashed emulated-cluster runs left (namespaces, processes)")
+    d.add_argument("--selftest", action="store_true",
+                   help="run one short real check per lesson on this machine's backend and print "
+                        "a pass / FAIL / skipped table (the first thing to run on a new server)")
+    d.add_argument("--markdown", action="store_true",
+                   help="with --selftest: print the table as Markdown (for a ticket)")
     d.set_defaults(handler=_doctor_command)
     r = sub.add_parser("run", help="train a strategy on real ranks",
                        epilog="Strategy options: `labkit run STRATEGY --help` lists them.")

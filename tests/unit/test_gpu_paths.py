@@ -236,3 +236,162 @@ def test_real_nccl_run_uses_cuda_events():
     assert result.backend == "nccl"
     assert result.params_sha256 and len(result.losses) == 4
     assert result.metrics["compute_s"] > 0
+
+
+# ---- the self-test's GPU rows, on mocked CUDA and recorded GPU-like numbers -----------------------
+# Everything below is a FIXTURE shaped like an NCCL run on two H100s (numbers written for the
+# tests, not measured); docs/benchmarks.md holds real GPU numbers with the device named.
+class _CpuCtx:
+    """A rank context whose 'GPU' is the CPU, for the in-rank functions under mocked CUDA."""
+
+    def __init__(self):
+        import torch
+
+        self.device = torch.device("cpu")
+
+
+def _mock_cuda(monkeypatch):
+    import time
+
+    import torch
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing, "the self-test times with timing events"
+            self.t = None
+
+        def record(self):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) * 1e3
+
+    alloc = {"now": 5 * 2**20, "peak": 9 * 2**20}
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: alloc["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: alloc["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: alloc.update(peak=alloc["now"]))
+    return alloc
+
+
+def test_selftest_matmul_times_the_same_work_with_events_and_the_host_clock(monkeypatch):
+    """FLOP/s = 2 n^3 x count / event time; both clocks see the same loop."""
+    from labkit.selftest.gpu import matmul_on_rank
+
+    _mock_cuda(monkeypatch)
+    got = matmul_on_rank(_CpuCtx(), "fp32", 64, seconds=0.02)
+    assert got["count"] >= 10 and got["name"] == "NVIDIA H100 80GB HBM3"
+    assert got["flops"] == pytest.approx(2 * 64**3 * got["count"] / got["event_s"])
+    assert got["event_s"] <= got["host_s"] and got["host_s"] - got["event_s"] < 0.05
+
+
+def test_selftest_reads_the_allocator_peak_after_resetting_it(monkeypatch):
+    from labkit.selftest.gpu import peak_on_rank, reset_peak_on_rank
+
+    alloc = _mock_cuda(monkeypatch)
+    assert reset_peak_on_rank(_CpuCtx()) == 5 * 2**20 and alloc["peak"] == 5 * 2**20
+    alloc["peak"] = 700 * 2**20
+    assert peak_on_rank(_CpuCtx()) == 700 * 2**20
+
+
+class _FakeNcclPool:
+    """Answers like a 2-GPU NCCL pool with FIXTURE metrics consistent with each config."""
+
+    backend, world_size = "nccl", 2
+    MiB = 2**20
+
+    def __init__(self, overhead_mib: int = 80):
+        self.overhead = overhead_mib * self.MiB
+        self.last: dict = {}
+
+    def run(self, **kw):
+        from types import SimpleNamespace
+
+        from labkit.selftest.judge import paper_zero_bytes
+
+        cfg = RunConfig(world_size=2, **kw)
+        o, m, b = cfg.options, cfg.model, cfg.batch_size
+        metrics = {
+            "ddp": lambda: {"max_abs_diff_vs_reference": 3e-6} if cfg.check_reference else {
+                "mfu": 0.55, "peak_flops_per_s": 100e12, "flops_per_step": 6 * (
+                    m.in_dim * m.width + (m.depth - 1) * m.width**2 + m.width * m.out_dim) * 2 * b},
+            "allreduce-bench": lambda: {"results": [{"time_s": t, "busbw_gbps": 256e6 / t / 1e9}
+                                                    for t in [2.6e-3 if o.impl == "ring" else 1.9e-3]]},
+            "ddp-bucketed": lambda: {"overlap_fraction": 0.62, "buckets": 19},
+            "pipeline": lambda: {"microbatches": o.microbatches, "bubble_fraction": 0.215,
+                                 "bubble_fraction_predicted": 0.2},
+            "tp": lambda: {"comm_bytes_per_layer_measured": [
+                {"forward": 2 * b * o.seq * o.hidden * 4, "backward": 2 * b * o.seq * o.hidden * 4}
+            ] * o.layers},
+            "zero": lambda: self._zero(paper_zero_bytes(m.parameters(), 2, o.stage, "fp32"), b),
+        }[cfg.strategy]()
+        self.last, self.batch_bytes = metrics, b * (m.in_dim * 4 + 8)  # fp32 x, int64 y
+        return SimpleNamespace(config=cfg, metrics=metrics, backend="nccl")
+
+    def _zero(self, paper, batch):
+        states = {k: int(v) for k, v in paper.items()}
+        return {"precision": "fp32", "per_rank_bytes": [states] * 2,
+                "peak_model_state_bytes": [sum(states.values()) + 128 * self.MiB] * 2,
+                "saved_activation_bytes": [batch * 4096 * 4 * 8] * 2}
+
+    def launch(self, fn, *args, **kw):
+        from types import SimpleNamespace
+
+        base = 512 * self.MiB
+        if fn.__name__ == "whoami":
+            out = [{"rank": r, "world_size": 2, "pid": 100 + r, "device": f"cuda:{r}"}
+                   for r in range(2)]
+        elif fn.__name__ == "reset_peak_on_rank":
+            out = [base, base]
+        elif fn.__name__ == "peak_on_rank":
+            m = self.last
+            need = (m["peak_model_state_bytes"][0] + m["saved_activation_bytes"][0]
+                    + self.batch_bytes + self.overhead)
+            out = [base + need] * 2
+        else:  # matmul_on_rank(dtype, n)
+            flops = 52e12 if args[0] == "fp32" else 720e12
+            out = [{"flops": flops, "event_s": 0.5, "host_s": 0.503, "count": 200,
+                    "name": "NVIDIA H100 80GB HBM3", "allow_tf32": False}] * 2
+        return SimpleNamespace(results=out)
+
+
+def _gpu_rows(monkeypatch, pool):
+    from labkit.analysis import calibrate
+    from labkit.selftest import checks, gpu
+    from labkit.selftest.sizes import gpu_sizes
+
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    monkeypatch.setattr(calibrate, "calibrate", lambda device="cpu", **kw: {
+        "peak_flops_per_s": 50e12, "matrix": 1024, "measured_at": 0.0})
+    bench = checks.Bench(pool, gpu_sizes(50e12), gpus=2)
+    rows = [row for check in checks.RANK_CHECKS for row in check(bench)]
+    return rows + gpu.device_rows(pool, 2)
+
+
+def test_selftest_table_on_recorded_nccl_numbers_runs_every_gpu_row(monkeypatch):
+    """On NCCL the ZeRO rows add max_memory_allocated against the prediction, and the GPU's
+    own rows (datasheet fp32 / bf16, CUDA events) run instead of saying 'skipped'."""
+    rows = {r.key: r for r in _gpu_rows(monkeypatch, _FakeNcclPool())}
+    assert [k for k, r in rows.items() if r.status != "pass"] == []
+    assert {f"zero_{s}_gpu_memory" for s in (1, 2, 3)} <= set(rows)
+    mem = rows["zero_2_gpu_memory"]
+    assert mem.backend == "nccl" and mem.values["overhead"] == 80 * 2**20
+    assert "512-byte rounding" in mem.note
+    assert rows["datasheet_bf16"].values["model"] == "H100 SXM"
+    assert rows["datasheet_fp32"].off_by == "78% of the datasheet"
+    assert rows["cuda_events"].status == "pass" and rows["ranks"].backend == "nccl"
+    assert rows["ring_busbw"].measured.startswith("98.5 vs 135 GB/s")
+
+
+def test_selftest_table_fails_the_memory_row_when_the_gpu_holds_far_more(monkeypatch):
+    """A stage-3 run that never freed its gathered layers would look like this: FAIL, by how much."""
+    rows = {r.key: r for r in _gpu_rows(monkeypatch, _FakeNcclPool(overhead_mib=4000))}
+    mem = rows["zero_3_gpu_memory"]
+    assert mem.status == "fail" and "more than the allocator" in mem.note
+    assert mem.off_by.startswith("+4000 MiB")

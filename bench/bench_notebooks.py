@@ -1,0 +1,116 @@
+"""Each lesson notebook's run-all time on this machine, beside its budget.
+
+Runs every ``notebooks/NN_*.ipynb`` top to bottom in a fresh headless kernel (nbclient, as
+``tests/notebooks/test_notebooks.py`` does, on a copy: the committed notebook keeps no
+outputs) and prints one row per lesson: the run-all wall time, the budget (60 s; 120 s for
+lesson 12, Ray, whose Train fits pay Ray's own start-up), whether it is within, and the
+slowest cells -- where a lesson engineer starts looking (profile those cells, don't guess).
+The load average before and after each notebook is printed too: a number measured at load 3
+on 2 cores says little about a quiet machine.
+
+Usage: ``python bench/bench_notebooks.py [--only 03 05] [--json out.json] [--timeout 600]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+BUDGET_S = 60.0
+BUDGETS_S = {"12": 120.0}
+"""Per-lesson exceptions to the 60 s budget (issue 27): lesson 12 runs Ray Train."""
+
+
+def budget_for(path: Path) -> float:
+    return BUDGETS_S.get(path.name[:2], BUDGET_S)
+
+
+def run_notebook(path: Path, timeout_s: float) -> dict[str, Any]:
+    """Execute ``path`` headless; return its wall time, the slowest cells and any error."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.read(path, as_version=4)
+    cell_s: list[tuple[float, int, str]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-nb-") as tmp:
+        client = NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
+                                resources={"metadata": {"path": tmp}})
+        error = None
+        os.environ["LABKIT_HOME"] = tmp  # quiz progress of lesson 08 stays out of ~/.labkit
+        load_before = os.getloadavg()[0]
+        start = time.monotonic()
+        # 1. one kernel for the whole notebook, as "Run All" in JupyterLab; 2. time each cell
+        with client.setup_kernel():
+            for index, cell in enumerate(nb.cells):
+                if cell.cell_type != "code":
+                    continue
+                t0 = time.monotonic()
+                try:
+                    client.execute_cell(cell, index)
+                except CellExecutionError as err:
+                    error = f"cell {index}: {str(err).strip().splitlines()[-1][:200]}"
+                    break
+                finally:
+                    cell_s.append((time.monotonic() - t0, index, cell.source.splitlines()[0]
+                                   if cell.source else ""))
+        wall = time.monotonic() - start
+    slowest = sorted(cell_s, reverse=True)[:3]
+    return {"notebook": path.name, "wall_s": wall, "budget_s": budget_for(path),
+            "within": error is None and wall <= budget_for(path), "error": error,
+            "load_before": load_before, "load_after": os.getloadavg()[0],
+            "slowest_cells": [{"cell": i, "s": s, "first_line": line} for s, i, line in slowest]}
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table (what docs/benchmarks.md records)."""
+    out = ["| notebook | run-all | budget | within | load before / after | slowest cells |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        cells = ", ".join(f"#{c['cell']} {c['s']:.1f} s" for c in r["slowest_cells"])
+        verdict = "yes" if r["within"] else ("ERROR " + r["error"] if r["error"] else "**no**")
+        out.append(f"| {r['notebook']} | {r['wall_s']:.1f} s | {r['budget_s']:.0f} s | {verdict} "
+                   f"| {r['load_before']:.1f} / {r['load_after']:.1f} | {cells} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None, metavar="NN",
+                    help="lesson numbers to run, e.g. --only 03 12 (default: all)")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds one cell may run before the notebook counts as failed")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = ap.parse_args(argv)
+    paths = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if args.only:
+        paths = [p for p in paths if p.name[:2] in args.only]
+    print(f"{len(paths)} notebooks, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.2f} before the first", flush=True)
+    rows = []
+    for path in paths:
+        row = run_notebook(path, args.timeout)
+        rows.append(row)
+        print(f"{path.name:<32} {row['wall_s']:7.1f} s  budget {row['budget_s']:.0f} s  "
+              f"{'ok' if row['within'] else 'OVER' if not row['error'] else row['error']}",
+              flush=True)
+    print()
+    print(table(rows))
+    total = sum(r["wall_s"] for r in rows)
+    print(f"\n{sum(r['within'] for r in rows)}/{len(rows)} within budget; {total:.0f} s in all")
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0 if all(r["within"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

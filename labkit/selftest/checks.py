@@ -1,0 +1,140 @@
+"""The real runs behind each row: one warm ``labkit.Pool``, one short run per lesson's point.
+
+Every check trains or communicates on real ranks (gloo on a CPU, NCCL with one GPU per rank
+when there are enough GPUs) through the same ``labkit.run`` a notebook calls, reads the
+run's metrics and hands the numbers to ``labkit.selftest.judge``. A warm pool
+(``labkit.launchers.pool``) pays the ranks' start-up once for all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from labkit.launchers.pool import Pool
+from labkit.launchers.results import RunResult
+from labkit.selftest import gpu, judge, judge_devices
+from labkit.selftest.rows import Row, skipped
+from labkit.selftest.sizes import Run, Sizes, mlp_weights
+
+
+def whoami(ctx: Any) -> dict[str, Any]:
+    """Run on every rank: who it is, in which process, on which device."""
+    return {"rank": ctx.rank, "world_size": ctx.world_size, "pid": os.getpid(),
+            "device": str(ctx.device)}
+
+
+class Bench:
+    """The pool, its backend and the sizes every check uses."""
+
+    def __init__(self, pool: Pool, sizes: Sizes, gpus: int):
+        self.pool, self.sizes, self.gpus = pool, sizes, gpus
+        self.backend, self.world_size = pool.backend, pool.world_size
+
+    def run(self, strategy: str, size: Run, **kw: Any) -> RunResult:
+        args = {**size.kwargs(), **kw}
+        if kw.get("options"):
+            args["options"] = {**size.options, **kw["options"]}
+        return self.pool.run(strategy=strategy, progress=False, timeout_s=300, **args)
+
+
+def ranks_start(b: Bench) -> list[Row]:
+    t0 = time.perf_counter()
+    out = b.pool.launch(whoami)
+    return [judge.ranks_start(b.backend, b.world_size, list(out.results),
+                              time.perf_counter() - t0)]
+
+
+def ddp_reference(b: Bench) -> list[Row]:
+    r = b.run("ddp", b.sizes.ddp, check_reference=True)
+    return [judge.ddp_equals_one_process(b.backend, r.metrics["max_abs_diff_vs_reference"],
+                                         r.config.steps)]
+
+
+def ring(b: Bench, repeats: int = 5) -> list[Row]:
+    """Best of ``repeats`` for each, alternating ring and built-in so drift hits both (best,
+    not median: on a shared machine a stalled round says nothing about the algorithm; at load
+    3 one round of three gave 0.30, the best of them 0.56)."""
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(repeats):
+        for impl in ("ring", "builtin"):
+            r = b.pool.run(strategy="allreduce-bench", progress=False, options={
+                "impl": impl, "sizes": [b.sizes.ring_bytes], "iters": b.sizes.ring_iters,
+                "warmup": 3})
+            got = r.metrics["results"][0]
+            if got["busbw_gbps"] > best.get(impl, {}).get("busbw_gbps", 0.0):
+                best[impl] = {"time_s": got["time_s"], "busbw_gbps": got["busbw_gbps"]}
+    return [judge.ring_vs_builtin(b.backend, b.sizes.ring_bytes, b.world_size, best["ring"],
+                                  best["builtin"])]
+
+
+def overlap(b: Bench) -> list[Row]:
+    r = b.run("ddp-bucketed", b.sizes.bucketed)
+    return [judge.bucketed_overlap(b.backend, r.metrics["overlap_fraction"],
+                                   r.metrics["buckets"])]
+
+
+def bubbles(b: Bench) -> list[Row]:
+    rows = []
+    for schedule in ("gpipe", "1f1b"):
+        r = b.run("pipeline", b.sizes.pipeline, options={"schedule": schedule})
+        m = r.metrics
+        rows.append(judge.pipeline_bubble(b.backend, schedule, b.world_size, m["microbatches"],
+                                          m["bubble_fraction"], m["bubble_fraction_predicted"]))
+    return rows
+
+
+def zero(b: Bench) -> list[Row]:
+    """ZeRO 1-3: bytes per rank vs the paper; on NCCL also the GPU's allocator peak."""
+    rows = []
+    for stage in (1, 2, 3):
+        before = gpu.reset_peaks(b.pool) if b.backend == "nccl" else None
+        r = b.run("zero", b.sizes.zero, optimizer="adam", options={"stage": stage})
+        m = r.metrics
+        rows.append(judge.zero_bytes(b.backend, stage, r.config.model.parameters(),
+                                     b.world_size, m["precision"], m["per_rank_bytes"]))
+        if before is None:
+            rows.append(skipped(f"zero_{stage}_gpu_memory", "05",
+                                f"ZeRO-{stage} max_memory_allocated vs prediction",
+                                "nccl", gpu.why_not(b.gpus, b.world_size)))
+            continue
+        peaks = gpu.read_peaks(b.pool)
+        worst = max(range(b.world_size), key=lambda k: peaks[k] - before[k])
+        model = r.config.model
+        rows.append(judge_devices.gpu_memory(
+            stage, m["precision"], peaks[worst] - before[worst],
+            sum(judge.paper_zero_bytes(model.parameters(), b.world_size, stage,
+                                       m["precision"]).values()),
+            m["peak_model_state_bytes"][worst] - sum(m["per_rank_bytes"][worst].values()),
+            m["saved_activation_bytes"][worst],
+            r.config.batch_size * (model.in_dim * 4 + 8)))  # fp32 inputs, int64 labels
+    return rows
+
+
+def tp(b: Bench) -> list[Row]:
+    r = b.run("tp", b.sizes.tp)
+    o = r.config.options
+    pairs = {"both": 2, "mlp": 1, "attention": 1}[o.block]
+    return [judge.tp_bytes(b.backend, r.config.batch_size, o.seq, o.hidden, pairs,
+                           r.metrics["comm_bytes_per_layer_measured"])]
+
+
+def mfu(b: Bench) -> list[Row]:
+    from labkit.analysis.calibrate import calibrate
+
+    r = b.run("ddp", b.sizes.mfu)
+    m, model = r.metrics, r.config.model
+    cached = calibrate("cuda" if b.backend == "nccl" else "cpu") or {}
+    age_h = (time.time() - cached["measured_at"]) / 3600 if "measured_at" in cached else None
+    source = (f"calibrated {cached.get('matrix')}^2 matmul, {age_h:.0f} h ago"
+              if age_h is not None else "labkit calibrate")
+    return [judge.mfu(b.backend, m.get("mfu"), m["flops_per_step"],
+                      mlp_weights(model.in_dim, model.width, model.depth, model.out_dim),
+                      r.config.batch_size * b.world_size, m.get("peak_flops_per_s"), source)]
+
+
+RANK_CHECKS: tuple[Callable[[Bench], list[Row]], ...] = (
+    ranks_start, ddp_reference, ring, overlap, bubbles, tp, zero, mfu)
+"""In the order of the lessons; each returns its rows."""

@@ -1,0 +1,123 @@
+"""Verdicts on the devices themselves: GPU memory against ZeRO, matmul peaks against the
+datasheet, CUDA-event timing, and the link topology. Pure, like ``judge``: the rows are
+tested on recorded, GPU-like numbers (fixtures) on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+from labkit.selftest import judge
+from labkit.selftest.datasheet import Datasheet
+from labkit.selftest.rows import FAIL, PASS, Row
+from labkit.selftest.topology import GpuTopology, tp_placement
+
+MiB = 2**20
+
+
+def gpu_memory(stage: int, precision: str, peak_delta: int, model_states: float,
+               transient: int, activations: float, batch_bytes: int) -> Row:
+    """``torch.cuda.max_memory_allocated`` during a ZeRO run (minus what was allocated before
+    it) vs the prediction: the paper's model states + labkit's largest transient buffers
+    (gathered layers, a layer's full gradient before its reduce-scatter) + saved activations
+    + the batch. What is left over is the allocator's and autograd's, named in the row."""
+    predicted = model_states + transient + activations + batch_bytes
+    over = peak_delta - predicted
+    rel, absolute = judge.GPU_MEM_SLACK
+    problems = []
+    if peak_delta < model_states * (1 - judge.ZERO_TOL):
+        problems.append("the GPU held less than the model states themselves: the shards are "
+                        "not where the accounting says")
+    elif over > rel * predicted + absolute:
+        problems.append(f"{over / MiB:.0f} MiB above the prediction: more than the allocator's "
+                        f"rounding and autograd's temporaries explain")
+    return Row(key=f"zero_{stage}_gpu_memory", lesson="05",
+               check=f"ZeRO-{stage} max_memory_allocated vs prediction ({precision})",
+               backend="nccl", status=FAIL if problems else PASS,
+               measured=f"{peak_delta / MiB:.0f} MiB peak",
+               expected=f"{predicted / MiB:.0f} MiB (states {model_states / MiB:.0f} + "
+                        f"transient {transient / MiB:.0f} + activations {activations / MiB:.0f}"
+                        f" + batch {batch_bytes / MiB:.0f}) + {rel:.0%} + {absolute // MiB} MiB",
+               off_by=f"{over / MiB:+.0f} MiB ({over / predicted:+.1%})",
+               note="; ".join(problems) or f"{over / MiB:+.0f} MiB is the caching allocator's "
+                    f"512-byte rounding and autograd's temporaries (weight gradients before "
+                    f"they are added into the flat buffer, activation gradients)",
+               values={"peak_delta": peak_delta, "predicted": predicted, "model_states":
+                       model_states, "transient": transient, "activations": activations,
+                       "batch_bytes": batch_bytes, "overhead": over})
+
+
+def datasheet_peak(dtype: str, device_name: str, measured: float, sheet: Datasheet | None
+                   ) -> Row:
+    check = f"{dtype} matmul peak vs the datasheet"
+    if sheet is None:
+        return Row(key=f"datasheet_{dtype}", lesson="09", check=check, backend="cuda",
+                   status=PASS, measured=f"{measured / 1e12:.1f} TFLOP/s",
+                   expected="no datasheet entry", note=f"{device_name!r} is not in "
+                   f"labkit.selftest.datasheet: the measured peak is shown alone",
+                   values={"measured": measured})
+    promised = sheet.fp32_flops if dtype == "fp32" else sheet.bf16_flops
+    ratio = measured / promised
+    lo, hi = judge.DATASHEET_RANGE
+    problems = []
+    if ratio > hi:
+        problems.append("above the datasheet: TF32 was on for an fp32 matmul "
+                        "(torch.backends.cuda.matmul.allow_tf32) or the GPU is misnamed"
+                        if dtype == "fp32" else "above the datasheet: the GPU is misnamed")
+    elif ratio < lo:
+        problems.append("far below the datasheet: clocks or power capped, a busy GPU or a MIG "
+                        "slice (nvidia-smi -q -d CLOCK,POWER)")
+    return Row(key=f"datasheet_{dtype}", lesson="09", check=check, backend="cuda",
+               status=FAIL if problems else PASS, measured=f"{measured / 1e12:.1f} TFLOP/s",
+               expected=f"{lo:.0%}-{hi:.0%} of {promised / 1e12:g} ({sheet.model}, dense)",
+               off_by=f"{ratio:.0%} of the datasheet", note="; ".join(problems) or sheet.source,
+               values={"measured": measured, "datasheet": promised, "ratio": ratio,
+                       "model": sheet.model})
+
+
+def cuda_event_timing(event_s: float, host_s: float) -> Row:
+    diff = event_s / host_s - 1
+    ok = abs(diff) <= judge.EVENTS_TOL
+    return Row(key="cuda_events", lesson="00", check="CUDA-event timing vs the host clock",
+               backend="cuda", status=PASS if ok else FAIL,
+               measured=f"{event_s * 1e3:.1f} ms events, {host_s * 1e3:.1f} ms host",
+               expected=f"within {judge.EVENTS_TOL:.0%}", off_by=f"{diff:+.1%}",
+               note="" if ok else "CUDA events and the host clock disagree about the same "
+               "synchronised work: timelines on this GPU would be wrong",
+               values={"event_s": event_s, "host_s": host_s})
+
+
+def gpu_topology(topo: GpuTopology, visible: list[int], visible_count: int) -> Row:
+    """Pass when every visible GPU appears in ``nvidia-smi topo -m``; the note says where TP
+    belongs (the slowest link inside each TP group of consecutive GPUs)."""
+    missing = [g for g in visible if g >= len(topo.gpus)]
+    sentences = tp_placement(topo, [g for g in visible if g < len(topo.gpus)])
+    kinds = sorted({code for code in topo.links.values()})
+    ok = not missing and len(visible) == visible_count
+    return Row(key="topology", lesson="04", check="GPU links (nvidia-smi topo -m) and TP placement",
+               backend="host", status=PASS if ok else FAIL,
+               measured=f"{len(topo.gpus)} GPUs; links {', '.join(kinds) or 'none'}",
+               expected=f"the {visible_count} visible GPU(s) listed",
+               note="; ".join(sentences) if ok else f"GPUs {missing or visible} visible to "
+               f"torch are not in the nvidia-smi matrix",
+               values={"gpus": topo.gpus, "links": {f"{a}-{b}": c for (a, b), c in
+                                                    topo.links.items()},
+                       "tp_placement": sentences})
+
+
+def cpu_topology(nodes: dict[int, list[int]], usable: list[int], world_size: int) -> Row:
+    """A core per rank (else the timing rows measure waiting for a core), and the NUMA nodes
+    a TP group of ``world_size`` ranks could stay inside."""
+    fits = [n for n, cpus in nodes.items() if len(set(cpus) & set(usable)) >= world_size]
+    ok = len(usable) >= world_size
+    where = ("one NUMA node: every rank shares one memory, TP can go anywhere" if len(nodes) <= 1
+             else f"{len(nodes)} NUMA nodes; a {world_size}-rank TP group fits inside node(s) "
+             f"{fits or 'none'} (labkit does not pin ranks: `taskset` the kernel to keep them "
+             f"there)")
+    return Row(key="cpu_topology", lesson="10", check="CPU cores per rank and NUMA nodes",
+               backend="host", status=PASS if ok else FAIL,
+               measured=f"{len(usable)} usable cores, {max(len(nodes), 1)} NUMA node(s)",
+               expected=f">= {world_size} cores (one per rank)",
+               off_by=f"{len(usable) - world_size:+d} cores",
+               note=where if ok else f"{world_size} ranks on {len(usable)} core(s): every timing "
+               f"row measures waiting for a core",
+               values={"numa_nodes": {str(k): v for k, v in nodes.items()}, "usable": usable})
+
