@@ -52,6 +52,8 @@ def reset_rank_state(seed: int, rank: int, threads: int) -> None:
     np.random.seed((seed * 1000 + rank) % 2**32)
     torch.set_grad_enabled(True)
     torch.set_default_dtype(torch.float32)
+    # zero and tp make their GPU the default device; on a warm pool it must not outlive the job
+    torch.set_default_device(None)
 
 
 @dataclass

@@ -53,21 +53,20 @@ def ddp_reference(b: Bench) -> list[Row]:
                                          r.config.steps)]
 
 
-def ring(b: Bench, repeats: int = 5) -> list[Row]:
-    """Best of ``repeats`` for each, alternating ring and built-in so drift hits both (best,
-    not median: on a shared machine a stalled round says nothing about the algorithm; at load
-    3 one round of three gave 0.30, the best of them 0.56)."""
-    best: dict[str, dict[str, float]] = {}
-    for _ in range(repeats):
+def ring(b: Bench, rounds: int = 5) -> list[Row]:
+    """``rounds`` rounds of our ring then the backend's all-reduce, back to back: a round's
+    pair shares the load of its moment (at load 4 here single runs swung 0.33-0.99 GB/s)."""
+    pairs = []
+    for _ in range(rounds):
+        pair = []
         for impl in ("ring", "builtin"):
             r = b.pool.run(strategy="allreduce-bench", progress=False, options={
                 "impl": impl, "sizes": [b.sizes.ring_bytes], "iters": b.sizes.ring_iters,
                 "warmup": 3})
             got = r.metrics["results"][0]
-            if got["busbw_gbps"] > best.get(impl, {}).get("busbw_gbps", 0.0):
-                best[impl] = {"time_s": got["time_s"], "busbw_gbps": got["busbw_gbps"]}
-    return [judge.ring_vs_builtin(b.backend, b.sizes.ring_bytes, b.world_size, best["ring"],
-                                  best["builtin"])]
+            pair.append({"time_s": got["time_s"], "busbw_gbps": got["busbw_gbps"]})
+        pairs.append((pair[0], pair[1]))
+    return [judge.ring_vs_builtin(b.backend, b.sizes.ring_bytes, b.world_size, pairs)]
 
 
 def overlap(b: Bench) -> list[Row]:
@@ -86,30 +85,36 @@ def bubbles(b: Bench) -> list[Row]:
     return rows
 
 
+ZERO_RUNS = ((1, "fp32"), (2, "fp32"), (3, "fp32"), (2, "bf16"))
+"""Stages 1-3 in fp32, and stage 2 in bf16 mixed precision (the paper's K = 12)."""
+
+
 def zero(b: Bench) -> list[Row]:
-    """ZeRO 1-3: bytes per rank vs the paper; on NCCL also the GPU's allocator peak."""
+    """ZeRO: bytes per rank vs the paper; on NCCL also the GPU's allocator peak."""
     rows = []
-    for stage in (1, 2, 3):
+    for stage, precision in ZERO_RUNS:
         before = gpu.reset_peaks(b.pool) if b.backend == "nccl" else None
-        r = b.run("zero", b.sizes.zero, optimizer="adam", options={"stage": stage})
-        m = r.metrics
-        rows.append(judge.zero_bytes(b.backend, stage, r.config.model.parameters(),
-                                     b.world_size, m["precision"], m["per_rank_bytes"]))
+        r = b.run("zero", b.sizes.zero, optimizer="adam",
+                  options={"stage": stage, "precision": precision})
+        m, model = r.metrics, r.config.model
+        rows.append(judge.zero_bytes(b.backend, stage, model.parameters(), b.world_size,
+                                     precision, m["per_rank_bytes"]))
+        key = judge.zero_key(stage, precision, "gpu_memory")
         if before is None:
-            rows.append(skipped(f"zero_{stage}_gpu_memory", "05",
-                                f"ZeRO-{stage} max_memory_allocated vs prediction",
-                                "nccl", gpu.why_not(b.gpus, b.world_size)))
+            rows.append(skipped(key, "05", f"ZeRO-{stage} max_memory_allocated vs prediction "
+                                f"({precision})", "nccl", gpu.why_not(b.gpus, b.world_size)))
             continue
         peaks = gpu.read_peaks(b.pool)
         worst = max(range(b.world_size), key=lambda k: peaks[k] - before[k])
-        model = r.config.model
         rows.append(judge_devices.gpu_memory(
-            stage, m["precision"], peaks[worst] - before[worst],
+            stage, precision, peaks[worst] - before[worst],
             sum(judge.paper_zero_bytes(model.parameters(), b.world_size, stage,
-                                       m["precision"]).values()),
-            m["peak_model_state_bytes"][worst] - sum(m["per_rank_bytes"][worst].values()),
-            m["saved_activation_bytes"][worst],
-            r.config.batch_size * (model.in_dim * 4 + 8)))  # fp32 inputs, int64 labels
+                                       precision).values()),
+            gpu.zero_phases(model, r.config.batch_size,
+                            m["peak_model_state_bytes"][worst]
+                            - sum(m["per_rank_bytes"][worst].values()),
+                            m["saved_activation_bytes"][worst],
+                            2 if precision == "bf16" else 4)))
     return rows
 
 

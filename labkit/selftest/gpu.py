@@ -121,6 +121,24 @@ def read_peaks(pool: Pool) -> list[int]:
     return list(pool.launch(peak_on_rank).results)
 
 
+def zero_phases(model: Any, batch_size: int, transient: int, activations: int,
+                elt: int = 4) -> dict[str, float]:
+    """What each phase of a ZeRO run on an MLP (``elt`` bytes per working value) adds to the
+    model states on a GPU, read from the code (``labkit.train.parallel.zero_units``,
+    ``labkit.train.loop``):
+
+    * forward/backward: labkit's transient buffers (its ``Meter``: gathered layers, a
+      layer's flat gradient before its reduce), the saved activations, the batch (fp32
+      inputs, int64 labels) and one weight gradient autograd makes before it is copied in;
+    * the end of the run: ``final_state`` gathers the whole fp32 model (4 bytes x Psi) to
+      hash it, plus one unit's gather buffer.
+    (The update's Adam temporaries, 4 bytes x the optimizer's shard, stay below the end.)"""
+    widths = [model.in_dim] + [model.width] * model.depth + [model.out_dim]
+    largest = max(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+    return {"forward/backward": transient + activations + batch_size * (model.in_dim * 4 + 8)
+            + elt * largest, "end-of-run gather": 4 * model.parameters() + 4 * largest}
+
+
 def device_rows(pool: Pool | None, gpus: int) -> list[Row]:
     """Datasheet fp32 / bf16 and CUDA events on ``pool``'s GPUs (the slowest GPU is shown)."""
     names = ("datasheet_fp32", "fp32 matmul peak vs the datasheet"), \

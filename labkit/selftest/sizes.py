@@ -67,7 +67,7 @@ def cpu_sizes() -> Sizes:
     return Sizes(
         device="cpu",
         ddp=Run({"kind": "mlp"}, 32, 10),
-        ring_bytes=4_000_000, ring_iters=20,
+        ring_bytes=16_000_000, ring_iters=20,  # big enough that a stall is a small share
         bucketed=Run({"width": 1024, "depth": 8}, 64, 12, {"bucket_cap_mb": 4.0}),
         pipeline=Run({"width": 1024, "depth": 16, "in_dim": 1024}, 1024, 5, {"microbatches": 4}),
         zero=Run({"width": 513, "depth": 3}, 32, 3),  # odd width: the padding is exercised

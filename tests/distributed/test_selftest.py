@@ -23,11 +23,12 @@ from labkit.base import devices
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson00]
 ROOT = Path(__file__).resolve().parents[2]
 
-COUNTED = ("ranks", "ddp_reference", "tp_bytes", "zero_1_bytes", "zero_2_bytes", "zero_3_bytes")
+COUNTED = ("ranks", "ddp_reference", "tp_bytes", "zero_1_bytes", "zero_2_bytes", "zero_3_bytes",
+           "zero_2_bf16_bytes")
 """Rows decided by counts and weights, not by timing: they pass whatever the load."""
 TIMED = ("ring_busbw", "bucketed_overlap", "bubble_gpipe", "bubble_1f1b", "mfu")
 GPU_ONLY = ("topology", "zero_1_gpu_memory", "zero_2_gpu_memory", "zero_3_gpu_memory",
-            "datasheet_fp32", "datasheet_bf16", "cuda_events")
+            "zero_2_bf16_gpu_memory", "datasheet_fp32", "datasheet_bf16", "cuda_events")
 
 
 def test_selftest_json_reports_every_lesson_row_on_the_cpu(contained: Any) -> None:
@@ -56,3 +57,26 @@ def test_selftest_json_reports_every_lesson_row_on_the_cpu(contained: Any) -> No
     assert rows["ranks"]["values"]["reports"][0]["device"] in ("cpu", "cuda:0")
     for line in ("ranks start", "ZeRO-3 bytes per rank"):  # progress went to stderr
         assert line in proc.stderr
+
+
+def _set_meta_default(ctx: Any) -> str:
+    import torch
+
+    torch.set_default_device("meta")
+    return str(torch.empty(1).device)
+
+
+def _default_device(ctx: Any) -> str:
+    import torch
+
+    return str(torch.empty(1).device)
+
+
+def test_a_warm_rank_starts_each_job_on_the_default_device(contained: Any) -> None:
+    """ZeRO and TP make their GPU torch's default device; on the self-test's NCCL pool the
+    next job (DDP, MFU) must not inherit it. Shown here with the meta device on CPU ranks."""
+    import labkit
+
+    with labkit.Pool(2) as pool:
+        assert pool.launch(_set_meta_default).results == ["meta", "meta"]
+        assert pool.launch(_default_device).results == ["cpu", "cpu"]

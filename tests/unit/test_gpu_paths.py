@@ -321,7 +321,7 @@ class _FakeNcclPool:
             "ddp": lambda: {"max_abs_diff_vs_reference": 3e-6} if cfg.check_reference else {
                 "mfu": 0.55, "peak_flops_per_s": 100e12, "flops_per_step": 6 * (
                     m.in_dim * m.width + (m.depth - 1) * m.width**2 + m.width * m.out_dim) * 2 * b},
-            "allreduce-bench": lambda: {"results": [{"time_s": t, "busbw_gbps": 256e6 / t / 1e9}
+            "allreduce-bench": lambda: {"results": [{"time_s": t, "busbw_gbps": 2.56e8 / t / 1e9}
                                                     for t in [2.6e-3 if o.impl == "ring" else 1.9e-3]]},
             "ddp-bucketed": lambda: {"overlap_fraction": 0.62, "buckets": 19},
             "pipeline": lambda: {"microbatches": o.microbatches, "bubble_fraction": 0.215,
@@ -329,14 +329,15 @@ class _FakeNcclPool:
             "tp": lambda: {"comm_bytes_per_layer_measured": [
                 {"forward": 2 * b * o.seq * o.hidden * 4, "backward": 2 * b * o.seq * o.hidden * 4}
             ] * o.layers},
-            "zero": lambda: self._zero(paper_zero_bytes(m.parameters(), 2, o.stage, "fp32"), b),
+            "zero": lambda: self._zero(paper_zero_bytes(m.parameters(), 2, o.stage, o.precision),
+                                       b, o.precision),
         }[cfg.strategy]()
-        self.last, self.batch_bytes = metrics, b * (m.in_dim * 4 + 8)  # fp32 x, int64 y
+        self.last, self.model, self.batch = metrics, m, b
         return SimpleNamespace(config=cfg, metrics=metrics, backend="nccl")
 
-    def _zero(self, paper, batch):
+    def _zero(self, paper, batch, precision):
         states = {k: int(v) for k, v in paper.items()}
-        return {"precision": "fp32", "per_rank_bytes": [states] * 2,
+        return {"precision": precision, "per_rank_bytes": [states] * 2,
                 "peak_model_state_bytes": [sum(states.values()) + 128 * self.MiB] * 2,
                 "saved_activation_bytes": [batch * 4096 * 4 * 8] * 2}
 
@@ -350,10 +351,13 @@ class _FakeNcclPool:
         elif fn.__name__ == "reset_peak_on_rank":
             out = [base, base]
         elif fn.__name__ == "peak_on_rank":
-            m = self.last
-            need = (m["peak_model_state_bytes"][0] + m["saved_activation_bytes"][0]
-                    + self.batch_bytes + self.overhead)
-            out = [base + need] * 2
+            from labkit.selftest.gpu import zero_phases
+
+            m, states = self.last, sum(self.last["per_rank_bytes"][0].values())
+            phases = zero_phases(self.model, self.batch, m["peak_model_state_bytes"][0] - states,
+                                 m["saved_activation_bytes"][0],
+                                 2 if m["precision"] == "bf16" else 4)
+            out = [base + states + int(max(phases.values())) + self.overhead] * 2
         else:  # matmul_on_rank(dtype, n)
             flops = 52e12 if args[0] == "fp32" else 720e12
             out = [{"flops": flops, "event_s": 0.5, "host_s": 0.503, "count": 200,
@@ -379,7 +383,8 @@ def test_selftest_table_on_recorded_nccl_numbers_runs_every_gpu_row(monkeypatch)
     own rows (datasheet fp32 / bf16, CUDA events) run instead of saying 'skipped'."""
     rows = {r.key: r for r in _gpu_rows(monkeypatch, _FakeNcclPool())}
     assert [k for k, r in rows.items() if r.status != "pass"] == []
-    assert {f"zero_{s}_gpu_memory" for s in (1, 2, 3)} <= set(rows)
+    assert {"zero_1_gpu_memory", "zero_2_gpu_memory", "zero_3_gpu_memory",
+            "zero_2_bf16_gpu_memory", "zero_2_bf16_bytes"} <= set(rows)
     mem = rows["zero_2_gpu_memory"]
     assert mem.backend == "nccl" and mem.values["overhead"] == 80 * 2**20
     assert "512-byte rounding" in mem.note

@@ -92,21 +92,37 @@ def test_cuda_event_row_fails_when_events_and_host_disagree():
 
 
 # ---- GPU memory against ZeRO -------------------------------------------------------------------
-def test_gpu_memory_row_names_the_allocator_overhead():
+def test_gpu_memory_row_names_the_phase_that_sets_the_peak_and_the_overhead():
     """FIXTURE numbers shaped like ZeRO-1 of a 4096 x 8 MLP on 2 GPUs (117M weights)."""
-    states, transient, acts, batch = 1_400 * MiB, 64 * MiB, 40 * MiB, 1 * MiB
-    row = jd.gpu_memory(1, "fp32", int(states + transient + acts + batch + 90 * MiB),
-                        states, transient, acts, batch)
+    states = 1_400 * MiB
+    phases = {"forward/backward": 170 * MiB, "end-of-run gather": 470 * MiB}
+    row = jd.gpu_memory(1, "fp32", int(states + 470 * MiB + 90 * MiB), states, phases)
     assert row.status == PASS and row.off_by.startswith("+90 MiB")
-    assert "512-byte rounding" in row.note and row.values["overhead"] == 90 * MiB
+    assert row.values["peak_phase"] == "end-of-run gather" and "512-byte rounding" in row.note
+    assert "states 1400 + end-of-run gather 470" in row.expected
 
 
-def test_gpu_memory_row_fails_below_the_model_states_or_far_above_the_prediction():
-    states = 1_000 * MiB
-    under = jd.gpu_memory(3, "fp32", 900 * MiB, states, 0, 0, 0)
+def test_gpu_memory_row_fails_below_the_states_or_far_from_the_prediction():
+    states, phases = 1_000 * MiB, {"forward/backward": 100 * MiB}
+    under = jd.gpu_memory(3, "fp32", 900 * MiB, states, phases)
     assert under.status == FAIL and "less than the model states" in under.note
-    over = jd.gpu_memory(3, "fp32", 1_300 * MiB, states, 0, 0, 0)
+    over = jd.gpu_memory(3, "fp32", 1_400 * MiB, states, phases)
     assert over.status == FAIL and "more than the allocator" in over.note
+    short = jd.gpu_memory(3, "fp32", 1_000 * MiB, states, {"end-of-run gather": 500 * MiB})
+    assert short.status == FAIL and "did not allocate" in short.note
+
+
+def test_zero_phases_count_the_end_of_run_gather_of_the_whole_fp32_model():
+    """Psi = 55,050 for the lab's default MLP (32 -> 128 x 4 -> 10): 4 Psi bytes are gathered
+    at the end, plus the largest layer (128 x 128 + 128) once."""
+    from labkit.config.run import ModelConfig
+    from labkit.selftest.gpu import zero_phases
+
+    model = ModelConfig()
+    phases = zero_phases(model, 32, transient=1000, activations=2000)
+    largest = 4 * (128 * 128 + 128)
+    assert phases["end-of-run gather"] == 4 * 55_050 + largest
+    assert phases["forward/backward"] == 1000 + 2000 + 32 * (32 * 4 + 8) + largest
 
 
 # ---- nvidia-smi topo -m --------------------------------------------------------------------------
