@@ -77,7 +77,11 @@ def _selftest(args: argparse.Namespace) -> int:
 
     print("labkit doctor --selftest: one real check per lesson (about a minute on 2 cores)",
           file=sys.stderr, flush=True)
-    report = run_selftest(on_row=progress)
+    try:
+        report = run_selftest(on_row=progress)
+    except KeyboardInterrupt:  # the pool has stopped its ranks on the way out
+        print("labkit: interrupted: the self-test stopped, no rank is left", file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:

@@ -5,7 +5,10 @@
 these tests pin down: ``backend="auto"`` picks NCCL with one GPU per rank (and gloo with
 too few), explicit ``nccl`` with too few GPUs or a busy GPU fails with a clear message,
 ``CUDA_VISIBLE_DEVICES`` is honoured end to end, and ``CudaTracer`` turns CUDA event times
-into nanoseconds on the host clock correctly. Only the last test needs real GPUs.
+into nanoseconds on the host clock correctly. The self-test's GPU paths too
+(``labkit doctor --selftest``): its in-rank matmul and allocator readings on mocked CUDA, and
+its whole table on recorded, GPU-like numbers from a stand-in NCCL pool (fixtures, not
+results). Only the test marked ``distributed`` at the end of the CUDA section needs real GPUs.
 """
 
 from __future__ import annotations
