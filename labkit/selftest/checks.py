@@ -132,9 +132,10 @@ def mfu(b: Bench) -> list[Row]:
     r = b.run("ddp", b.sizes.mfu)
     m, model = r.metrics, r.config.model
     cached = calibrate("cuda" if b.backend == "nccl" else "cpu") or {}
-    age_h = (time.time() - cached["measured_at"]) / 3600 if "measured_at" in cached else None
-    source = (f"calibrated {cached.get('matrix')}^2 matmul, {age_h:.0f} h ago"
-              if age_h is not None else "labkit calibrate")
+    age_min = (time.time() - cached["measured_at"]) / 60 if "measured_at" in cached else None
+    age = ("" if age_min is None else f", {age_min:.0f} min ago" if age_min < 120 else
+           f", {age_min / 60:.0f} h ago")
+    source = f"labkit calibrate: {cached.get('matrix', '?')}^2 matmul{age}"
     return [judge.mfu(b.backend, m.get("mfu"), m["flops_per_step"],
                       mlp_weights(model.in_dim, model.width, model.depth, model.out_dim),
                       r.config.batch_size * b.world_size, m.get("peak_flops_per_s"), source)]

@@ -171,7 +171,8 @@ def zero_bytes(backend: str, stage: int, params: int, world_size: int, precision
     ok = worst <= ZERO_TOL
     mine = sum(per_rank[0].values())
     return _row(zero_key(stage, precision, "bytes"), "05", f"ZeRO-{stage} bytes per rank vs the paper "
-                f"({precision} Adam)", backend, ok,
+                f"({'fp32' if precision == 'fp32' else precision + ' mixed-precision'} Adam)",
+                backend, ok,
                 measured=f"{mine / 1e6:.3f} MB on rank 0", expected=f"{sum(paper.values()) / 1e6:.3f} "
                 f"MB +- {ZERO_TOL:.0%}", off_by=f"worst term {worst:.3%}",
                 note="" if ok else "a rank keeps more or less than its shard",
