@@ -5,6 +5,8 @@ cores and GPUs, the world sizes that make sense here, whether JupyterLab and nbg
 are installed, and whether emulated nodes (``labkit.launchers.cluster``: network namespaces joined
 by a shaped link) can run here and why not — the first thing to run on a new laptop or
 GPU server. ``labkit doctor --clean`` also removes what crashed cluster runs left behind.
+What the machine *has* is this report; whether each lesson *shows its point* here is
+``labkit doctor --selftest`` (``labkit.selftest``), the next thing to run.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class DoctorReport:
             "exec'd, each importing torch (LABKIT_FORKSERVER=0; unset it to fork them)"))
         lines += _cluster_lines(self.cluster)
         lines += [f"  note: {n}" for n in self.notes]
+        lines.append("  next            `labkit doctor --selftest`: each lesson's point, checked "
+                     "on this machine")
         return "\n".join(lines)
 
     def _repr_pretty_(self, p: Any, cycle: bool) -> None:
