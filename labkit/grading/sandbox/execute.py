@@ -198,7 +198,9 @@ class SandboxedExecute(NbGraderPreprocessor):  # type: ignore[misc]
                                                         coursedir.source_directory)}
         try:
             session.start()
-            self.log.info("grading %s in a '%s' sandbox", info["notebook"], session.mode_used)
+            held = "a cgroup" if session.box is not None and session.box.cgroup else "rlimits"
+            self.log.info("grading %s in a '%s' sandbox, limits held by %s", info["notebook"],
+                          session.mode_used, held)
             count = 0
             for cell in nb.cells:
                 if cell.cell_type != "code":

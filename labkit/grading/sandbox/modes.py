@@ -94,7 +94,8 @@ def env(extra: Mapping[str, str], home: str, tmp: str) -> dict[str, str]:
            "MPLBACKEND": "Agg", "MPLCONFIGDIR": f"{home}/.mpl", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo", "LABKIT_IN_BOX": "1",
            "LANG": "C.UTF-8"}
-    for key in ("CUDA_VISIBLE_DEVICES", "LABKIT_TEST_TOKEN"):
+    # LD_LIBRARY_PATH: an interpreter whose libpython lives beside it, not where it was built
+    for key in ("CUDA_VISIBLE_DEVICES", "LABKIT_TEST_TOKEN", "LD_LIBRARY_PATH"):
         if key in os.environ:
             out[key] = os.environ[key]
     out.update(extra)
