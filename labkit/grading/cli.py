@@ -24,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "generate_feedback, print the score per question and the feedback path.")
     p.add_argument("assignment", help="e.g. ps1_numbers (a folder of solutions/)")
     p.add_argument("--notebook", action="append", default=None, metavar="PATH",
-                   help="notebook to submit (default: exercises/ASSIGNMENT/*.ipynb); repeat "
-                        "for several")
+                   help="notebook to submit, whatever its file name (default: "
+                        "exercises/ASSIGNMENT/*.ipynb); repeat for several")
     p.add_argument("--student", default="student", help="student id (default: student)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--cell-timeout", type=float, default=None, metavar="S",

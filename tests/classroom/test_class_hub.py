@@ -36,7 +36,8 @@ import pytest
 from tests.classroom.browser import Student
 from tests.classroom.support import Users, as_user, class_python, free_port, stop
 from tests.grading.test_grading_attacks import HONEST_GLOBAL
-from tests.grading.test_grading_box import HIDDEN_GROUP, PROBE, WATCHER_OFF
+from tests.grading.test_grading_box import PROBE, WATCHER_OFF
+from tests.grading.test_nbgrader_flow import PRIVATE_ALLREDUCE
 
 pytestmark = [pytest.mark.classroom, pytest.mark.timeout(1800)]
 REPO = Path(__file__).resolve().parents[2]
@@ -208,7 +209,7 @@ def answers(kind: str, name: str) -> dict[str, str]:
                  "def target_lr(base_lr, base_batch, gpus, per_gpu_batch, accumulation):\n"
                  "    new = theory.global_batch(per_gpu_batch, gpus, accumulation)\n"
                  "    return theory.scaled_lr(base_lr, base_batch, new, 'linear')\n"}
-                if name == "ps1_numbers" else {"ring_answer": HIDDEN_GROUP})
+                if name == "ps1_numbers" else {"ring_answer": PRIVATE_ALLREDUCE})
     return {}
 
 

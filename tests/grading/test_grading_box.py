@@ -6,7 +6,8 @@ Each attack a student who owns the interpreter could try, in a real notebook thr
 * reading the grader's environment (``/proc/1/environ``, ``/proc/self/environ``,
   ``os.environ``) into the feedback, and ``ptrace`` on the box's first process;
 * switching the in-box call watcher off and answering with ``labkit.theory``;
-* a ring all-reduce that looks for a process group of its own behind ring-shaped sends;
+* (a ring all-reduce that looks for a process group of its own behind ring-shaped sends
+  is in ``test_nbgrader_flow.py``, with labkit's own 1F1B plan);
 * a fork bomb, a 30 GB allocation and a full ``/tmp`` in answer cells.
 
 Each must score exactly what its honest parts deserve, with a line in the feedback when a
@@ -25,7 +26,6 @@ import pytest
 from tests.conftest import processes_holding
 from tests.grading.test_grading_attacks import HONEST_GLOBAL, autograded_outputs
 from tests.grading.test_nbgrader_flow import (
-    ZERO_RING,
     feedback_text,
     grade,
     notebook,
@@ -37,6 +37,8 @@ from tests.grading.test_nbgrader_flow import (
 pytestmark = [pytest.mark.grading, pytest.mark.lesson08]
 __all__ = ["root"]
 
+WRONG_GLOBAL = ("def global_batch_size(gpus, per_gpu_batch, accumulation):\n"
+                "    return gpus * per_gpu_batch\n")  # right without accumulation only
 HONEST_TARGET = ("def target_lr(base_lr, base_batch, gpus, per_gpu_batch, accumulation):\n"
                  "    return base_lr * gpus * per_gpu_batch * accumulation / base_batch\n")
 HONEST_WARMUP = ("def warmup_lr(target_lr, step, warmup_steps):\n"
@@ -78,11 +80,13 @@ def test_the_graders_environment_stays_out_and_the_watcher_does_not_matter(
         root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing of the grader's environment reaches the box or the feedback; the box's pid 1
     cannot be traced or read (the student's own child can); answers that switch the call
-    watcher off and call labkit.theory score 0, because labkit.theory is not in their box."""
+    watcher off and call labkit.theory score 0, because labkit.theory is not in their box.
+    A half-right answer fails on hidden inputs drawn for this student, and the feedback
+    names those, never another student's."""
     secret = f"grader-secret-{uuid.uuid4().hex}"
     monkeypatch.setenv("LABKIT_GRADER_SECRET", secret)
     nb = notebook(root, "exercises", "ps1_numbers")
-    set_cell(nb, "global_batch_answer", HONEST_GLOBAL)
+    set_cell(nb, "global_batch_answer", WRONG_GLOBAL)
     set_cell(nb, "target_lr_answer", PROBE + "\n\n" + HONEST_TARGET)
     set_cell(nb, "adam_gb_answer", WATCHER_OFF)
     set_cell(nb, "bubble_answer", KEY_BUBBLE)
@@ -93,9 +97,10 @@ def test_the_graders_environment_stays_out_and_the_watcher_does_not_matter(
 
     result = submit("ps1_numbers", [path], student="eve", root=root)
     got = scores(result)
-    assert got == {"global_batch": 2, "target_lr": 2, "warmup_lr": 0, "adam_gb_per_gpu": 0,
+    assert got == {"global_batch": 1, "target_lr": 2, "warmup_lr": 0, "adam_gb_per_gpu": 0,
                    "bubble_share": 0, "ring_bytes": 0, "ring_time": 0}, result.report()
     text, outputs = feedback_text(result), autograded_outputs(root, "eve")
+    _only_own_inputs(root, text, "eve", "zoe")
     assert secret not in text and secret not in outputs
     assert str(root) not in outputs.split("ENVIRON", 1)[1].split("\n", 1)[0]
     for path_ in ("/proc/1/environ", "/proc/1/maps", "/proc/1/mem"):
@@ -104,39 +109,6 @@ def test_the_graders_environment_stays_out_and_the_watcher_does_not_matter(
     assert "PTRACE OWN CHILD: 0" in outputs  # the student's own processes stay theirs
     assert "it calls labkit.theory.zero_memory" in text
     assert "it calls labkit.theory.bubble_fraction" in text
-
-
-HIDDEN_GROUP = '''def ring_all_reduce(ctx, tensor):
-    """A process group of its own (a file store, as labkit's ranks meet) for the sum,
-    behind exactly a ring's sends on the grader's record."""
-    import datetime
-    import torch.distributed as dist
-    try:
-        dist.init_process_group("gloo", init_method="file:///tmp/hidden-store",
-                                rank=ctx.rank, world_size=ctx.world_size,
-                                timeout=datetime.timedelta(seconds=3))
-        dist.all_reduce(tensor)
-    except Exception as exc:
-        print("no way around the relay:", type(exc).__name__)
-''' + ZERO_RING + "    return tensor\n"
-
-
-def test_a_ring_that_looks_for_its_own_process_group_scores_nothing(
-        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 26's ring attack, as far as it still goes: each rank is a box of its own (its
-    own /tmp, no shared network), so a private process group never forms; the ring-shaped
-    sends carry zeros, which the relay saw. Every part scores 0; honest answers keep theirs."""
-    token = f"labkit-ring-{uuid.uuid4().hex}"
-    monkeypatch.setenv("LABKIT_TEST_TOKEN", token)
-    nb = notebook(root, "solutions", "ps3_build_it")
-    set_cell(nb, "ring_answer", HIDDEN_GROUP)
-    result = grade(root, "ps3_build_it", nb, "trudy", tmp_path, test_timeout=90)
-    got = scores(result)
-    assert got == {"ring_allreduce": 0, "bucketed_sync": 3, "zero1": 3, "one_f_one_b": 3}, \
-        result.report()
-    text = feedback_text(result)
-    assert "is not a chunk of a sum of the ranks' tensors" in text
-    assert processes_holding(token) == []
 
 
 FORK_BOMB = '''import os
@@ -187,27 +159,17 @@ def test_a_fork_bomb_30_gb_and_a_full_tmp_end_in_a_score_and_a_line_each(
     assert cgroup_leftovers() == set()
 
 
-WRONG_GLOBAL = ("def global_batch_size(gpus, per_gpu_batch, accumulation):\n"
-                "    return gpus * per_gpu_batch\n")
-
-
-def test_hidden_inputs_are_drawn_per_student_and_feedback_shows_only_ones_own(
-        root: Path, tmp_path: Path) -> None:
-    """The same wrong answer fails on other inputs for each student; the feedback names the
-    graded student's failing inputs and none of another student's."""
+def _only_own_inputs(root: Path, text: str, student: str, other: str) -> None:
+    """The feedback names a failed hidden case of ``student``'s and none of ``other``'s."""
     from labkit.grading import instructor
 
     keys = instructor.load("ps1_numbers", root)
     assert keys is not None
-    mine, theirs = keys.cases("global_batch", "ann"), keys.cases("global_batch", "bob")
+    mine, theirs = keys.cases("global_batch", student), keys.cases("global_batch", other)
     assert [c for c, _ in mine] != [c for c, _ in theirs]
-    nb = notebook(root, "exercises", "ps1_numbers")
-    set_cell(nb, "global_batch_answer", WRONG_GLOBAL)
-    text = feedback_text(grade(root, "ps1_numbers", nb, "ann", tmp_path))
 
     def shown(case: dict[str, int]) -> str:
         return "global_batch(" + ", ".join(f"{k}={v!r}" for k, v in case.items()) + ")"
 
-    first_wrong = next(c for c, _ in mine if c["accumulation"] > 1)
-    assert shown(first_wrong) in text
+    assert shown(next(c for c, _ in mine if c["accumulation"] > 1)) in text
     assert not any(shown(c) in text for c, _ in theirs if c not in [m for m, _ in mine])

@@ -90,7 +90,9 @@ class Box(Pipe):
         self.proc: subprocess.Popen[bytes] | None = None
         self.init_pid: int | None = None
         self.cgroup: BoxCgroup | None = None
-        self.cpu_s = 0.0  # CPU seconds used so far (last reading)
+        self._cpu_done = 0.0  # CPU seconds of this box's earlier lives (before a restart)
+        self._cpu_now = 0.0  # of its current life, at the last reading
+        self.tasks = 0  # processes and threads at the last reading
         self._last_hits: dict[str, int] = {"pids": 0, "memory": 0, "oom": 0, "tmp_full": 0}
         self._stderr: list[bytes] = []
         self._private: str | None = None
@@ -99,6 +101,7 @@ class Box(Pipe):
     def start(self, timeout: float = 60.0) -> Box:
         Pipe.__init__(self)
         self.init_pid = None
+        self._cpu_done, self._cpu_now = self.cpu_s, 0.0  # a restart counts from zero again
         to_box_r, to_box_w = os.pipe()
         from_box_r, from_box_w = os.pipe()
         fds = [to_box_r, from_box_w]
@@ -247,13 +250,19 @@ class Box(Pipe):
         self.stop()
 
     # ---- what the box uses ----------------------------------------------------------------
-    def usage(self) -> procfs.Usage:
-        """CPU seconds and tasks of the whole box now (``cpu_s`` keeps the last reading)."""
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds the box used so far, over all its lives (last reading)."""
+        return self._cpu_done + self._cpu_now
+
+    def usage(self, now: procfs.Table | None = None) -> procfs.Usage:
+        """CPU seconds and tasks of the whole box now (``now``: a reading to share)."""
         if self.proc is None:
             return procfs.Usage(self.cpu_s)
-        now = procfs.usage(self.proc.pid)
-        self.cpu_s = max(self.cpu_s, now.cpu_s)
-        return now
+        reading = procfs.usage(self.proc.pid, now)
+        self._cpu_now = max(self._cpu_now, reading.cpu_s)
+        self.tasks = reading.tasks
+        return reading
 
     def hits(self) -> dict[str, int]:
         """Counters of limits the box ran into: ``pids`` / ``memory`` / ``oom`` (cgroup) and

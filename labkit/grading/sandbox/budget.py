@@ -55,7 +55,7 @@ class Budget:
                            "CPU seconds")
         box = self.main()
         if box is not None and box.alive() and box.cgroup is None:
-            tasks = box.usage().tasks  # no pids cgroup: count from outside
+            tasks = box.tasks  # no pids cgroup: counted from outside, in cpu_s's reading
             if tasks > self.limits.processes:
                 raise BoxLimit("pids", f"the box ran {tasks} processes and threads")
 

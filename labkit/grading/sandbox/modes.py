@@ -36,9 +36,10 @@ def _probe(cmd: list[str]) -> bool:
 @cache
 def available(mode: str) -> bool:
     """Does ``mode`` work on this machine (the tool exists and namespaces are allowed)?"""
-    if mode == "bwrap":
+    if mode == "bwrap":  # 0.8 or later: --disable-userns, --as-pid-1 and a sized tmpfs
         return shutil.which("bwrap") is not None and _probe(
             ["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--unshare-user",
+             "--disable-userns", "--as-pid-1", "--size", "65536", "--tmpfs", "/tmp",
              "--die-with-parent", "true"])
     if mode == "unshare":
         return shutil.which("unshare") is not None and _probe(
@@ -56,7 +57,7 @@ def resolve_mode(mode: str | None = None) -> str:
     if mode == "auto":
         return next(m for m in ("bwrap", "unshare", "none") if available(m))
     if not available(mode):
-        why = ("bwrap is missing: apt-get install bubblewrap" if mode == "bwrap"
+        why = ("bwrap 0.8 or later is missing: apt-get install bubblewrap" if mode == "bwrap"
                else "user namespaces are disabled")
         raise ConfigError(f"sandbox mode {mode!r} does not work on this machine ({why}); "
                           "use LABKIT_SANDBOX=auto to fall back")

@@ -42,22 +42,32 @@ def _stat(pid: str) -> tuple[int, float, int] | None:
     return int(fields[1]), ticks / TICKS, int(fields[17])
 
 
-def usage(root: int) -> Usage:
-    """CPU and tasks of ``root`` and all its descendants."""
-    table: dict[int, tuple[int, float, int]] = {}
+Table = dict[int, tuple[int, float, int]]
+"""pid -> (ppid, CPU seconds incl. reaped children, threads): one reading of /proc."""
+
+
+def table() -> Table:
+    """Every process now (one pass over /proc, shared by every box that is read)."""
+    out: Table = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             row = _stat(entry)
             if row is not None:
-                table[int(entry)] = row
+                out[int(entry)] = row
+    return out
+
+
+def usage(root: int, now: Table | None = None) -> Usage:
+    """CPU and tasks of ``root`` and all its descendants (in ``now``, else a fresh reading)."""
+    now = table() if now is None else now
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _, _) in table.items():
+    for pid, (ppid, _, _) in now.items():
         children.setdefault(ppid, []).append(pid)
     cpu, tasks, procs = 0.0, 0, 0
-    todo = [root] if root in table else []
+    todo = [root] if root in now else []
     while todo:
         pid = todo.pop()
-        _, seconds, threads = table[pid]
+        _, seconds, threads = now[pid]
         cpu, tasks, procs = cpu + seconds, tasks + threads, procs + 1
         todo.extend(children.get(pid, []))
     return Usage(cpu, tasks, procs)

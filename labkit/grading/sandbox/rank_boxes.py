@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from labkit.grading.sandbox import procfs
 from labkit.grading.sandbox.box import Box, BoxError
 from labkit.grading.sandbox.limits import Limits
 from labkit.grading.sandbox.relay import Relay, RelayError
@@ -62,10 +63,10 @@ class RankBoxes:
             raise
         return {"results": results, "timeline": relay.timeline(), "record": relay.record}
 
-    def cpu_s(self) -> float:
+    def cpu_s(self, now: procfs.Table | None = None) -> float:
         for box in self.boxes:
             if box.alive():
-                box.usage()
+                box.usage(now)
         return sum(b.cpu_s for b in self.every)
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from labkit.grading.sandbox import procfs
 from labkit.grading.sandbox.box import Box, BoxError, BoxLimit, BoxTimeout
 from labkit.grading.sandbox.budget import NOTE, Budget
 from labkit.grading.sandbox.limits import Limits
@@ -116,11 +117,12 @@ class Session:
         return self.box
 
     def _cpu_s(self) -> float:
-        """CPU seconds every box of this notebook used so far."""
+        """CPU seconds every box of this notebook used so far (one reading of /proc)."""
+        now = procfs.table()
         for box in self.every:
             if box.alive():
-                box.usage()
-        return sum(b.cpu_s for b in self.every) + self.ranks.cpu_s()
+                box.usage(now)
+        return sum(b.cpu_s for b in self.every) + self.ranks.cpu_s(now)
 
     @property
     def notes(self) -> list[str]:
