@@ -45,17 +45,20 @@ c.CourseDirectory.assignment_id = ""
 # Autograde runs every student cell in a sandbox and the locked test cells in the grader's
 # own process (labkit.grading.sandbox): the student's code can neither read solutions/,
 # the gradebook or other students' work, nor patch the checks. A student cell gets
-# cell_timeout seconds: it only defines functions, so 60 s is generous; one that never
+# cell_timeout seconds: it only defines functions, so 30 s is generous; one that never
 # returns is stopped and the rest of the notebook is still graded. A test cell gets
-# test_timeout seconds for everything it runs in the box: the slowest (ps3's ring
-# all-reduce, three real-rank launches on 2, 3 and 4 ranks) took 6 s in the sandbox on this
-# 2-core machine at load average 2 (bench/bench_grading.py) and 42 s at load average 8, so
-# 120 s leaves room. sandbox: auto =
-# bubblewrap, else unshare, else none.
+# test_timeout seconds for everything it runs in the boxes: the slowest (ps3's ring
+# all-reduce on 2, 3 and 4 relayed ranks, one box per rank) took 7 s on this 2-core
+# machine at load average 2 (bench/bench_grading.py), so 120 s leaves room.
+# Each box may run 512 processes and threads, use 4096 MiB and hold 512 MiB in /tmp; a cell
+# may use 60 CPU seconds (a test cell 600), the whole notebook 1800 CPU seconds and 1200 s
+# of time: a submission whose every cell hangs still ends in a score. sandbox: auto =
+# bubblewrap, else unshare, else none. cgroup: '' = boxes' cgroups under the grader's own
+# (root); `labkit course hub` sets '/labkit-grading', delegated to the instructor.
 c.Autograde.autograde_preprocessors = [
     SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
     AssignLatePenalties, CheckCellMetadata]
-c.SandboxedExecute.cell_timeout = 60.0
+c.SandboxedExecute.cell_timeout = 30.0
 c.SandboxedExecute.test_timeout = 120.0
 c.SandboxedExecute.sandbox = "auto"
 # `nbgrader validate` (a student checking a notebook by hand) still uses nbgrader's kernel.

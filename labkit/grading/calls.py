@@ -82,22 +82,18 @@ def answer(q: Question, label: str, fn: Callable[..., Any], args: Sequence[Any] 
     return got
 
 
-def launch(fn: Callable[..., Any], check: str, world_size: int, args: Sequence[Any],
+def launch(fn: Callable[..., Any], check: str, world_size: int, rank_args: Sequence[Any],
            forbid: Sequence[str] = (), timeout_s: float = LAUNCH_TIMEOUT_S) -> dict[str, Any]:
-    """Run the grader harness ``rank_side.<check>_rank`` with ``fn`` on real ranks.
+    """Run the harness ``rank_side.<check>_rank`` with ``fn`` on ``world_size`` relayed ranks.
 
-    Returns ``results`` (plain, per rank), ``timeline`` and ``wire_bytes`` (bytes the
-    box's loopback carried, measured outside the box; None when run locally).
+    Rank ``r`` gets ``rank_args[r]`` only. Each rank is a process of its own whose messages
+    the grader relays and records (:mod:`labkit.grading.sandbox.relay`); in autograding
+    each is a box of its own, with the ``forbid`` modules absent. Returns ``results``
+    (plain, per rank), ``timeline`` (the relay's record on its clock) and ``record``
+    (bytes, messages, peers and collectives per rank and case, counted by the relay).
     """
     if is_remote(fn):
-        return fn.launch(check, world_size, args, forbid)  # type: ignore[attr-defined, no-any-return]
-    import cloudpickle
+        return fn.launch(check, world_size, rank_args, forbid)  # type: ignore[attr-defined, no-any-return]
+    from labkit.grading.sandbox.rank_boxes import run_local
 
-    from labkit.api import launch as run_ranks
-    from labkit.grading import rank_side
-
-    harness = getattr(rank_side, f"{check}_rank")
-    result = run_ranks(harness, world_size, cloudpickle.dumps(fn), *args, list(forbid),
-                       timeout_s=timeout_s, threads_per_rank=1)
-    return {"results": decode(encode(result.results)), "timeline": result.timeline,
-            "wire_bytes": None}
+    return run_local(fn, check, world_size, rank_args, forbid, timeout_s)

@@ -1,9 +1,10 @@
-"""``labkit submit ASSIGNMENT`` and ``labkit course release|check`` (nbgrader, one machine).
+"""``labkit submit ASSIGNMENT`` and ``labkit course release|check|traces|hub`` (nbgrader).
 
 ``submit`` grades the student's notebook with nbgrader exactly as the instructor would and
 prints the score per question and the feedback HTML's path (exit 0 graded, 2 bad input,
 1 nbgrader failed). ``course release`` regenerates ``exercises/`` from ``solutions/``;
-``course check`` exits 1 when the committed release is stale.
+``course check`` exits 1 when the committed release is stale; ``course hub`` sets up a
+class on one server (:mod:`labkit.grading.hub`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "generate_feedback, print the score per question and the feedback path.")
     p.add_argument("assignment", help="e.g. ps1_numbers (a folder of solutions/)")
     p.add_argument("--notebook", action="append", default=None, metavar="PATH",
-                   help="notebook to submit (default: exercises/ASSIGNMENT/*.ipynb); repeat "
-                        "for several")
+                   help="notebook to submit, whatever its file name (default: "
+                        "exercises/ASSIGNMENT/*.ipynb); repeat for several")
     p.add_argument("--student", default="student", help="student id (default: student)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--cell-timeout", type=float, default=None, metavar="S",
@@ -51,6 +52,36 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     t.add_argument("--only", choices=("public", "hidden"), default=None,
                    help="record only one set (default: both)")
     t.set_defaults(func=_traces)
+    _register_hub(sub)
+
+
+def _register_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    h = sub.add_parser(
+        "hub", help="instructor, as root: set up a class on this server (JupyterHub + nbgrader)",
+        description="Create the instructor's and the students' users, copy the course into "
+                    "the instructor's folder, make nbgrader's exchange, write nbgrader's "
+                    "system-wide config and the hub's config, delegate a cgroup for the "
+                    "grading boxes, probe the box as the instructor, and print what is and "
+                    "is not protected. --serve then starts JupyterHub.")
+    h.add_argument("--instructor", default="instructor", help="instructor's user name")
+    h.add_argument("--students", required=True, metavar="A,B,...",
+                   help="comma-separated user names, or @FILE with one name per line")
+    h.add_argument("--passwords", metavar="FILE", default=None,
+                   help="user:password lines to set (as chpasswd reads them)")
+    for flag, default in (("--course-dir", None), ("--exchange", "/srv/nbgrader/exchange"),
+                          ("--hub-dir", "/srv/labkit-hub"), ("--config-dir", "/etc/jupyter")):
+        h.add_argument(flag, default=default, metavar="DIR")
+    h.add_argument("--ip", default="127.0.0.1", help="address the hub listens on")
+    for flag, port in (("--port", 8000), ("--hub-port", 8081), ("--api-port", 8001)):
+        h.add_argument(flag, type=int, default=port)
+    h.add_argument("--python", default=sys.executable,
+                   help="interpreter of the single-user servers (labkit installed in it)")
+    h.add_argument("--pythonpath", default="", help="PYTHONPATH of every server (a labkit "
+                   "checkout that is not installed)")
+    h.add_argument("--cgroup", default="/labkit-grading",
+                   help="cgroup folder delegated to the instructor for grading boxes")
+    h.add_argument("--serve", action="store_true", help="then start JupyterHub")
+    h.set_defaults(func=_hub)
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -91,6 +122,43 @@ def _check(args: argparse.Namespace) -> int:
     if not stale:
         print("exercises/ matches solutions/")
     return 1 if stale else 0
+
+
+def _hub(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from labkit.grading import course, hub
+
+    try:
+        names = args.students
+        if names.startswith("@"):
+            names = ",".join(Path(names[1:]).read_text().split())
+        passwords = {}
+        if args.passwords:
+            for line in Path(args.passwords).read_text().splitlines():
+                user, _, word = line.partition(":")
+                passwords[user.strip()] = word
+        plan = hub.HubPlan(
+            instructor=args.instructor, students=tuple(n for n in names.split(",") if n),
+            course_dir=Path(args.course_dir) if args.course_dir else None,
+            exchange=Path(args.exchange), hub_dir=Path(args.hub_dir),
+            config_dir=Path(args.config_dir), ip=args.ip, port=args.port,
+            hub_port=args.hub_port, api_port=args.api_port, python=args.python,
+            pythonpath=args.pythonpath, cgroup=args.cgroup, passwords=passwords)
+        for line in hub.setup(plan, course.repo_root()):
+            print(line)
+    except ConfigError as error:
+        print(f"labkit course hub: error: {error}", file=sys.stderr)
+        return 2
+    except (LabError, OSError) as error:
+        print(f"labkit course hub: {error}", file=sys.stderr)
+        return 1
+    if args.serve:
+        sys.stdout.flush()
+        os.execv(args.python, [args.python, "-m", "jupyterhub", "-f",
+                               str(plan.hub_dir / "jupyterhub_config.py")])
+    return 0
 
 
 def _traces(args: argparse.Namespace) -> int:

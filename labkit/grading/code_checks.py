@@ -4,22 +4,20 @@ What is graded (problem set 3, "build it", after seeds 002 and 003):
 
 * ``ring_all_reduce(ctx, tensor)``: sum ``tensor`` across ranks with ``ctx.comm.send`` /
   ``recv`` (or ``isend`` / ``irecv``) only, as a reduce-scatter then an all-gather around
-  the ring. Parts: the sums for each world size; each rank SENDING ``2(n-1)/n`` of the
-  tensor by point-to-point (read off the Timeline). Gates (fail one, score 0): no
-  collective at all, counted where every route ends, the c10d operators
-  (``dist.all_reduce``, ``ctx.comm.all_reduce`` and a direct ``ProcessGroup.allreduce``
-  alike), and no call into labkit's own ring; during autograding also the bytes the box's
-  own loopback interface carried, counted outside the box where the student's code cannot
-  reach (a hidden all-reduce, even one hidden from the in-rank counter, doubles them).
+  the ring (Patarasuk and Yuan 2009: ``2(n-1)`` steps of one ``1/n`` chunk, the least any
+  all-reduce must send). Parts: the sums for each world size; each rank sending
+  ``2(n-1)/n`` of the tensor in ``2(n-1)`` messages. Gate (fail it, score 0): no collective.
+  Each rank runs in a box of its own with no process group, and every message crosses the
+  grader (:mod:`labkit.grading.sandbox.relay`), which counts bytes, messages and
+  collectives itself: there is no second way between the ranks for a hidden all-reduce.
 * ``bucketed_allreduce`` and ``zero1_step``: see ``labkit.grading.sync_checks`` (their
   names are importable from here too);
 * a 1F1B plan: see ``labkit.grading.plan_code``.
 
-The student's function runs on real ranks (in the grading box during autograding); only
-plain numbers come back, and the expected values are computed here from the inputs'
-seed. ``check_*`` functions return a ``Verdict`` (all parts passed or not, with the
-per-part feedback); ``*_question`` + ``add_*`` build the partial-credit questions the
-notebooks use.
+The student's function runs on real rank processes; each rank gets only its own inputs,
+drawn here, and only plain numbers come back; the expected values are computed here.
+``check_*`` functions return a ``Verdict`` (all parts passed or not, with the per-part
+feedback); ``*_question`` + ``add_*`` build the partial-credit questions the notebooks use.
 """
 
 from __future__ import annotations
@@ -27,12 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from labkit.analysis.timeline import Timeline
-from labkit.base.events import Op
 from labkit.grading import calls
 from labkit.grading.checks import Verdict
 from labkit.grading.parts import FORBIDDEN_HINT, Question
-from labkit.grading.rank_checks import FORBID, compare, failure, gate, stub, window
+from labkit.grading.rank_checks import FORBID, compare, failure, gate, inputs, stub
 from labkit.grading.sync_checks import (
     BUCKET_CAP,
     BUCKET_SIZES,
@@ -46,90 +42,99 @@ from labkit.grading.sync_checks import (
 )
 
 RING_SIZES = (12, 13, 1001)  # divisible, odd, odd and larger
-WIRE_SIZE = 1 << 18  # float64 elements: 2 MB, so the loopback count is mostly payload
 ONLY_P2P = "built from send/recv only"
+BYTES = "2(n-1)/n of the tensor per rank, by point-to-point"
 
 def ring_question(points: float = 4) -> Question:
     return Question("ring_all_reduce", points)
 
 
 def add_ring(q: Question, fn: Callable[..., Any], world_sizes: Sequence[int] = (2, 3, 4),
-             sizes: Sequence[int] = RING_SIZES, seed: int = 0, wire: bool = False) -> None:
-    """Run the ring on each world size; record sums, timeline bytes and (``wire``) loopback."""
-    from labkit.grading.rank_side import inputs
-
+             sizes: Sequence[int] = RING_SIZES, seed: int = 0) -> None:
+    """Run the ring on each world size; record the sums and the bytes the grader relayed."""
     name = "ring_all_reduce"
-    all_sizes = list(sizes) + ([WIRE_SIZE] if wire else [])
     for n in world_sizes:
         sums = f"right sums on {n} ranks"
         if stub(q, sums, name):
             continue
+        cases = [[inputs(seed, case, r, size) for case, size in enumerate(sizes)]
+                 for r in range(n)]
         try:
-            out = calls.launch(fn, "ring", n, [all_sizes, seed], FORBID)
+            out = calls.launch(fn, "ring", n, [[cases[r]] for r in range(n)], FORBID)
         except Exception as exc:  # noqa: BLE001 (any failure of student code is feedback)
             failure(q, sums, name, exc)
             continue
-        results, timeline = out["results"], out["timeline"]
-        if not gate(q, name, [rec for rank in results for rec in rank], ONLY_P2P):
+        results, record = out["results"], out["record"]
+        if not gate(q, name, [rec for rank in results for rec in rank], record, ONLY_P2P):
             return
-        for case, size in enumerate(all_sizes):
-            want = sum(inputs(seed, case, r, size) for r in range(n))
+        for case, size in enumerate(sizes):
+            want = sum(cases[r][case] for r in range(n))
             for rank in range(n):
-                diff = compare(results[rank][case], want, seed + case)
+                diff = compare(results[rank][case], want)
                 where = f"world_size={n}, tensor of {size} float64, rank {rank}"
                 if isinstance(diff, str):
                     q.record(sums, False, f"{name} ({where}): the result {diff}. Sum in "
                              "place into `tensor` (or return the summed tensor).")
                 else:
-                    q.record(sums, diff <= 1e-9 * max(1, n) * (1 if size < 5000 else 100),
-                             f"{name} ({where}) differs from dist.all_reduce by up to "
-                             f"{diff:.3g}. Try: split into n chunks with torch.tensor_split; "
-                             "in step k, send chunk (rank - k) % n to rank + 1 and add the "
-                             "chunk received from rank - 1.")
-            q.record("2(n-1)/n of the tensor per rank, by point-to-point",
-                     _ring_bytes(name, timeline, results, n, case, size))
-        if out["wire_bytes"] is not None and wire:
-            q.record("the network carried a ring's bytes (counted outside the box)",
-                     _wire(name, out["wire_bytes"], n, all_sizes), gate=True)
+                    q.record(sums, diff <= 1e-9 * max(1, n), f"{name} ({where}) differs "
+                             f"from the sum over ranks by up to {diff:.3g}. Try: split into "
+                             "n chunks with torch.tensor_split; in step k, send chunk "
+                             "(rank - k) % n to rank + 1 and add the chunk received from "
+                             "rank - 1.")
+            q.record(BYTES, _ring_bytes(name, record, n, case, size * 8))
+            q.record(BYTES, _carries_data(name, record, [cases[r][case] for r in range(n)], case))
 
 
-def _ring_bytes(name: str, timeline: Timeline, results: list[Any], n: int, case: int,
-                size: int) -> Verdict:
-    """Bytes each rank sent by point-to-point, from the Timeline, vs 2(n-1)/n x size."""
-    elem = results[0][case]["element_bytes"]
-    tensor_bytes = size * elem
-    per_rank = []
-    for rank in range(n):
-        sends = [e for e in window(timeline, rank, case) if e.op == Op.SEND]
-        traced = sum(e.bytes or 0 for e in sends)
-        if results[rank][case]["sent_bytes"] > traced:
-            return Verdict(False, f"{name} (world_size={n}, rank {rank}): "
-                           f"{results[rank][case]['sent_bytes'] - traced} B were sent around "
-                           "the traced ctx.comm, so the timeline cannot show them. Use "
-                           "ctx.comm.send / isend and wait() every handle.")
-        per_rank.append(traced)
+def _ring_bytes(name: str, record: Any, n: int, case: int, tensor_bytes: int) -> Verdict:
+    """Bytes and messages each rank sent (as the grader relayed them) vs a ring's."""
+    per_rank = [record.sent_bytes.get((rank, case), 0) for rank in range(n)]
+    messages = [record.messages.get((rank, case), 0) for rank in range(n)]
     expected = 2 * (n - 1) / n * tensor_bytes
-    slack = 2 * (n - 1) * elem  # chunks of sizes n does not divide differ by one element
+    slack = 2 * (n - 1) * 8  # chunks of sizes n does not divide differ by one element
     total_ok = sum(per_rank) == 2 * (n - 1) * tensor_bytes
     worst = max(per_rank, key=lambda b: abs(b - expected))
     if not total_ok or abs(worst - expected) > slack:
-        return Verdict(False, f"{name} (world_size={n}, {size} elements = {tensor_bytes} B): "
-                       f"ranks sent {per_rank} B by point-to-point; a ring sends "
-                       f"2(n-1)/n x {tensor_bytes} = {expected:.0f} B per rank. Sending whole "
-                       "tensors (or to every rank) moves more; send one 1/n chunk per step, "
-                       "2(n-1) steps in all.")
+        return Verdict(False, f"{name} (world_size={n}, {tensor_bytes // 8} elements = "
+                       f"{tensor_bytes} B): ranks sent {per_rank} B by point-to-point; a "
+                       f"ring sends 2(n-1)/n x {tensor_bytes} = {expected:.0f} B per rank. "
+                       "Sending whole tensors (or to every rank) moves more; send one 1/n "
+                       "chunk per step, 2(n-1) steps in all.")
+    if any(m != 2 * (n - 1) for m in messages):
+        return Verdict(False, f"{name} (world_size={n}): ranks sent {messages} messages; a "
+                       f"ring sends one chunk per step, 2(n-1) = {2 * (n - 1)} messages per "
+                       "rank.")
     return Verdict(True, "bytes ok")
 
 
-def _wire(name: str, measured: int, n: int, sizes: Sequence[int]) -> Verdict:
-    """Loopback bytes of the whole launch vs what the ring's sends need (payload + setup)."""
-    need = sum(2 * (n - 1) * s * 8 for s in sizes)
-    setup = 512 * 1024  # process-group set-up, clock alignment, the grader's own barriers
-    if need * 0.95 <= measured <= need * 1.4 + setup:
-        return Verdict(True, "wire ok")
-    return Verdict(False, f"{name} (world_size={n}): the box's network carried {measured} B "
-                   f"while a ring needs about {need} B. More means extra traffic (a hidden "
-                   "collective); less means data moved some other way than the network.")
+def _carries_data(name: str, record: Any, tensors: list[Any], case: int) -> Verdict:
+    """Every message carries real data: a slice of a sum of some ranks' tensors.
+
+    In a ring each message is a chunk of partial sums (reduce-scatter) or of the total
+    (all-gather); the relay kept what each message carried, so ring-shaped sends of zeros
+    or of noise, next to a sum found some other way, earn no credit for their bytes.
+    """
+    import itertools
+
+    import torch
+
+    from labkit.grading.sandbox.relay_rank import unpack
+
+    n = len(tensors)
+    sums = [sum(tensors[s] for s in subset) for k in range(1, n + 1)
+            for subset in itertools.combinations(range(n), k)]
+    for rank in range(n):
+        for payload in record.payloads.get((rank, case), []):
+            got = unpack(payload)
+            size = got.numel()
+            found = got.dtype == torch.float64 and 0 < size <= tensors[0].numel() and any(
+                bool((total.unfold(0, size, 1) - got).abs().amax(1).min() <= 1e-9 * n)
+                for total in sums)
+            if not found:
+                return Verdict(False, f"{name} (world_size={n}, rank {rank}): a message of "
+                               f"{size} values is not a chunk of a sum of the ranks' tensors. "
+                               "Each step of a ring sends a chunk of partial sums (or, in the "
+                               "all-gather, of the total), as float64 like the tensor.")
+    return Verdict(True, "the messages carry the data")
 
 
 def check_ring_allreduce(fn: Callable[..., Any], world_sizes: Sequence[int] = (2, 3, 4),

@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,24 @@ def tampering(submitted: Path, released: Path) -> list[str]:
     return found
 
 
+def _targets(assignment: str, paths: list[Path], source: Path) -> list[str]:
+    """The name each submitted file must have in the course (nbgrader grades by name).
+
+    A student's copy may be called anything (``ps1 (1).ipynb``, ``mine.ipynb``): with one
+    notebook in the assignment, it is that notebook; with several, each file must be
+    named after one of them.
+    """
+    expected = sorted(p.name for p in (source / assignment).glob("*.ipynb"))
+    if len(expected) == 1 and len(paths) == 1:
+        return expected
+    wrong = [p.name for p in paths if p.name not in expected]
+    if wrong or len({p.name for p in paths}) != len(paths):
+        raise ConfigError(f"notebook(s) {wrong or [p.name for p in paths]}: assignment "
+                          f"{assignment} has the notebooks {expected}; name each file after "
+                          f"one of them, e.g. --notebook {expected[0] if expected else 'x.ipynb'}")
+    return [p.name for p in paths]
+
+
 def _in_gradebook(root: Path, assignment: str) -> bool:
     db = root / "course" / "gradebook.db"
     if not db.exists():
@@ -174,11 +193,13 @@ def _scores(root: Path, assignment: str, student: str) -> list[QuestionScore]:
 def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
            student: str = "student", root: Path | None = None,
            cell_timeout: float | None = None, test_timeout: float | None = None,
-           sandbox: str | None = None) -> SubmitResult:
+           sandbox: str | None = None, options: Mapping[str, object] | None = None
+           ) -> SubmitResult:
     """Grade ``notebooks`` (default: ``exercises/<assignment>/*.ipynb``) as ``student``.
 
-    ``cell_timeout`` / ``test_timeout`` / ``sandbox`` override ``nbgrader_config.py``'s
-    ``SandboxedExecute`` settings for this run.
+    ``cell_timeout`` / ``test_timeout`` / ``sandbox`` and ``options`` (any other
+    ``SandboxedExecute`` setting, e.g. ``{"memory_mb": 1024}``) override
+    ``nbgrader_config.py`` for this run.
     """
     root = root or course.repo_root()
     course.check_assignment(assignment, root)
@@ -193,9 +214,10 @@ def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
                           f"notebook, e.g. labkit submit {assignment} --notebook "
                           f"exercises/{assignment}/{assignment}.ipynb")
     practice = not (root / "solutions" / assignment).is_dir()
+    targets = _targets(assignment, paths, root / ("exercises" if practice else "solutions"))
     opts = ["--CourseDirectory.source_directory=exercises"] if practice else []
     for name, value in (("cell_timeout", cell_timeout), ("test_timeout", test_timeout),
-                        ("sandbox", sandbox)):
+                        ("sandbox", sandbox), *(options or {}).items()):
         if value is not None:
             opts.append(f"--SandboxedExecute.{name}={value}")
     # 1. the gradebook must know the assignment's cells and checksums
@@ -209,9 +231,9 @@ def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
     dest.mkdir(parents=True)
     tampered: list[str] = []
     cells = 0
-    for p in paths:
-        shutil.copy(p, dest / p.name)
-        tampered += tampering(p, root / "exercises" / assignment / p.name)
+    for p, name in zip(paths, targets):
+        shutil.copy(p, dest / name)
+        tampered += tampering(p, root / "exercises" / assignment / name)
         cells += p.read_text(errors="replace").count('"cell_type": "code"')
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f %Z")
     (dest / "timestamp.txt").write_text(stamp)

@@ -7,8 +7,10 @@
   2020) for momentum SGD on a flat parameter: each rank keeps optimizer state for its own
   1/n shard only, updates that shard with the mean gradient, and all-gathers the result.
 
-As in ``code_checks``, only plain numbers come back from the ranks and the expected
-values are computed here from the inputs' seed.
+As in ``code_checks``, every rank runs in a box of its own and gets only its own inputs,
+drawn here; ``ctx.comm``'s collectives are combined by the grader, which counts each one
+(so "one all-reduce per bucket" is the grader's count, not the rank's); only plain
+numbers come back and the expected values are computed here.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from labkit.base.events import Op
 from labkit.grading import calls
 from labkit.grading.checks import Verdict
 from labkit.grading.parts import Question
-from labkit.grading.rank_checks import FORBID, compare, failure, gate, stub, window
+from labkit.grading.rank_checks import FORBID, compare, failure, gate, inputs, stub
 
 BUCKET_SIZES = (1000, 10, 300, 5000, 7, 2000, 600)  # float32 elements
 BUCKET_CAP = 8000  # bytes
@@ -50,43 +52,42 @@ def bucket_question(points: float = 3) -> Question:
 def add_buckets(q: Question, fn: Callable[..., Any], world_size: int = 2,
                 sizes: Sequence[int] = BUCKET_SIZES, cap_bytes: int = BUCKET_CAP,
                 seed: int = 0) -> None:
-    """Averages right; one traced all-reduce per greedy bucket, every byte reduced once."""
+    """Averages right; one all-reduce per greedy bucket, every byte reduced once."""
     import torch
-
-    from labkit.grading.rank_side import inputs
 
     name = "bucketed_allreduce"
     if stub(q, "averages match", name):
         return
+    grads = [[inputs(seed, i, r, n, torch.float32) for i, n in enumerate(sizes)]
+             for r in range(world_size)]
     try:
-        out = calls.launch(fn, "bucket", world_size, [list(sizes), cap_bytes, seed], FORBID)
+        out = calls.launch(fn, "bucket", world_size, [[grads[r], cap_bytes]
+                                                      for r in range(world_size)], FORBID)
     except Exception as exc:  # noqa: BLE001 (any failure of student code is feedback)
         failure(q, "averages match", name, exc)
         return
     results, timeline = out["results"], out["timeline"]
-    if not gate(q, name, results, "your own bucketing, with ctx.comm.all_reduce",
-                 allowed=("c10d.allreduce_",)):
+    if not gate(q, name, results, out["record"], "your own bucketing, with ctx.comm.all_reduce",
+                allowed=("all_reduce",)):
         return
     want = expected_buckets([4 * s for s in sizes], cap_bytes)
     for rank, rec in enumerate(results):
-        for i, (got, n) in enumerate(zip(rec["grads"], sizes)):
-            mean = sum(inputs(seed, i, r, n, torch.float32) for r in range(world_size)) / world_size
-            diff = compare(got, mean, seed + i)
+        for i, got in enumerate(rec["grads"]):
+            mean = sum(grads[r][i] for r in range(world_size)) / world_size
+            diff = compare(got, mean)
             q.record("averages match", not isinstance(diff, str) and diff <= 1e-5,
                      f"{name} (rank {rank}) grads[{i}]: " + (diff if isinstance(diff, str) else
                      f"off the mean over ranks by {diff:.3g}") + ". Try: flatten a bucket "
                      "with torch.cat, all-reduce it, divide by world_size, and copy each "
                      "slice back in place (view_as the original gradient).")
-        reduces = [e for e in window(timeline, rank, 0) if e.op == Op.ALL_REDUCE]
-        untraced = rec["ops"].get("c10d.allreduce_", 0) - len(reduces)
-        ok = untraced <= 0 and len(reduces) == len(want) and \
-            sum(e.bytes or 0 for e in reduces) == 4 * sum(sizes)
+        reduces = [e for e in timeline.select(rank=rank, op=Op.ALL_REDUCE) if e.step == 0]
+        ok = len(reduces) == len(want) and sum(e.bytes or 0 for e in reduces) == 4 * sum(sizes)
         q.record("one all-reduce per bucket", ok,
-                 f"{name} (rank {rank}): {len(reduces)} traced all-reduce(s) of "
-                 f"{sorted(e.bytes or 0 for e in reduces)} B and {max(untraced, 0)} untraced; "
-                 f"with a {cap_bytes} B cap the gradients {list(sizes)} (float32) form "
-                 f"{len(want)} buckets {want}. Use ctx.comm.all_reduce, fill buckets in list "
-                 "order and close one before it would exceed the cap.")
+                 f"{name} (rank {rank}): {len(reduces)} all-reduce(s) of "
+                 f"{sorted(e.bytes or 0 for e in reduces)} B; with a {cap_bytes} B cap the "
+                 f"gradients {list(sizes)} (float32) form {len(want)} buckets {want}. Use "
+                 "ctx.comm.all_reduce, fill buckets in list order and close one before it "
+                 "would exceed the cap.")
 
 
 def check_bucketed_sync(fn: Callable[..., Any], world_size: int = 2,
@@ -109,27 +110,27 @@ def add_zero1(q: Question, fn: Callable[..., Any], world_size: int = 2, size: in
     """Same parameters as single-process momentum SGD; optimizer state sharded 1/n."""
     import torch
 
-    from labkit.grading.rank_side import inputs
-
     name = "zero1_step"
     size = world_size * math.ceil(size / world_size)
     if stub(q, "parameters match momentum SGD", name):
         return
+    start = inputs(seed, 999, 0, size)  # the same start on every rank
+    grads = [[inputs(seed, step, r, size) for step in range(steps)] for r in range(world_size)]
     try:
-        out = calls.launch(fn, "zero1", world_size, [size, steps, lr, momentum, seed], FORBID)
+        out = calls.launch(fn, "zero1", world_size, [[start, grads[r], lr, momentum]
+                                                     for r in range(world_size)], FORBID)
     except Exception as exc:  # noqa: BLE001 (any failure of student code is feedback)
         failure(q, "parameters match momentum SGD", name, exc)
         return
-    if not gate(q, name, out["results"], "your own sharding", allowed=None):
+    if not gate(q, name, out["results"], out["record"], "your own sharding", allowed=None):
         return
-    ref, buf = inputs(seed, 999, 0, size), torch.zeros(size, dtype=torch.float64)
+    ref, buf = start.clone(), torch.zeros(size, dtype=torch.float64)
     for step in range(steps):  # the single-process reference: momentum SGD on the mean grad
-        buf = momentum * buf + torch.stack([inputs(seed, step, r, size)
-                                            for r in range(world_size)]).mean(0)
+        buf = momentum * buf + torch.stack([grads[r][step] for r in range(world_size)]).mean(0)
         ref = ref - lr * buf
     for rank, rec in enumerate(out["results"]):
         where = f"world_size={world_size}, rank {rank}"
-        diff = compare(rec["param"], ref, seed)
+        diff = compare(rec["param"], ref)
         q.record("parameters match momentum SGD", not isinstance(diff, str) and diff <= 1e-9,
                  f"{name} ({where}): after {steps} steps the parameters " +
                  (diff if isinstance(diff, str) else f"differ from plain momentum SGD on the "

@@ -1,8 +1,10 @@
 """Problem set 1, instructor side: answer keys and the randomised hidden inputs.
 
 Every key is computed by ``labkit.theory``, never typed in, so exercises, lessons and quiz
-agree. The hidden inputs come from a generator seeded with a value that lives only here;
-a function that only returns the worked numbers fails them.
+agree. The hidden inputs come from a generator seeded with a value that lives only here
+and with the student's id (autograding passes it as ``student_id``): a function that only
+returns the worked numbers fails them, and one student's feedback, which names the inputs
+of a failed case, tells the class nothing about anyone else's.
 """
 
 from __future__ import annotations
@@ -78,9 +80,9 @@ def _inputs(name: str, rng: random.Random) -> dict[str, Any]:
             "bandwidth_Bps": rng.choice([1.25e9, 25e9, 450e9])}
 
 
-def cases(name: str, count: int = 25) -> list[tuple[dict[str, Any], float]]:
-    """``count`` hidden (inputs, expected) pairs for exercise ``name``."""
-    rng = random.Random(f"{SECRET}:{name}")
+def cases(name: str, student: str = "", count: int = 25) -> list[tuple[dict[str, Any], float]]:
+    """``count`` hidden (inputs, expected) pairs for exercise ``name``, drawn for ``student``."""
+    rng = random.Random(f"{SECRET}:{name}:{student}")
     out = []
     for _ in range(count):
         kwargs = _inputs(name, rng)

@@ -1,10 +1,46 @@
-"""Problem set 3, instructor side: the hidden cases of the code exercises."""
+"""Problem set 3, instructor side: the hidden cases of the code exercises, per student.
+
+Every hidden input is drawn from a generator seeded with ``SECRET`` and the student's id
+(autograding passes it as ``student_id``), so each student's ranks sum other tensors, of
+other sizes, and sync other gradients; a feedback line that names a size helps no one
+else. The visible tests use seed 0 and the sizes in ``labkit.grading``.
+"""
 
 from __future__ import annotations
 
-SEED = 2718  # inputs of the hidden runs (the visible ones use seed 0)
+import hashlib
+import random
+
+SECRET = "ps3-hidden-51c9"
 RING_WORLD_SIZES = (3, 4)
-RING_SIZES = (12, 13, 1001)
-BUCKET_SIZES = (700, 3000, 5, 1999, 2001, 64)  # float32 elements
 BUCKET_CAP = 8000  # bytes
-PIPELINE_CASES = ((3, 5), (4, 4), (2, 1), (5, 7), (4, 12))
+
+
+def _rng(student: str, what: str) -> random.Random:
+    return random.Random(f"{SECRET}:{what}:{student}")
+
+
+def seed(student: str) -> int:
+    """The seed of this student's hidden tensors."""
+    return int(hashlib.sha256(f"{SECRET}:{student}".encode()).hexdigest()[:8], 16) % 1_000_003
+
+
+def ring_sizes(student: str) -> tuple[int, int, int]:
+    """A size every world size divides, a small odd one, a larger odd one."""
+    rng = _rng(student, "ring")
+    return 12 * rng.randint(1, 4), 2 * rng.randint(6, 20) + 1, 2 * rng.randint(400, 600) + 1
+
+
+def bucket_sizes(student: str) -> tuple[int, ...]:
+    """Six float32 gradients: one larger than the cap, small ones that share a bucket."""
+    rng = _rng(student, "buckets")
+    return (rng.randint(500, 900), rng.randint(2500, 3500), rng.randint(1, 9),
+            rng.randint(1800, 2100), rng.randint(1900, 2300), rng.randint(32, 96))
+
+
+def pipeline_cases(student: str) -> tuple[tuple[int, int], ...]:
+    """(stages, microbatches): fewer microbatches than stages, as many, more, and one."""
+    rng = _rng(student, "pipeline")
+    p = rng.randint(3, 5)
+    return ((p, rng.randint(p + 1, 3 * p)), (p + 1, p + 1), (2, 1), (rng.randint(4, 5),
+            rng.randint(2, 3)), (4, rng.randint(9, 14)))

@@ -138,7 +138,7 @@ def test_attacks_score_only_the_honest_parts_and_touch_no_instructor_file(
                    "bubble_share": 2, "ring_bytes": 1, "ring_time": 2}, result.report()
     assert len(result.stopped) == 2, result.report()  # both hung cells, stopped and reported
     text = feedback_text(result)
-    assert "labkit.theory.memory.zero_memory" in text and "do that work yourself" in text
+    assert "it calls labkit.theory.zero_memory" in text and "do that work yourself" in text
     outputs = autograded_outputs(root, "mallory")
     # nothing of the instructor's side exists in the box; nothing was deleted or edited
     assert "'READ'" not in outputs.split("SEEN", 1)[1].split("\n", 1)[0], outputs

@@ -134,26 +134,43 @@ def test_wrong_answers_get_partial_marks_and_tampering_is_caught(root: Path,
     assert "ring_bytes was edited" in tampered and "ring_time was deleted" in tampered
 
 
-PRIVATE_ALLREDUCE = '''def ring_all_reduce(ctx, tensor):
-    """The right sum from the process group itself, plus ring-shaped sends of zeros."""
-    from torch.distributed.distributed_c10d import _get_default_group
-    _get_default_group().allreduce([tensor]).wait()
-    n, rank = ctx.world_size, ctx.rank
+ZERO_RING = """    n, rank = ctx.world_size, ctx.rank
     chunks = list(torch.tensor_split(tensor, n))
     for k in range(2 * (n - 1)):
         i = (rank - k) % n
         handle = ctx.comm.isend(torch.zeros_like(chunks[i]), (rank + 1) % n)
         ctx.comm.recv(torch.empty_like(chunks[(i - 1) % n]), (rank - 1) % n)
         handle.wait()
-    return tensor
-'''
+"""
+"""The body of exactly a ring's sends, carrying zeros: the cover for a sum found elsewhere."""
+PRIVATE_ALLREDUCE = '''def ring_all_reduce(ctx, tensor):
+    """Issue 26's attack: the sum from a hidden all-reduce (the process group itself, else
+    one of its own on a file store, as labkit's ranks meet), behind a ring's sends."""
+    import datetime
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _get_default_group
+    try:
+        _get_default_group().allreduce([tensor]).wait()
+    except Exception as exc:
+        print("no process group:", exc)
+        try:
+            dist.init_process_group("gloo", init_method="file:///tmp/hidden-store",
+                                    rank=ctx.rank, world_size=ctx.world_size,
+                                    timeout=datetime.timedelta(seconds=3))
+            dist.all_reduce(tensor)
+        except Exception as exc:
+            print("no way around the relay:", type(exc).__name__)
+''' + ZERO_RING + "    return tensor\n"
 
 
 def test_code_exercises_catch_cheats_and_leave_no_processes(root: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
-    """ps3: a private all-reduce behind ring-shaped zero sends, and labkit's own 1F1B plan,
-    both score 0 with a message; the honest answers keep their marks."""
+    """ps3: a hidden all-reduce behind ring-shaped zero sends (each rank is a box of its own
+    with no process group and no shared /tmp: there is nothing to all-reduce with, and the
+    relay saw that the sends carried zeros), and labkit's own 1F1B plan (labkit.schedules is
+    absent from the box that runs it), both score 0 with a message; the honest answers
+    keep their marks."""
     token = f"labkit-grading-{uuid.uuid4().hex}"
     monkeypatch.setenv("LABKIT_TEST_TOKEN", token)
     nb = notebook(root, "solutions", "ps3_build_it")
@@ -167,7 +184,7 @@ def test_code_exercises_catch_cheats_and_leave_no_processes(root: Path, tmp_path
     assert got["ring_allreduce"] == 0 and got["one_f_one_b"] == 0, result.report()
     assert got["bucketed_sync"] == 3 and got["zero1"] == 3, result.report()
     text = feedback_text(result)
-    assert "used built-in collective(s) ['allreduce']" in text
+    assert "is not a chunk of a sum of the ranks' tensors" in text
     assert "it calls labkit.schedules" in text and "do that work yourself" in text
     leftovers = processes_holding(token)
     assert leftovers == [], f"processes left behind by grading: {leftovers}"

@@ -117,3 +117,41 @@ def test_unshare_refuses_a_course_under_a_temp_dir_with_the_way_out(tmp_path: Pa
 def test_bad_mode_is_refused_before_anything_starts() -> None:
     with pytest.raises(ConfigError, match="one of auto, bwrap, unshare, none"):
         Box(mode="docker")
+
+
+def test_a_cell_over_its_cpu_limit_is_stopped_with_a_line_and_the_next_cell_runs() -> None:
+    """CPU is read from outside the box: a busy loop is stopped at the cell's CPU limit (not
+    its wall limit), the cell's output gets a line naming the limit, the box is rebuilt,
+    and the CPU it used still counts for the notebook after the restart."""
+    from labkit.grading.sandbox.limits import Limits
+
+    session = Session(cell_timeout=30, limits=Limits(cell_cpu_s=2)).start()
+    try:
+        start = time.monotonic()
+        reply = session.run_cell("x = 1\nwhile True:\n    x += 1")
+        assert reply["error"]["ename"] == "CellLimit"
+        assert time.monotonic() - start < 25  # well before the 30 s wall limit
+        assert session.notes == ["labkit grading limit: this cell used more than 2 CPU "
+                                 "seconds; it was stopped and its box started again."]
+        used = session._cpu_s()
+        assert used >= 2
+        assert "42" in session.run_cell("print(41 + 1)")["stdout"]
+        assert session._cpu_s() >= used
+    finally:
+        session.close()
+
+
+def test_once_the_notebook_has_used_its_time_later_cells_are_not_run() -> None:
+    """A notebook whose cells each hang just under the cell limit still ends: past
+    notebook_timeout, the remaining cells are not run, with a line saying why."""
+    from labkit.grading.sandbox.limits import Limits
+
+    session = Session(cell_timeout=30, limits=Limits(notebook_timeout=2)).start()
+    try:
+        session.run_cell("import time\ntime.sleep(3)")
+        reply = session.run_cell("print('never')")
+        assert reply["error"]["evalue"] == "not run: the notebook used its 2 s of time"
+        assert session.notes == ["labkit grading limit: not run: the notebook used its 2 s of "
+                                 "time."]
+    finally:
+        session.close()

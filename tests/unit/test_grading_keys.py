@@ -1,7 +1,8 @@
 """The package students install and the release they get hold no answer key, no hidden input.
 
 Every hidden value the instructor's side defines (ps1's randomised cases and their keys,
-ps2's key, ps3's hidden sizes and seed, ps4's hidden scenarios, challenges and traces) is
+ps2's key, ps3's hidden sizes and seed (as drawn for a student), ps4's hidden scenarios,
+challenges and traces) is
 looked for, as it would be written, in every file of the installed ``labkit`` package and
 of ``exercises/``; the instructor folder itself is not an assignment and never released.
 """
@@ -46,7 +47,8 @@ def hidden_values() -> list[str]:
     ps5 = instructor.load("ps5_3d", REPO)
     ps6 = instructor.load("ps6_async", REPO)
     assert None not in (ps1, ps3, ps4, ps5, ps6)
-    out = [ps1.SECRET, repr(ps3.PIPELINE_CASES), repr(ps3.BUCKET_SIZES), "def cases(",
+    out = [ps1.SECRET, ps3.SECRET, repr(ps3.pipeline_cases("student")),
+           repr(ps3.bucket_sizes("student")), repr(ps3.ring_sizes("student")), "def cases(",
            "HIDDEN_CASES", "HIDDEN_SCENARIOS", "HIDDEN_CHALLENGES"]
     for name in ps1.KEYS:
         for _, expected in ps1.cases(name):

@@ -84,3 +84,16 @@ def test_an_nbgrader_run_past_its_budget_is_a_lab_error_not_a_raw_timeout(monkey
     monkeypatch.setattr(course.subprocess, "run", too_slow)
     with pytest.raises(LabError, match="nbgrader autograde did not finish within 5 s"):
         course.nbgrader(["autograde", "ps1_numbers"], tmp_path, timeout=5)
+
+
+def test_a_notebook_may_be_called_anything_when_the_assignment_has_one(tmp_path: Path) -> None:
+    """Issue 25: `labkit submit ps1_numbers --notebook "ps1 (1).ipynb"` grades it as the
+    assignment's notebook; with several files each must be named after one of its notebooks."""
+    from labkit.base.errors import ConfigError
+    from labkit.grading.submit import _targets
+
+    copy = tmp_path / "ps1 (1).ipynb"
+    assert _targets("ps1_numbers", [copy], REPO / "exercises") == ["ps1_numbers.ipynb"]
+    with pytest.raises(ConfigError, match=r"has the notebooks \['ps1_numbers.ipynb'\].*"
+                                          r"--notebook ps1_numbers.ipynb"):
+        _targets("ps1_numbers", [copy, tmp_path / "other.ipynb"], REPO / "exercises")

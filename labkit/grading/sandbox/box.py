@@ -27,6 +27,14 @@ works on this machine; ``LABKIT_SANDBOX`` or ``SandboxedExecute.sandbox`` force 
 In every mode the box gets the submission's data files over the pipe (never a writable
 mount of the course), and dies with the grading: killing ``bwrap`` / ``unshare`` kills
 the pid namespace's first process, and the kernel then kills everything left inside.
+
+What the box may use (:mod:`limits`): its own cgroup where the grader may make one, the
+rlimits its first process (:mod:`boxinit`) sets inside, a sized ``/tmp``; its CPU time is
+read from outside (:mod:`procfs`) while it works, and :meth:`Box.hits` says which limit
+stopped something. ``bwrap`` and ``unshare`` themselves start with an empty environment,
+and the box's first process is labkit's own non-dumpable init, so no process in the box
+holds the grader's environment or can be traced by the student's code. ``absent`` names
+labkit modules the box must not contain (:mod:`absent`).
 """
 
 from __future__ import annotations
@@ -34,7 +42,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import secrets
 import select
 import shutil
 import signal
@@ -43,95 +50,120 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from labkit.base.errors import LabError
+from labkit.grading.sandbox import procfs
+from labkit.grading.sandbox.limits import BoxCgroup, Limits, apply_rlimits, enter_cgroup
 from labkit.grading.sandbox.modes import (
+    BOX_PACKAGE,
     available,
     bwrap_cmd,
+    drop_capabilities,
     env,
+    init_argv,
+    package_dir,
     package_parent,
     resolve_mode,
+    tool_env,
     unshare_cmd,
 )
+from labkit.grading.sandbox.pipe import POLL_S, BoxError, BoxLimit, BoxTimeout, Pipe
 
-MAX_REPLY = 64 * 2**20
-__all__ = ["Box", "BoxError", "BoxTimeout", "available", "resolve_mode"]
-
-
-class BoxError(LabError):
-    """The box died, broke the protocol, or could not start."""
+__all__ = ["POLL_S", "Box", "BoxError", "BoxLimit", "BoxTimeout", "available", "resolve_mode"]
 
 
-class BoxTimeout(BoxError):
-    """The box did not answer within the time limit (it has been killed)."""
-
-
-def _is_namespace_init(pid: int) -> bool:
-    """Is ``pid`` still the first process of a pid namespace (not a recycled pid)?"""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    nspid = next((line.split()[1:] for line in status.splitlines()
-                  if line.startswith("NSpid:")), [])
-    return len(nspid) > 1 and nspid[-1] == "1"
-
-
-class Box:
-    """One running box: start it, send requests with a deadline, read the loopback bytes."""
+class Box(Pipe):
+    """One running box: start it, exchange JSON messages with deadlines, watch its use."""
 
     def __init__(self, *, mode: str | None = None, course_root: Path | None = None,
-                 files: Mapping[str, bytes] | None = None):
+                 files: Mapping[str, bytes] | None = None, limits: Limits | None = None,
+                 absent: Sequence[str] = (), cgroup_parent: str | None = None,
+                 network: bool = True, server: str = "labkit.grading.sandbox.server"):
+        super().__init__()
         self.mode = resolve_mode(mode)
         self.course_root = course_root
         self.files = dict(files or {})
+        self.limits = limits or Limits()
+        self.absent = tuple(absent)
+        self.cgroup_parent, self.network, self.server = cgroup_parent, network, server
         self.proc: subprocess.Popen[bytes] | None = None
-        self.netns_pid: int | None = None
-        self._buffer = b""
+        self.init_pid: int | None = None
+        self.cgroup: BoxCgroup | None = None
+        self._cpu_done = 0.0  # CPU seconds of this box's earlier lives (before a restart)
+        self._cpu_now = 0.0  # of its current life, at the last reading
+        self.tasks = 0  # processes and threads at the last reading
+        self._last_hits: dict[str, int] = {"pids": 0, "memory": 0, "oom": 0, "tmp_full": 0}
         self._stderr: list[bytes] = []
-        self._counter = 0
         self._private: str | None = None
 
     # ---- life cycle ---------------------------------------------------------------------
     def start(self, timeout: float = 60.0) -> Box:
+        Pipe.__init__(self)
+        self.init_pid = None
+        self._cpu_done, self._cpu_now = self.cpu_s, 0.0  # a restart counts from zero again
         to_box_r, to_box_w = os.pipe()
         from_box_r, from_box_w = os.pipe()
-        server = [sys.executable, "-m", "labkit.grading.sandbox.server", str(to_box_r),
-                  str(from_box_w)]
         fds = [to_box_r, from_box_w]
         info_r = info_w = -1
+        self.cgroup = BoxCgroup.make(self.limits, self.cgroup_parent)
+        cgroup_files = self.cgroup.procs_files if self.cgroup else []
+        rlimits: dict[str, int] = {}
         if self.mode == "bwrap":
             info_r, info_w = os.pipe()
             fds.append(info_w)
-            cmd = bwrap_cmd(env({}, "/tmp/home", "/tmp"), info_w) + server
-            variables, cwd = None, None
+            server = init_argv(self.limits, BOX_PACKAGE, self._server_argv(to_box_r, from_box_w))
+            cmd = bwrap_cmd(env({}, "/tmp/home", "/tmp"), info_w, self.limits, self.absent,
+                            self.network) + server
+            variables, cwd = tool_env(), None
         elif self.mode == "unshare":
-            cmd = unshare_cmd(self.course_root) + server
-            variables = env({"LABKIT_BOX_LO_UP": "1", "PYTHONPATH": package_parent()},
-                            "/tmp/home", "/tmp")
+            server = init_argv(self.limits, str(package_dir()),
+                               drop_capabilities(self._server_argv(to_box_r, from_box_w)))
+            cmd = unshare_cmd(self.course_root, self.limits, self.absent) + server
+            variables = env({"LABKIT_BOX_LO_UP": "1" if self.network else "0",
+                             "PYTHONPATH": package_parent()}, "/tmp/home", "/tmp")
             cwd = "/"
         else:
             self._private = tempfile.mkdtemp(prefix="labkit-box-")
             Path(self._private, "home").mkdir()
             variables = env({"PYTHONPATH": package_parent()}, f"{self._private}/home",
                             self._private)
-            cmd, cwd = server, self._private
-        self.proc = subprocess.Popen(cmd, pass_fds=fds, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     env=variables, cwd=cwd, start_new_session=True)
+            cmd, cwd = self._server_argv(to_box_r, from_box_w), self._private
+            # no user namespace here: RLIMIT_NPROC counts every process of this user
+            rlimits = dict(self.limits.rlimits(), NPROC=self.limits.processes + procfs.user_tasks())
+
+        def prepare() -> None:  # between fork and exec: only system calls
+            enter_cgroup(cgroup_files)
+            apply_rlimits(rlimits)
+
+        try:
+            self.proc = subprocess.Popen(cmd, pass_fds=fds, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         env=variables, cwd=cwd, start_new_session=True,
+                                         preexec_fn=prepare)
+        except BaseException:
+            for fd in (*fds, to_box_w, from_box_r, info_r):
+                if fd >= 0:
+                    os.close(fd)
+            self._remove_cgroup()
+            raise
         for fd in fds:
             os.close(fd)
         self._to, self._from = to_box_w, from_box_r
         threading.Thread(target=self._drain, daemon=True).start()
-        self.netns_pid = self.proc.pid if self.mode == "unshare" else None
         if info_r >= 0:
-            self.netns_pid = self._child_pid(info_r, timeout)
+            self.init_pid = self._child_pid(info_r, timeout)
+        elif self.mode == "unshare":
+            deadline = time.monotonic() + 5
+            while self.init_pid is None and time.monotonic() < deadline and self.alive():
+                self.init_pid = procfs.first_child(self.proc.pid)
+                time.sleep(0.01 if self.init_pid is None else 0)
         files = {k: base64.b64encode(v).decode() for k, v in self.files.items()}
         self.request("init", timeout, files=files)
         return self
+
+    def _server_argv(self, rfd: int, wfd: int) -> list[str]:
+        return [sys.executable, "-m", self.server, str(rfd), str(wfd)]
 
     def _child_pid(self, fd: int, timeout: float) -> int | None:
         """The sandbox's first process, from bwrap's --info-fd JSON.
@@ -174,10 +206,12 @@ class Box:
         """Kill the box and everything in it (pid namespace, or the session in mode none)."""
         if self.proc is None:
             return
+        self.usage()  # the last reading: what the box used in all
+        tmp = self.hits().get("tmp_full", 0)  # /tmp is gone once its first process is
         targets = []
         if self.proc.poll() is None:
-            if self.mode == "bwrap" and self.netns_pid and _is_namespace_init(self.netns_pid):
-                targets.append(self.netns_pid)  # the pid namespace's init: its death ends it
+            if self.init_pid and procfs.is_namespace_init(self.init_pid):
+                targets.append(self.init_pid)  # the pid namespace's init: its death ends it
             targets.append(self.proc.pid)
         for pid in targets:
             try:
@@ -188,6 +222,7 @@ class Box:
             except (ProcessLookupError, PermissionError):
                 pass
         self.proc.wait()
+        self._last_hits = dict(self.hits(), tmp_full=tmp)  # the cgroup's counters go with it
         for fd in (self._to, self._from):
             try:
                 os.close(fd)
@@ -195,7 +230,18 @@ class Box:
                 pass
         if self._private:
             shutil.rmtree(self._private, ignore_errors=True)
+        self._remove_cgroup()
         self.proc = None
+
+    def _remove_cgroup(self) -> None:
+        if self.cgroup is not None:
+            if self.mode == "none":  # no pid namespace took the stragglers along
+                for pid in self.cgroup.pids():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            self.cgroup.remove()
 
     def __enter__(self) -> Box:
         return self.start()
@@ -203,61 +249,28 @@ class Box:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # ---- requests -----------------------------------------------------------------------
-    def request(self, op: str, timeout: float, **payload: Any) -> dict[str, Any]:
-        """Send one request; the reply, or BoxTimeout (box killed) / BoxError."""
-        if not self.alive():
-            raise BoxError(f"the box is not running; its last words: {self.stderr_tail()}")
-        self._counter += 1
-        rid, token = self._counter, secrets.token_hex(8)
-        soft = payload.pop("limit", None)
-        message = {"op": op, "id": rid, "token": token, **payload}
-        if soft is not None:
-            message["timeout"] = soft
-        try:
-            os.write(self._to, (json.dumps(message) + "\n").encode())
-        except OSError as exc:
-            raise BoxError(f"could not reach the box: {exc}") from None
-        deadline = time.monotonic() + timeout
-        while True:
-            line = self._read_line(deadline)
-            try:
-                reply = json.loads(line)
-            except ValueError:
-                continue  # not a reply of ours (student output written to the pipe)
-            if isinstance(reply, dict) and reply.get("id") == rid and reply.get("token") == token:
-                return reply
+    # ---- what the box uses ----------------------------------------------------------------
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds the box used so far, over all its lives (last reading)."""
+        return self._cpu_done + self._cpu_now
 
-    def _read_line(self, deadline: float) -> bytes:
-        while b"\n" not in self._buffer:
-            remaining = deadline - time.monotonic()
-            ready = select.select([self._from], [], [], max(0.0, remaining))[0] \
-                if remaining > 0 else []
-            if not ready:
-                self.stop()
-                raise BoxTimeout("no answer before the time limit")
-            chunk = os.read(self._from, 1 << 20)
-            if not chunk:
-                tail = self.stderr_tail()
-                self.stop()
-                raise BoxError(f"the box exited{': ' + tail if tail else ''}")
-            self._buffer += chunk
-            if len(self._buffer) > MAX_REPLY:
-                self.stop()
-                raise BoxError(f"the box sent more than {MAX_REPLY} bytes in one reply")
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return line
+    def usage(self, now: procfs.Table | None = None) -> procfs.Usage:
+        """CPU seconds and tasks of the whole box now (``now``: a reading to share)."""
+        if self.proc is None:
+            return procfs.Usage(self.cpu_s)
+        reading = procfs.usage(self.proc.pid, now)
+        self._cpu_now = max(self._cpu_now, reading.cpu_s)
+        self.tasks = reading.tasks
+        return reading
 
-    def loopback_tx_bytes(self) -> int | None:
-        """Bytes sent on the box's own loopback so far (None where there is no netns)."""
-        if self.netns_pid is None:
-            return None
-        try:
-            text = Path(f"/proc/{self.netns_pid}/net/dev").read_text()
-        except OSError:
-            return None
-        for row in text.splitlines():
-            name, _, counters = row.partition(":")
-            if name.strip() == "lo":
-                return int(counters.split()[8])
-        return None
+    def hits(self) -> dict[str, int]:
+        """Counters of limits the box ran into: ``pids`` / ``memory`` / ``oom`` (cgroup) and
+        ``tmp_full`` (1 when /tmp is at least 98 % full); a stopped box keeps its last ones."""
+        if self.proc is None:
+            return dict(self._last_hits)
+        out = self.cgroup.events() if self.cgroup is not None else {"pids": 0, "memory": 0,
+                                                                    "oom": 0}
+        tmp = procfs.tmp_used(self.init_pid)
+        out["tmp_full"] = int(tmp is not None and tmp[1] > 0 and tmp[0] >= 0.98 * tmp[1])
+        return out

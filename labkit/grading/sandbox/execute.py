@@ -7,12 +7,17 @@ notebook in order:
    and its source is the gradebook's (nbgrader's ``OverwriteCells`` has already put locked
    cells back); every other code cell is the student's;
 2. student cells run in the box (:class:`~labkit.grading.sandbox.remote.Session`), each
-   under ``cell_timeout`` seconds; a cell that hangs is stopped and the notebook goes on;
+   under ``cell_timeout`` seconds and the box's limits (processes, memory, ``/tmp``, CPU
+   time per cell and per notebook: :class:`~labkit.grading.sandbox.limits.Limits`); a
+   cell that hangs or runs into a limit is stopped, a line in its output says which
+   limit, and the notebook goes on;
 3. locked setup cells (imports) run in the box and in the grader's namespace;
 4. locked test cells run only in the grader's own interpreter, with the student's names
    brought over as plain values or as proxies that call into the box, plus ``grader``:
-   the instructor-only data of ``solutions/_grading/<assignment>.py``. So a student can
-   neither patch the checks nor read the expected values: they are never in the box.
+   the instructor-only data of ``solutions/_grading/<assignment>.py``, and
+   ``student_id``: the student being graded, which seeds that student's hidden inputs.
+   So a student can neither patch the checks nor read the expected values: they are
+   never in the box.
 
 The outputs written back (printed feedback, the score ``q.score()`` returns as
 ``execute_result``, errors) are what nbgrader grades and ``generate_feedback`` renders.
@@ -33,6 +38,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Float, Integer, Unicode
 
+from labkit.grading.sandbox.limits import Limits
 from labkit.grading.sandbox.remote import RemoteFunction, Session
 
 MISSING_PREFIX = "# This cell (id:"
@@ -128,15 +134,35 @@ def box_outputs(reply: dict[str, Any]) -> list[NotebookNode]:
 class SandboxedExecute(NbGraderPreprocessor):  # type: ignore[misc]
     """Execute a submission: student cells in a box, locked test cells in the grader."""
 
-    cell_timeout = Float(60.0, help="Seconds a student cell may run before it is "
+    cell_timeout = Float(30.0, help="Seconds a student cell may run before it is "
                          "stopped (the rest of the notebook is still graded).").tag(config=True)
-    test_timeout = Float(120.0, help="Seconds one locked test cell may spend in the box in "
+    test_timeout = Float(120.0, help="Seconds one locked test cell may spend in the boxes in "
                          "all (its calls of the student's functions and the real-rank "
                          "runs it starts).").tag(config=True)
     sandbox = Unicode("auto", help="auto, bwrap, unshare or none (see "
                       "labkit.grading.sandbox.box).").tag(config=True)
     max_file_bytes = Integer(50 * 2**20, help="Data files larger than this (in all) are "
                              "not copied into the box.").tag(config=True)
+    processes = Integer(512, help="Processes and threads one box may run at once.").tag(
+        config=True)
+    memory_mb = Integer(4096, help="MiB of memory one box may use (all its processes; "
+                        "each process alone too).").tag(config=True)
+    tmp_mb = Integer(512, help="MiB the box's /tmp (and /dev/shm) may hold.").tag(config=True)
+    cell_cpu_s = Float(60.0, help="CPU seconds one student cell may use.").tag(config=True)
+    test_cpu_s = Float(600.0, help="CPU seconds one test cell may use in the boxes.").tag(
+        config=True)
+    notebook_cpu_s = Float(1800.0, help="CPU seconds the whole notebook may use in its "
+                           "boxes; later cells are not run.").tag(config=True)
+    notebook_timeout = Float(1200.0, help="Wall seconds the whole notebook's box work may "
+                             "take; later cells are not run.").tag(config=True)
+    cgroup = Unicode("", help="Where boxes make their cgroups: '' = under the grader's own "
+                     "cgroup, '/labkit-grading' = that folder of each hierarchy (what "
+                     "`labkit course hub` delegates to the instructor).").tag(config=True)
+
+    def limits(self) -> Limits:
+        return Limits(processes=self.processes, memory_mb=self.memory_mb, tmp_mb=self.tmp_mb,
+                      cell_cpu_s=self.cell_cpu_s, test_cpu_s=self.test_cpu_s,
+                      notebook_cpu_s=self.notebook_cpu_s, notebook_timeout=self.notebook_timeout)
 
     def _files(self, folder: Path) -> dict[str, bytes]:
         """The submission's data files (never notebooks) to recreate inside the box."""
@@ -165,13 +191,16 @@ class SandboxedExecute(NbGraderPreprocessor):  # type: ignore[misc]
         locked, tests = _trusted_cells(info)
         folder = Path(resources.get("metadata", {}).get("path") or ".").resolve()
         session = Session(mode=self.sandbox, course_root=root, files=self._files(folder),
-                          cell_timeout=self.cell_timeout)
-        ns: dict[str, Any] = {"__name__": "__grader__",
+                          cell_timeout=self.cell_timeout, limits=self.limits(),
+                          cgroup_parent=self.cgroup or None)
+        ns: dict[str, Any] = {"__name__": "__grader__", "student_id": str(info["student"]),
                               "grader": instructor.load(info["assignment"], root,
                                                         coursedir.source_directory)}
         try:
             session.start()
-            self.log.info("grading %s in a '%s' sandbox", info["notebook"], session.mode_used)
+            held = "a cgroup" if session.box is not None and session.box.cgroup else "rlimits"
+            self.log.info("grading %s in a '%s' sandbox, limits held by %s", info["notebook"],
+                          session.mode_used, held)
             count = 0
             for cell in nb.cells:
                 if cell.cell_type != "code":
@@ -189,6 +218,9 @@ class SandboxedExecute(NbGraderPreprocessor):  # type: ignore[misc]
                     if trusted:  # a locked setup cell: the grader needs its imports too
                         with contextlib.chdir(folder):
                             run_in_grader(cell.source, ns)
+                for note in session.notes:  # which limit stopped something in this cell
+                    cell.outputs.append(new_output("stream", name="stderr", text=note + "\n"))
+                    self.log.warning("cell %d (%s): %s", count, gid or "-", note)
                 # bench/bench_grading.py reads these lines to size the time limits
                 self.log.info("cell %d (%s, %s): %.2f s", count, gid or "-",
                               "test" if trusted and gid in tests else "box",

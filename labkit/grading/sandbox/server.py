@@ -10,12 +10,16 @@ RFD WFD``: requests arrive as JSON lines on file descriptor RFD, replies leave o
   its printed output, its last value and its error, if any, sent back;
 * ``describe``: a global the grader's test needs: "callable", or its value as plain data;
 * ``call``: call a student's function with plain arguments, watched by ``CallWatch``;
-* ``launch``: run a student's function on N real ranks with a grader harness from
-  ``labkit.grading.rank_side`` (``labkit.launch``); results come back as plain data.
+* ``export``: a student's function as cloudpickle bytes, for the grader to hand, unopened,
+  to the rank boxes of a relayed exercise (:mod:`relay`): the grader never unpickles it.
 
 Every request has a time limit: a timer sends this process SIGINT (a ``KeyboardInterrupt``
 in the cell, as Jupyter's stop button does). A student who blocks that is stopped from
 outside: the grader kills the whole box and starts a fresh one.
+
+A forked copy of this process (a cell that calls ``os.fork()``) returns from the
+student's code into the request loop too; it exits there instead of answering, so only
+the server the grader started ever speaks on the pipe.
 """
 
 from __future__ import annotations
@@ -158,27 +162,27 @@ class Server:
         reply.update(watch.report(), stdout=out.getvalue())
         return reply
 
-    def launch(self, check: str, name: str, world_size: int, args: Any, forbid: list[str],
-               timeout: float | None = None) -> dict[str, Any]:
-        from labkit.grading import calls
+    def export(self, name: str, timeout: float | None = None) -> dict[str, Any]:
+        import cloudpickle
 
         fn = self.ns.get(name)
         if not callable(fn):
             return {"error": {"ename": "NameError", "evalue": f"{name} is not defined",
                               "traceback": ""}}
         try:
-            with _limit(timeout):
-                out = calls.launch(fn, check, world_size, decode(args), forbid,
-                                   timeout_s=max(5.0, (timeout or 60.0) - 5.0))
-        except BaseException as exc:  # noqa: BLE001 (a failed rank is feedback)
+            blob = cloudpickle.dumps(fn)
+        except Exception as exc:  # noqa: BLE001 (an unpicklable closure is feedback)
             return {"error": _error(exc)}
-        return {"results": encode(out["results"]),
-                "events": [e.to_json() for e in out["timeline"].events]}
+        return {"blob": base64.b64encode(blob).decode()}
+
+
+OPS = ("init", "run", "describe", "call", "export")
 
 
 def serve(rfd: int, wfd: int) -> None:
     """Answer requests until the grader closes the pipe."""
     signal.signal(signal.SIGINT, _on_sigint)
+    owner = os.getpid()
     server = Server()
     reader = os.fdopen(rfd, "r", encoding="utf-8")
     for line in reader:
@@ -186,32 +190,18 @@ def serve(rfd: int, wfd: int) -> None:
         op = request.pop("op")
         rid, token = request.pop("id"), request.pop("token")
         try:
-            body = getattr(server, op)(**request) if op in ("init", "run", "describe", "call",
-                                                             "launch") else {"pong": True}
+            body = getattr(server, op)(**request) if op in OPS else {"pong": True}
             reply = {"id": rid, "token": token, "ok": True, **body}
         except BaseException as exc:  # noqa: BLE001 (report, keep serving)
             reply = {"id": rid, "token": token, "ok": False, "error": _error(exc)}
+        if os.getpid() != owner:  # a fork of the student's came back here: not ours to answer
+            os._exit(0)
         data = (json.dumps(reply) + "\n").encode()
         view = memoryview(data)
         while view:
             view = view[os.write(wfd, view):]
 
 
-def loopback_up() -> None:
-    """Bring ``lo`` up in a fresh network namespace (``unshare`` leaves it down)."""
-    import fcntl
-    import socket
-    import struct
-
-    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        request = struct.pack("16sH14s", b"lo", 0, bytes(14))
-        flags = struct.unpack("16sH14s", fcntl.ioctl(s, siocgifflags, request))[1]
-        fcntl.ioctl(s, siocsifflags, struct.pack("16sH14s", b"lo", flags | iff_up, bytes(14)))
-
-
 if __name__ == "__main__":
-    if os.environ.pop("LABKIT_BOX_LO_UP", "") == "1":
-        loopback_up()
     sys.stdin = open(os.devnull)  # noqa: SIM115 (a cell that calls input() gets EOF, not a hang)
     serve(int(sys.argv[1]), int(sys.argv[2]))
