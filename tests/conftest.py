@@ -137,7 +137,8 @@ XDIST_GROUPS = {
                 "test_notebook_runs_top_to_bottom[10_multi_node]"),
     "ray": ("tests/distributed/test_ray.py", "test_notebook_runs_top_to_bottom[12_ray]"),
     "browser": ("tests/browser/",),
-    "nbgrader": ("tests/grading/test_nbgrader_flow.py", "tests/grading/test_grading_attacks.py"),
+    "nbgrader": ("tests/grading/test_nbgrader_flow.py", "tests/grading/test_grading_attacks.py",
+                 "tests/grading/test_grading_box.py"),
 }
 """Tests that share machine-wide state run on one worker, one after another: emulated
 clusters and torchrun (their leftover checks count every labkit namespace and cluster
