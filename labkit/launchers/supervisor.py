@@ -15,7 +15,9 @@ traceback; the parent polls and kills the rest on the first failure), never on a
    its exit code or signal -- code 0 too, when it never handed in its result. Peers'
    "connection closed" echoes are kept aside, not shown.
 3. *Nothing hangs.* A run-level timeout stops a hung run and names the rank that stopped
-   making progress (the one not blocked in communication), with every rank's Python stack.
+   making progress (the one not blocked in communication), with every rank's Python stack,
+   what each rank was doing at which step, and how to raise the limit; a run whose ranks
+   were all still finishing steps is reported as slow, not stuck.
 4. *No orphans.* One path owns every child from its first ``Popen``: start-up, the watch
    and the cleanup share one ``try/finally``, so an interrupt or a failed spawn (EMFILE)
    half-way through start-up still kills what was started and removes the temp dir. Each
@@ -116,6 +118,9 @@ class Supervisor:
         self.reports: dict[int, RankReport] = {}
         self.errors: list[tuple[int, RankFailure]] = []  # (monotonic ns, failure)
         self.deaths: list[RankFailure] = []
+        self.watch_start = 0.0
+        self.moved: dict[int, tuple[int, float]] = {}
+        """Rank -> (its step counter, when it last changed), for the timeout's verdict."""
 
     # ---- lifecycle ---------------------------------------------------------------------
     def run(self) -> list[RankReport]:
@@ -224,8 +229,11 @@ class Supervisor:
         deadline = start + self.timeout_s
         failed_at: float | None = None
         sentinels = {fd: r for r, fd in self.pidfds.items()}
+        self.watch_start = start
+        self.moved = {r: (v.value, start) for r, v in enumerate(self.progress)}
         while True:
             now = time.monotonic()
+            self._note_progress(now)
             if failed_at is not None and (now - failed_at > _GRACE_S or self._all_accounted()):
                 raise RunFailed(*pick_failure(self.errors, self.deaths))
             if len(self.reports) == self.world_size:
@@ -245,6 +253,14 @@ class Supervisor:
                         failed_at = time.monotonic()  # (no match: drained by _on_exit)
             if self.on_progress is not None:
                 self.on_progress(sum(v.value for v in self.progress))
+
+    def _note_progress(self, now: float) -> None:
+        """When each rank's step counter last moved: a timeout tells a slow run (every rank
+        still finishing steps) from a stuck one."""
+        for r, v in enumerate(self.progress):
+            value = v.value
+            if value != self.moved[r][0]:
+                self.moved[r] = (value, now)
 
     def _on_message(self, rank: int) -> bool:
         """Read one message; True if it reports a failure (an error, or a result that
@@ -310,8 +326,13 @@ class Supervisor:
         for r in running:
             path = self.tmpdir / f"stack-{r}.txt"
             stacks[r] = path.read_text() if path.exists() else ""
+        now = time.monotonic()
+        self._note_progress(now)
+        moved_at = {r: self.moved[r][1] for r in running if self.moved[r][1] > self.watch_start}
         return hang(self.timeout_s, running, {r: self.status[r].value != 0 for r in running},
-                    {r: self.progress[r].value for r in running}, stacks)
+                    {r: self.progress[r].value for r in running}, stacks,
+                    idle_s={r: now - t for r, t in moved_at.items()},
+                    busy_s={r: t - self.watch_start for r, t in moved_at.items()})
 
 
 def supervise(job: Job, world_size: int, timeout_s: float, on_progress: Any = None
