@@ -4,6 +4,8 @@ none survive a run (success, failure, timeout or interrupt)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,6 +130,42 @@ def contained(tmp_path_factory, monkeypatch):
     yield box
     box.assert_clean()
 
+
+HOG = "import os, sys\nos.nice(0)\nwhile True:\n    pass\n"
+"""A CPU-bound process: what a busy laptop runs beside the lab (issue 25, item 7)."""
+
+
+def start_hogs(n: int = 2) -> list[subprocess.Popen[bytes]]:
+    """``n`` CPU-bound processes beside the tests (``LABKIT_TEST_HOGS=2 make test`` starts
+    them for the whole session; the ``cpu_hogs`` fixture for one test)."""
+    return [subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.DEVNULL)
+            for _ in range(n)]
+
+
+def stop_hogs(hogs: list[subprocess.Popen[bytes]]) -> None:
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+@pytest.fixture
+def cpu_hogs():
+    """Two CPU-bound processes running for the length of the test: a busy machine."""
+    hogs = start_hogs(2)
+    yield hogs
+    stop_hogs(hogs)
+
+
+def pytest_sessionstart(session):
+    """``LABKIT_TEST_HOGS=N``: the whole session runs beside N CPU-bound processes, to check
+    that no test depends on a quiet machine (docs/developing.md, "A busy machine")."""
+    n = int(os.environ.get("LABKIT_TEST_HOGS", "0") or 0)
+    if n > 0 and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller starts them once
+        session.config._labkit_hogs = start_hogs(n)
+
+
+def pytest_sessionfinish(session):
+    stop_hogs(getattr(session.config, "_labkit_hogs", []))
 
 
 # ---- running the suite on two workers (pytest-xdist, `make test`) -----------------------
