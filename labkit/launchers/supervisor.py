@@ -23,8 +23,11 @@ traceback; the parent polls and kills the rest on the first failure), never on a
    half-way through start-up still kills what was started and removes the temp dir. Each
    rank leads its own process group (its forks die with it) and carries the run's id in
    its environment (daemons that left the group are found in ``/proc``); see
-   ``labkit.launchers.reaper``. A second Ctrl-C during the cleanup is held back until it is done.
-   Ranks also die with the parent (PR_SET_PDEATHSIG).
+   ``labkit.launchers.reaper``. Every rank is a child subreaper, and so is the fork server:
+   a daemon that left all of that still comes back to labkit and dies with its rank
+   (``labkit.launchers.tree``). A second Ctrl-C during the cleanup is held back until it is
+   done. Ranks also die with the parent (PR_SET_PDEATHSIG), and a run directory a killed
+   parent could not remove is removed by the next run (``labkit.launchers.rundirs``).
 5. *Results travel by value.* A rank pickles its report (cloudpickle) into bytes on the
    pipe, so tensors of any size arrive whole (``multiprocessing``'s own pickler would send
    them as shared memory owned by a rank that is about to exit). A result the parent
@@ -50,7 +53,7 @@ from typing import Any
 
 from labkit.analysis.timeline import Timeline
 from labkit.base.errors import RankFailure, RunFailed, RunTimeout
-from labkit.launchers import forkserver
+from labkit.launchers import forkserver, rundirs
 from labkit.launchers.board import Board
 from labkit.launchers.rankmsg import decode
 from labkit.launchers.reaper import (
@@ -110,6 +113,8 @@ class Supervisor:
         """Each rank's process: a ``subprocess.Popen``, or a ``forkserver.ForkedRank``."""
         self.forks: forkserver.Client | None = None
         self.pidfds: dict[int, int] = {}
+        self.owner: Any = None
+        """The open, locked ``owner.lock`` that says this run is alive (``rundirs``)."""
         self.conns: dict[int, Connection] = {}
         self.board: Board | None = None
         self.status: list[Any] = []
@@ -148,8 +153,11 @@ class Supervisor:
             raise
 
     def start(self) -> None:
-        """Create the run directory and spawn every rank (called by ``run``)."""
+        """Create the run directory and spawn every rank (called by ``run``); first remove
+        what dead runs (a kernel killed outright) left in the temp dir."""
+        rundirs.sweep(str(self.tmpdir.parent))
         self.tmpdir.mkdir(mode=0o700)
+        self.owner = rundirs.hold(self.tmpdir)
         self.board = Board.create(str(self.tmpdir / "board"), self.world_size)
         self.status = [self.board.status(r) for r in range(self.world_size)]
         self.progress = [self.board.progress(r) for r in range(self.world_size)]
@@ -157,6 +165,7 @@ class Supervisor:
             (self.tmpdir / "job.pkl").write_bytes(self.job_bytes)
         env = child_env()
         env[RUN_ID_ENV] = self.run_id  # inherited by every descendant (labkit.launchers.reaper)
+        env[rundirs.RUN_DIR_ENV] = str(self.tmpdir)
         env[PARENT_ENV] = str(os.getpid())
         (self.tmpdir / ENVIRON_FILE).write_bytes(environ_bytes(env))  # forked ranks hold it
         self.forks = forkserver.connect(env)
@@ -222,6 +231,9 @@ class Supervisor:
                 self.board.close()
                 self.board = None
             shutil.rmtree(self.tmpdir, ignore_errors=True)
+            if self.owner is not None:
+                self.owner.close()
+                self.owner = None
 
     # ---- the watch loop ------------------------------------------------------------------
     def _watch(self) -> list[RankReport]:
