@@ -90,18 +90,26 @@ def _selftest(args: argparse.Namespace) -> int:
 
 
 def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
-    from labkit.analysis.calibrate import cache_dir, calibrate
+    from labkit.analysis.calibrate import TRIES, cache_dir, calibrate
 
-    result = calibrate(args.device, refresh=True)
+    result = calibrate(args.device, refresh=True, tries=TRIES)
     if result is None:
         print("labkit: error: the calibration run failed (is torch installed?)", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result))
-    else:
-        print(f"{result['name']}: peak {result['peak_flops_per_s'] / 1e9:.1f} GFLOP/s fp32 "
-              f"matmul ({result['matrix']}^2, {result.get('threads') or 1} threads); cached in "
-              f"{cache_dir() / 'peak_flops.json'} as the denominator of MFU")
+        return 1 if result.get("now_busy") else 0
+    gflops = result["peak_flops_per_s"] / 1e9
+    if result.get("now_busy"):
+        print(f"labkit: error: the machine is busy: {result['now_busy']} ({TRIES} tries). A "
+              f"peak measured now would be too low and overstate MFU, so none of it lowers "
+              f"the cached peak, which stays {gflops:.1f} GFLOP/s"
+              f"{' (from busy measurements only)' if result.get('busy') else ''}. Close "
+              f"other programs and run `labkit calibrate` again", file=sys.stderr)
+        return 1
+    print(f"{result['name']}: peak {gflops:.1f} GFLOP/s fp32 matmul (best of "
+          f"{len(result['rates'])} shapes: {result['shape']}, {result.get('threads') or 1} "
+          f"threads); cached in {cache_dir() / 'peak_flops.json'} as the denominator of MFU")
     return 0
 
 

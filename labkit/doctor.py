@@ -4,7 +4,9 @@ Reports Python and torch versions, which distributed backends torch was built wi
 cores and GPUs, the world sizes that make sense here, whether JupyterLab and nbgrader
 are installed, and whether emulated nodes (``labkit.launchers.cluster``: network namespaces joined
 by a shaped link) can run here and why not — the first thing to run on a new laptop or
-GPU server. ``labkit doctor --clean`` also removes what crashed cluster runs left behind.
+GPU server. ``labkit doctor --clean`` also removes what dead runs left behind: the processes
+and run directories of runs whose owner died (``labkit.launchers.rundirs``), and the
+namespaces, links and agents of crashed cluster runs.
 What the machine *has* is this report; whether each lesson *shows its point* here is
 ``labkit doctor --selftest`` (``labkit.selftest``), the next thing to run.
 """
@@ -46,6 +48,8 @@ class DoctorReport:
     """Emulated nodes: available, mode, reason, tbf / netem, leftovers of dead runs."""
     rank_start: str = "forked"
     """How ranks start: ``forked`` from the warm fork server, or ``exec`` (switched off)."""
+    runs_cleaned: dict[str, list[Any]] | None = None
+    """With ``--clean``: processes killed and run directories removed, of dead runs."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -71,6 +75,9 @@ class DoctorReport:
             "each rank)" if self.rank_start == "forked" else
             "exec'd, each importing torch (LABKIT_FORKSERVER=0; unset it to fork them)"))
         lines += _cluster_lines(self.cluster)
+        if self.runs_cleaned is not None:
+            lines.append(f"  dead runs       {len(self.runs_cleaned['processes'])} process(es) "
+                         f"killed, {len(self.runs_cleaned['run_dirs'])} run dir(s) removed")
         lines += [f"  note: {n}" for n in self.notes]
         lines.append("  next            `labkit doctor --selftest`: each lesson's point, checked "
                      "on this machine")
@@ -131,6 +138,9 @@ def cluster_status(clean: bool = False) -> dict[str, Any]:
 
 def doctor(clean: bool = False) -> DoctorReport:
     from labkit.config import registry
+    from labkit.launchers import rundirs
+
+    runs_cleaned = rundirs.clean() if clean else None
     notes: list[str] = []
     torch_version = _version("torch")
     backends = {"gloo": False, "nccl": False, "mpi": False}
@@ -161,4 +171,4 @@ def doctor(clean: bool = False) -> DoctorReport:
         packages={p: _version(p) for p in ("jupyterlab", "ipywidgets", "nbgrader",
                                             "matplotlib")},
         strategies=registry.names(), notes=notes, cluster=cluster_status(clean),
-        rank_start="forked" if forkserver.enabled() else "exec")
+        rank_start="forked" if forkserver.enabled() else "exec", runs_cleaned=runs_cleaned)

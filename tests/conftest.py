@@ -4,6 +4,8 @@ none survive a run (success, failure, timeout or interrupt)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,13 +19,12 @@ FORK_SERVER = b"labkit.launchers.forkserver_main"
 def rank_children() -> list[int]:
     """PIDs of live rank processes (fresh or pool ranks) this process started: exec'd ones
     (its children) and forked ones (children of its fork server, ``labkit.launchers.forkserver``)."""
+    from labkit.launchers.tree import processes
+
     procs = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
+    for pid, (ppid, state) in processes().items():
         try:
-            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            procs[int(proc.name)] = (int(stat[1]), stat[0], (proc / "cmdline").read_bytes())
+            procs[pid] = (ppid, state, Path(f"/proc/{pid}/cmdline").read_bytes())
         except OSError:
             continue
     me = os.getpid()
@@ -128,6 +129,74 @@ def contained(tmp_path_factory, monkeypatch):
     yield box
     box.assert_clean()
 
+
+SUBREAPER = r"""
+import json, os, subprocess, sys, time
+from labkit.launchers.tree import become_subreaper, descendants, kill_tree
+assert become_subreaper()
+kernel = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE,
+                          text=True)
+out, _ = kernel.communicate(timeout=float(sys.argv[2]))
+deadline = time.monotonic() + 15  # what the kernel started may still be exiting
+while descendants(os.getpid()) and time.monotonic() < deadline:
+    time.sleep(0.1)
+left = [[p, open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode()[:120]]
+        for p in descendants(os.getpid()) if os.path.exists(f"/proc/{p}")]
+kill_tree(os.getpid())
+print(json.dumps({"code": kernel.returncode, "out": out, "left": left}))
+"""
+"""Runs a "kernel" (a script) as the child of a process that is a child subreaper, so every
+process the kernel starts -- a daemon that left its group, session and files included --
+stays in the wrapper's tree; after the kernel exits it lists what is still alive there."""
+
+
+def run_in_subreaper(code: str, timeout_s: float = 300.0) -> dict:
+    """Run ``code`` as a kernel under a subreaper; {"code", "out", "left": [[pid, cmd]]}:
+    what the kernel left behind, counted by process tree, not by name or environment."""
+    import json
+
+    proc = subprocess.run([sys.executable, "-c", SUBREAPER, code, str(timeout_s)],
+                          capture_output=True, text=True, timeout=timeout_s + 60,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+HOG = "import os, sys\nos.nice(0)\nwhile True:\n    pass\n"
+"""A CPU-bound process: what a busy laptop runs beside the lab (issue 25, item 7)."""
+
+
+def start_hogs(n: int = 2) -> list[subprocess.Popen[bytes]]:
+    """``n`` CPU-bound processes beside the tests (``LABKIT_TEST_HOGS=2 make test`` starts
+    them for the whole session; the ``cpu_hogs`` fixture for one test)."""
+    return [subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.DEVNULL)
+            for _ in range(n)]
+
+
+def stop_hogs(hogs: list[subprocess.Popen[bytes]]) -> None:
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+@pytest.fixture
+def cpu_hogs():
+    """Two CPU-bound processes running for the length of the test: a busy machine."""
+    hogs = start_hogs(2)
+    yield hogs
+    stop_hogs(hogs)
+
+
+def pytest_sessionstart(session):
+    """``LABKIT_TEST_HOGS=N``: the whole session runs beside N CPU-bound processes, to check
+    that no test depends on a quiet machine (docs/developing.md, "A busy machine")."""
+    n = int(os.environ.get("LABKIT_TEST_HOGS", "0") or 0)
+    if n > 0 and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller starts them once
+        session.config._labkit_hogs = start_hogs(n)
+
+
+def pytest_sessionfinish(session):
+    stop_hogs(getattr(session.config, "_labkit_hogs", []))
 
 
 # ---- running the suite on two workers (pytest-xdist, `make test`) -----------------------

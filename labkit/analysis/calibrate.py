@@ -1,20 +1,34 @@
-"""This machine's peak matmul FLOP/s: the denominator of MFU, measured once and cached.
+"""This machine's peak matmul FLOP/s: the denominator of MFU, measured with care and cached.
 
-How it is measured: in a fresh process (so nothing else of labkit competes), torch multiplies
-two fp32 ``n x n`` matrices (``2 n^3`` FLOPs each) back to back for about a third of a
-second, three rounds, and keeps the best round. On a CPU it uses every core this process may
-run on (one rank per core is the lab's fair setting, so the machine's peak is all cores
-together); on a GPU, one GPU, and a run's peak is that times its GPU ranks. fp32, because
-labkit trains in fp32: MFU then says how much of the arithmetic this machine can do in the
-run's own precision was spent on the model.
+MFU (model FLOPs utilisation; Chowdhery et al. 2022, "PaLM", appendix B) divides the model
+FLOPs a run does per second by the hardware's peak. A GPU's peak is on its datasheet; a
+CPU's is not, so labkit measures the best fp32 matmul rate ``torch.mm`` reaches here, in
+the run's own precision (labkit trains in fp32). A peak measured too low makes MFU lie
+(above 100 %), so:
 
-The result is cached in ``$LABKIT_CACHE/peak_flops.json`` (default ``~/.cache/labkit``),
-keyed by host, torch version and device. ``labkit calibrate`` measures again; do it on a
-quiet machine, since a busy one measures a lower peak and so overstates MFU.
+1. *The threads the run uses.* In a fresh process with T = min(cores, world_size x threads
+   per rank) threads: one process with T threads stands for the T cores the ranks share.
+   On a GPU, one GPU; a run's peak is that times its GPU ranks.
+2. *The best of several sizes.* Square matrices from 256 to 3072 (a 1024 x 1024 matmul
+   reached only 54 GFLOP/s on the 2-core machine where 2048-3072 reach 85-124) and the
+   model's own GEMM shapes (m, k, n: forward, input and weight gradients of each layer),
+   best of three rounds each. A shape measured once is kept, so a new model measures only
+   its new shapes.
+3. *A busy machine is detected, and never lowers the peak.* During the measurement the CPU
+   time of *other* processes is read from ``/proc/stat`` (minus this process's own), and
+   the spread of the repeats of the best shape is checked: busy means others used more
+   than ``max(0.25, 0.15 x cores)`` cores, or the repeats differ by more than 20 %.
+   ``labkit calibrate`` then waits and tries again (three tries) and refuses with a
+   message naming the load. Every shape keeps the best rate ever measured for it (noise
+   only lowers a rate), so a busy measurement can raise the peak but never lower it; an
+   entry measured only on a busy machine is marked so, and measured again once it is quiet.
+4. *Keyed so nothing else can feed it.* ``$LABKIT_CACHE/peak_flops.json`` (default
+   ``~/.cache/labkit``) holds one entry per host, Python, torch version *and install
+   path* (another torch build is another key), labkit checkout, device and thread count.
 
-The supervisor never imports torch: it reads the cache, and on a miss runs
-``python -m labkit.analysis.calibrate`` once (a few seconds), under a file lock so concurrent runs
-measure only once.
+``labkit.analysis.throughput`` recalibrates when a run's model FLOP rate exceeds the peak,
+and reports which peak it used (``peak_flops_per_s``, ``peak_source``, ``peak_age_s``). The
+supervisor never imports torch: measurements run in ``python -m labkit.analysis.calibrate``.
 """
 
 from __future__ import annotations
@@ -31,92 +45,212 @@ from typing import Any
 
 from labkit.base import devices
 
+SQUARE = (256, 512, 1024, 2048, 3072)
+"""Square sizes every CPU calibration tries (GPU: ``GPU_SQUARE``)."""
+GPU_SQUARE = (2048, 4096, 8192)
+ROUNDS = 3
+TRIES = 3
+"""How many times ``labkit calibrate`` measures a busy machine before refusing."""
+MAX_SPREAD = 0.20
+"""Repeats of the best shape further apart than this (share of the best) mean noise."""
+Shape = tuple[int, int, int]
+
 
 def cache_dir() -> Path:
     return Path(os.environ.get("LABKIT_CACHE", Path.home() / ".cache" / "labkit"))
 
 
-def _key(device: str) -> str:
+def _torch_build() -> str:
+    """torch's version and where it is installed: a rebuilt or other torch is another key."""
     try:
-        torch_version = metadata.version("torch")
+        dist = metadata.distribution("torch")
     except metadata.PackageNotFoundError:
-        torch_version = "none"
-    return f"{platform.node()}|torch {torch_version}|{device}|{devices.cpu_count()} cores"
+        return "none"
+    where = str(dist.locate_file("torch"))
+    try:
+        stamp = int(Path(where, "version.py").stat().st_mtime)
+    except OSError:
+        stamp = 0
+    return f"{dist.version}@{where}#{stamp}"
 
 
-def measure(device: str = "cpu", n: int = 1024, rounds: int = 3, seconds: float = 0.3
-            ) -> dict[str, Any]:
-    """Best-of-``rounds`` fp32 matmul FLOP/s on ``device`` (run in a fresh process)."""
+def _key(device: str, threads: int) -> str:
+    checkout = Path(__file__).resolve().parents[2]
+    return (f"{platform.node()}|{sys.executable}|torch {_torch_build()}|labkit {checkout}|"
+            f"{device}|{threads} threads")
+
+
+# ---- 3. how busy the machine is while we measure -------------------------------------------
+def cpu_sample() -> tuple[float, float, float]:
+    """(seconds of CPU every process used, seconds this process used, wall clock)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        used = sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7)) / ticks  # all but idle, iowait
+    except (OSError, ValueError, IndexError):
+        used = float("nan")
+    me = os.times()
+    return used, me.user + me.system, time.monotonic()
+
+
+def others_cores(before: tuple[float, float, float], after: tuple[float, float, float]
+                 ) -> float:
+    """Cores' worth of CPU that other processes used between two ``cpu_sample``s."""
+    wall = max(after[2] - before[2], 1e-9)
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall)
+
+
+def busy_reason(others: float, spread: float, cores: int) -> str | None:
+    """Why a measurement cannot be trusted (None: it can)."""
+    limit = max(0.25, 0.15 * cores)
+    load = os.getloadavg()[0]
+    if others > limit:
+        return (f"other processes used {others:.1f} of {cores} cores while it measured "
+                f"(load average {load:.1f})")
+    if spread > MAX_SPREAD:
+        return (f"its repeats differed by {spread:.0%} (load average {load:.1f} on {cores} "
+                f"cores)")
+    return None
+
+
+# ---- 1-2. the measurement (in a fresh process) ---------------------------------------------
+def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape] | None = None,
+            rounds: int = ROUNDS, seconds: float = 0.1) -> dict[str, Any]:
+    """Best-of-``rounds`` fp32 FLOP/s of every shape (m, k, n), and how busy the machine was."""
     import torch
 
-    if device == "cpu":
-        torch.set_num_threads(devices.cpu_count())
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
-    a = torch.randn(n, n, device=dev)
-    b = torch.randn(n, n, device=dev)
+    if dev.type == "cpu":
+        torch.set_num_threads(threads or devices.cpu_count())
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    a @ b  # warm-up: allocator, thread pool, cuBLAS handle
-    sync()
-    best = 0.0
-    for _ in range(rounds):
-        count, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            a @ b
-            count += 1
-            if dev.type == "cuda" and count % 8 == 0:
-                sync()
-        sync()
-        best = max(best, 2 * n**3 * count / (time.perf_counter() - t0))
+    rates: dict[str, float] = {}
+    spreads: dict[str, float] = {}
+    before = cpu_sample()
+    for m, k, n in shapes or []:
+        a, b = torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)
+        seen = []  # the first round pays the warm-up (allocator, threads, cuBLAS): best-of
+        for _ in range(rounds):
+            count, t0 = 0, time.perf_counter()
+            while count == 0 or time.perf_counter() - t0 < seconds:
+                a @ b
+                count += 1
+            sync()
+            seen.append(2 * m * k * n * count / (time.perf_counter() - t0))
+        rates[f"{m}x{k}x{n}"] = max(seen)
+        spreads[f"{m}x{k}x{n}"] = (max(seen) - min(seen)) / max(seen)
+    others = others_cores(before, cpu_sample()) if dev.type == "cpu" else 0.0
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else platform.processor()
-    return {"peak_flops_per_s": best, "device": device, "name": name or platform.machine(),
+    return {"rates": rates, "spreads": spreads, "others_cores": others,
+            "load": os.getloadavg()[0], "device": device, "name": name or platform.machine(),
             "threads": torch.get_num_threads() if dev.type == "cpu" else None,
-            "matrix": n, "dtype": "float32", "measured_at": time.time()}
+            "dtype": "float32", "measured_at": time.time()}
 
 
+def square(device: str) -> list[Shape]:
+    return [(n, n, n) for n in (GPU_SQUARE if device == "cuda" else SQUARE)]
+
+
+# ---- 4. the cache --------------------------------------------------------------------------
 def _load() -> dict[str, Any]:
-    path = cache_dir() / "peak_flops.json"
     try:
-        data = json.loads(path.read_text())
+        data = json.loads((cache_dir() / "peak_flops.json").read_text())
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
 
 
-def calibrate(device: str = "cpu", refresh: bool = False, timeout_s: float = 120.0
+def _store(key: str, entry: dict[str, Any]) -> None:
+    data = _load()
+    data[key] = entry
+    tmp = cache_dir() / f"peak_flops.json.{os.getpid()}"
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(cache_dir() / "peak_flops.json")
+
+
+def summarize(entry: dict[str, Any]) -> dict[str, Any]:
+    """The peak of a cache entry: its best shape's rate, that shape, and the entry's state."""
+    rates = entry.get("rates") or {}
+    best = max(rates, key=rates.get) if rates else None  # type: ignore[arg-type]
+    busy = entry["busy"] if "busy" in entry else judge(entry)
+    return {**entry, "peak_flops_per_s": rates[best] if best else 0.0, "shape": best,
+            "busy": busy}
+
+
+def judge(measured: dict[str, Any]) -> str | None:
+    """Why one measurement cannot be trusted (``busy_reason`` of its best shape), or None."""
+    if measured.get("device") != "cpu":
+        return None
+    rates = measured.get("rates") or {}
+    best = max(rates, key=rates.get) if rates else None  # type: ignore[arg-type]
+    spread = (measured.get("spreads") or {}).get(best, 0.0) if best else 0.0
+    cores = measured.get("threads") or devices.cpu_count()
+    return busy_reason(measured.get("others_cores", 0.0), spread, cores)
+
+
+def _run_measurement(device: str, threads: int, shapes: list[Shape], timeout_s: float
+                     ) -> dict[str, Any] | None:
+    spec = ";".join(f"{m},{k},{n}" for m, k, n in shapes)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "labkit.analysis.calibrate", "--device",
+                               device, "--threads", str(threads), "--shapes", spec, "--json"],
+                              capture_output=True, text=True, timeout=timeout_s, check=False)
+        return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
+        return None
+
+
+def merge(old: dict[str, Any] | None, fresh: dict[str, Any]) -> dict[str, Any]:
+    """One entry from two measurements: each shape's best rate (noise only ever lowers a
+    rate, so the best seen is the truer peak), busy only while no quiet one was made."""
+    if old is None:
+        return dict(fresh)
+    rates = dict(old.get("rates", {}))
+    spreads = dict(old.get("spreads", {}))
+    for shape, rate in fresh["rates"].items():
+        if rate >= rates.get(shape, 0.0):
+            rates[shape], spreads[shape] = rate, fresh.get("spreads", {}).get(shape, 0.0)
+    quiet = not fresh.get("busy") or not old.get("busy")
+    return {**fresh, "rates": rates, "spreads": spreads,
+            "busy": None if quiet else fresh.get("busy")}
+
+
+def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shape] | None = None,
+              refresh: bool = False, tries: int = 1, timeout_s: float = 180.0
               ) -> dict[str, Any] | None:
-    """The cached measurement for ``device``; measured in a subprocess when missing."""
-    key = _key(device)
-    if not refresh and key in _load():
-        return _load()[key]  # type: ignore[no-any-return]
+    """The peak for ``device`` with ``threads``: cached shapes reused, missing ones (every
+    shape with ``refresh``) measured in a subprocess, up to ``tries`` times while the machine
+    is busy. ``"fresh"``: measured in this call; ``"now_busy"``: why this call's measurement
+    could not be trusted (the cache then keeps the best rates seen, never lower ones)."""
     import fcntl
 
+    threads = threads or devices.cpu_count()
+    key = _key(device, threads)
+    wanted = sorted(set(square(device)) | set(shapes or []))
     cache_dir().mkdir(parents=True, exist_ok=True)
     with open(cache_dir() / "peak_flops.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent runs: one measures, the rest read
-        if not refresh and key in _load():
-            return _load()[key]  # type: ignore[no-any-return]
-        try:
-            proc = subprocess.run([sys.executable, "-m", "labkit.analysis.calibrate", "--device", device,
-                                   "--json"], capture_output=True, text=True,
-                                  timeout=timeout_s, check=False)
-            result = json.loads(proc.stdout.strip().splitlines()[-1])
-        except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
-            return None
-        data = _load()
-        data[key] = result
-        tmp = cache_dir() / "peak_flops.json.tmp"
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(cache_dir() / "peak_flops.json")
-        return result
-
-
-def machine_peak_flops(backend: str, world_size: int) -> float | None:
-    """The peak FLOP/s a run could use: all CPU cores (gloo), or one GPU per rank (nccl)."""
-    if backend == "nccl":
-        one = calibrate("cuda")
-        return one["peak_flops_per_s"] * world_size if one else None
-    cpu = calibrate("cpu")
-    return cpu["peak_flops_per_s"] if cpu else None
+        old = _load().get(key)
+        if old is not None and old.get("busy") and \
+                os.getloadavg()[0] < 0.5 * devices.cpu_count():
+            refresh = True  # measured on a busy machine only, and it is quiet now
+        have = set() if refresh or old is None else set(old.get("rates", {}))
+        missing = [s for s in wanted if f"{s[0]}x{s[1]}x{s[2]}" not in have]
+        if not missing:
+            return summarize(old) if old is not None else None
+        fresh: dict[str, Any] | None = None
+        for attempt in range(tries):
+            if attempt:
+                time.sleep(2.0)
+            fresh = _run_measurement(device, threads, missing, timeout_s)
+            if fresh is None:
+                return summarize(old) if old is not None else None
+            fresh["busy"] = judge(fresh)
+            if not fresh["busy"]:
+                break
+        assert fresh is not None
+        merged = merge(old, fresh)
+        _store(key, merged)
+        return {**summarize(merged), "fresh": True, "now_busy": fresh["busy"]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,11 +258,16 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m labkit.analysis.calibrate")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--shapes", default="", help="M,K,N;M,K,N... (default: the square sizes)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    result = measure(args.device)
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s]
+    result = measure(args.device, args.threads, shapes or square(args.device))  # type: ignore[arg-type]
+    peak = summarize(result)
     print(json.dumps(result) if args.json else
-          f"{result['name']}: {result['peak_flops_per_s'] / 1e9:.1f} GFLOP/s fp32 matmul")
+          f"{result['name']}: {peak['peak_flops_per_s'] / 1e9:.1f} GFLOP/s fp32 matmul "
+          f"({peak['shape']}, {result['threads'] or 1} threads)")
     return 0
 
 

@@ -3,18 +3,106 @@
 ``samples_per_s`` = global samples per step / median step time, ``tokens_per_s`` likewise
 for language models, and ``mfu`` = model FLOPs per second / this machine's peak matmul
 FLOP/s (``labkit.analysis.calibrate``). Model FLOPs count the work of the model itself
-(``labkit.theory.training_flops``: forward + backward, about 6 FLOPs per parameter per
-sample or token), never recomputation, so MFU compares strategies fairly.
+(``labkit.theory.training_flops``: 6 N + 12 L h s per token, PaLM's appendix B), never
+recomputation, so MFU compares strategies fairly.
+
+The peak is the one the run could use: the best fp32 matmul rate with the threads its ranks
+use together (CPU), or one GPU per rank (NCCL), over square sizes and the model's own GEMM
+shapes (``gemm_shapes``). The metrics say which peak it was: ``peak_flops_per_s``,
+``peak_source``, ``peak_age_s`` (and ``peak_shape``, ``peak_threads``, ``peak_busy``).
+A model rate above the peak cannot be: the peak was measured too low (a busy machine), so
+it is measured again, with a warning; if the model still beats it, ``mfu`` is left out
+(``mfu_note`` says why) rather than reported above 1.
 """
 
 from __future__ import annotations
 
+import time
+import warnings
 from typing import Any
 
+from labkit.base import devices
 
-def throughput(metrics: dict[str, Any], step_time_s: float, world_size: int,
-               backend: str) -> dict[str, Any]:
-    """samples_per_s, tokens_per_s and mfu from a run's metrics and its median step time."""
+Shape = tuple[int, int, int]
+
+
+def gemm_shapes(config: Any, world_size: int) -> list[Shape]:
+    """The matmuls one rank's model does per step, (m, k, n) each: forward ``x W``, the input
+    gradient and the weight gradient of every distinct layer shape (MLP, digits, GPT)."""
+    model = getattr(config, "model", None)
+    if model is None:
+        return []
+    rows = max(1, int(config.batch_size or 32) // max(1, world_size))
+    if model.kind == "gpt":
+        h, v = model.width, model.vocab_size or 256
+        rows *= model.seq_len
+        layers = [(h, 3 * h), (h, h), (h, 4 * h), (4 * h, h), (h, v)]
+    else:
+        layers = [(model.in_dim, model.width), (model.width, model.width),
+                  (model.width, model.out_dim)]
+    out: set[Shape] = set()
+    for k, n in layers:
+        out |= {(rows, k, n), (rows, n, k), (k, rows, n)}  # forward, dx, dW
+    return sorted(s for s in out if min(s) >= 8)
+
+
+def machine_peak(backend: str, world_size: int, threads: int, shapes: list[Shape],
+                 refresh: bool = False) -> dict[str, Any] | None:
+    """The peak a run could use and where it came from (``calibrate.summarize``'s fields)."""
+    from labkit.analysis.calibrate import calibrate
+
+    if backend == "nccl":
+        one = calibrate("cuda", shapes=shapes, refresh=refresh)
+        if not one:
+            return None
+        return {**one, "peak_flops_per_s": one["peak_flops_per_s"] * world_size}
+    total = max(1, min(devices.cpu_count(), world_size * threads))
+    return calibrate("cpu", threads=total, shapes=shapes, refresh=refresh)
+
+
+def _peak_fields(peak: dict[str, Any], source: str) -> dict[str, Any]:
+    return {"peak_flops_per_s": peak["peak_flops_per_s"], "peak_source": source,
+            "peak_age_s": max(0.0, time.time() - peak.get("measured_at", time.time())),
+            "peak_shape": peak.get("shape"), "peak_threads": peak.get("threads"),
+            "peak_busy": peak.get("busy")}
+
+
+def mfu_fields(achieved: float, backend: str, world_size: int, threads: int,
+               shapes: list[Shape]) -> dict[str, Any]:
+    """``mfu`` and the peak it used; a peak below ``achieved`` is measured again first."""
+    peak = machine_peak(backend, world_size, threads, shapes)
+    if not peak or peak["peak_flops_per_s"] <= 0:
+        return {}
+    what = f"fp32 torch.mm, best of {len(peak.get('rates') or {})} shapes"
+    source = f"{what}, " + ("measured now" if peak.get("fresh") else "cached") + \
+        (" (on a busy machine)" if peak.get("busy") else "")
+    if achieved > peak["peak_flops_per_s"]:
+        low = peak["peak_flops_per_s"]
+        again = machine_peak(backend, world_size, threads, shapes, refresh=True)
+        if again and again["peak_flops_per_s"] > 0:
+            peak = again
+            source = f"{what}, measured again: the model ran at {achieved / 1e9:.1f} GFLOP/s, " \
+                     f"above the cached peak {low / 1e9:.1f}"
+        warnings.warn(f"the model ran at {achieved / 1e9:.1f} GFLOP/s, above the cached peak "
+                      f"{low / 1e9:.1f} GFLOP/s (measured on a busier machine?): measured the "
+                      f"peak again, {peak['peak_flops_per_s'] / 1e9:.1f} GFLOP/s. Run "
+                      f"`labkit calibrate` on a quiet machine for a trustworthy MFU",
+                      stacklevel=4)
+    out = _peak_fields(peak, source)
+    if achieved <= peak["peak_flops_per_s"]:
+        out["mfu"] = achieved / peak["peak_flops_per_s"]
+    else:
+        out["mfu_note"] = (f"not reported: the model ran at {achieved / 1e9:.1f} GFLOP/s, "
+                           f"above even the peak measured again "
+                           f"({peak['peak_flops_per_s'] / 1e9:.1f}): the machine is too busy "
+                           f"to measure its peak now")
+    return out
+
+
+def throughput(metrics: dict[str, Any], step_time_s: float, config: Any, backend: str,
+               threads: int) -> dict[str, Any]:
+    """samples_per_s, tokens_per_s and mfu (with the peak it used) from a run's metrics,
+    its median step time, its config and its torch threads per rank."""
     out: dict[str, Any] = {}
     if step_time_s <= 0:
         return out
@@ -24,12 +112,8 @@ def throughput(metrics: dict[str, Any], step_time_s: float, world_size: int,
         out["tokens_per_s"] = metrics["tokens_per_step"] / step_time_s
     flops = metrics.get("flops_per_step")
     if flops:
-        from labkit.analysis.calibrate import machine_peak_flops
-
         achieved = flops / step_time_s
-        peak = machine_peak_flops(backend, world_size)
         out["model_flops_per_s"] = achieved
-        if peak:
-            out["peak_flops_per_s"] = peak
-            out["mfu"] = achieved / peak
+        out.update(mfu_fields(achieved, backend, config.world_size, threads,
+                              gemm_shapes(config, config.world_size)))
     return out

@@ -7,12 +7,21 @@ code that runs on each rank lives in a sibling module named by ``Strategy.entry`
 light (no torch import) and validates configs instantly.
 
 Adding a strategy never edits this file: drop a subpackage in, it is discovered.
+
+Discovery survives an interrupt (a student's Ctrl-C 0.1 s into the first run of a kernel,
+while the packages are still importing): it counts as done only once every package has
+imported, so an interrupted discovery simply runs again on the next call; a package whose
+import was cut short is not in ``sys.modules`` and re-registers when imported again, which
+replaces what it registered before instead of being taken for a second strategy of the
+same name.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,13 +78,25 @@ STRATEGIES = "labkit.strategies"
 the registry sits below the rank code it lists)."""
 
 _REGISTRY: dict[str, Strategy] = {}
+_ORIGIN: dict[str, str] = {}
+"""Strategy name -> the module that registered it."""
 _discovered = False
+_lock = threading.RLock()
+_discovering: set[int] = set()
+"""Threads inside ``_discover`` (a package that looks a strategy up while it imports sees
+what is registered so far instead of recursing)."""
 
 
 def register(spec: Strategy) -> Strategy:
-    if spec.name in _REGISTRY and _REGISTRY[spec.name] != spec:
-        raise ConfigError(f"strategy {spec.name!r} is registered twice")
-    _REGISTRY[spec.name] = spec
+    origin = sys._getframe(1).f_globals.get("__name__", "?")
+    with _lock:
+        known = _REGISTRY.get(spec.name)
+        if known is not None and known != spec and _ORIGIN.get(spec.name) != origin:
+            raise ConfigError(f"strategy {spec.name!r} is registered twice (by "
+                              f"{_ORIGIN.get(spec.name)} and {origin})")
+        # the same module registering again: its import was cut short and is re-run
+        _REGISTRY[spec.name] = spec
+        _ORIGIN[spec.name] = origin
     return spec
 
 
@@ -83,11 +104,19 @@ def _discover() -> None:
     global _discovered
     if _discovered:
         return
-    _discovered = True
-    package = importlib.import_module(STRATEGIES)
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.ispkg:
-            importlib.import_module(f"{STRATEGIES}.{info.name}")
+    me = threading.get_ident()
+    with _lock:
+        if _discovered or me in _discovering:
+            return
+        _discovering.add(me)
+        try:
+            package = importlib.import_module(STRATEGIES)
+            for info in pkgutil.iter_modules(package.__path__):
+                if info.ispkg:
+                    importlib.import_module(f"{STRATEGIES}.{info.name}")
+            _discovered = True  # only now: an interrupt above leaves it to the next call
+        finally:
+            _discovering.discard(me)
 
 
 def lookup(name: str) -> Strategy | None:

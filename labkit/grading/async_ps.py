@@ -2,8 +2,9 @@
 
 Lessons 11 and 12 as three functions a grader can try on hidden cases:
 
-* ``may_read(version, in_flight, bound) -> bool``: the SSP gate of labkit's parameter server
-  (``labkit.strategies.ps.protocol``): may a new pull be answered now?
+* ``may_read(clock, clocks, staleness) -> bool``: the SSP gate of labkit's parameter server
+  (``labkit.strategies.ps.protocol``; Ho et al. 2013): may a worker at ``clock`` read now,
+  given every worker's clock?
 * ``straggler_effects(workers, factor) -> {"asp_over_bsp_rate", "asp_max_staleness"}``: the
   lesson's two formulas for one worker ``factor`` times slower than the others;
 * ``serializations(program) -> int``: how many times a Ray driver serializes its big payload
@@ -26,8 +27,10 @@ FORBID = ("labkit.strategies", "labkit.lessons", "labkit.launchers.ray", "labkit
 """The gate and the formulas live in labkit's parameter server: write them yourself."""
 
 SEED_GATE_CASES: list[tuple[int, list[int], int]] = [
-    (5, [], 2), (5, [5, 4], 2), (5, [3], 2), (7, [7, 7, 6], 2), (3, [3], 0)]
-"""Visible (version, in_flight, bound) cases of Q1."""
+    (3, [3, 3, 3], 0), (4, [4, 3, 3], 0), (4, [4, 3, 3], 1), (5, [5, 2, 4], 2),
+    (6, [6, 4, 5], 2)]
+"""Visible (clock, clocks, staleness) cases of Q1: the asking worker's clock, every
+worker's clock (its own included), and SSP's s."""
 SEED_STRAGGLERS: list[tuple[int, float]] = [(2, 4.0), (3, 2.0)]
 """Visible (workers, factor) cases of Q2: lesson 11 ran 2 workers, one 4x slower."""
 SEED_PROGRAMS: dict[str, list[Any]] = {
@@ -70,13 +73,16 @@ def _shape(q: Question, label: str, fn: Callable[..., Any], args: tuple[Any, ...
         q.record(label, True, gate=True)
 
 
+GATE_PARTS = ["grants within s clocks of the slowest", "refuses more than s clocks ahead",
+              "s = 0 waits like BSP"]
+"""Q1's parts (the instructor's key records each case under one of them)."""
+
+
 def gate_question(fn: Callable[..., Any], points: float = 3) -> Question:
     """Q1: answers of the right type on the visible cases; right or wrong at grading."""
-    q = Question("may_read", points, ["grants what the bound allows",
-                                      "refuses a read that could end up too stale",
-                                      "K = 0 keeps one gradient in flight"])
-    for version, in_flight, bound in SEED_GATE_CASES:
-        _shape(q, "True or False for each case", fn, (version, list(in_flight), bound),
+    q = Question("may_read", points, GATE_PARTS)
+    for clock, clocks, staleness in SEED_GATE_CASES:
+        _shape(q, "True or False for each case", fn, (clock, list(clocks), staleness),
                read_bool)
     return q
 

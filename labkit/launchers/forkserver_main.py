@@ -5,7 +5,10 @@ forks a rank for every request, so a rank starts in milliseconds instead of payi
 imports again (about 2.4 s of CPU per rank on a laptop core). The parent side, and why it
 keeps every promise of a freshly exec'd rank, is ``labkit.launchers.forkserver``. The steps:
 
-1. leave Ctrl-C to the caller, die with it (PR_SET_PDEATHSIG when it was started from the
+1. leave Ctrl-C to the caller; become a child subreaper (``labkit.launchers.tree``), so
+   whatever outlives a rank -- a daemon it started, double fork and all -- is re-parented
+   here and killed at once; die with the caller, but not before every rank and everything
+   they started is dead (PR_SET_PDEATHSIG with SIGTERM when it was started from the
    caller's main thread; in every case end of file on the control socket means the caller
    is gone);
 2. import ``PRELOAD`` and check that this process is still single-threaded in Python
@@ -14,7 +17,8 @@ keeps every promise of a freshly exec'd rank, is ``labkit.launchers.forkserver``
    client's socket, ``spawn`` forks a rank (step 4) and answers its pid, ``reap`` collects
    the exit code of a rank the client saw exit, ``close`` kills and reaps what the client
    still owns. A client that vanishes is closed the same way; the end of the control socket
-   ends everything;
+   ends everything. Every round, and before answering ``close``, any child that is not a
+   rank (an orphan come back to this subreaper) is killed with its subtree and reaped;
 4. in the child: a new session (its own process group, as ``start_new_session``), the
    client's file descriptors at the numbers the client gave them (as ``pass_fds``), its
    output to the rank's log, the caller's working directory, the caller's whole environment
@@ -41,6 +45,8 @@ import time
 import traceback
 from typing import Any
 
+from labkit.launchers.tree import become_subreaper, children_of, kill_tree
+
 PRELOAD = ("numpy", "cloudpickle", "torch", "torch.distributed", "torch._dynamo",
            "torch.nn.parallel", "labkit.rank.context", "labkit.rank.group", "labkit.trace.comm",
            "labkit.trace.tracer", "labkit.train.loop", "labkit.train.training", "labkit.launchers.rank_main",
@@ -50,6 +56,16 @@ PRELOAD_ENV = "LABKIT_FORKSERVER_PRELOAD"
 """More modules to import once for every rank, comma-separated (say, your own model code)."""
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 16
+STOP_S = 5.0
+"""How long a stopping server keeps killing what comes back to it."""
+
+
+class Stop(BaseException):
+    """SIGTERM (the caller died): leave the loop, whatever it was doing, and stop."""
+
+
+def _on_term(_signum: int, _frame: Any) -> None:
+    raise Stop
 
 
 def recv(sock: socket.socket) -> tuple[Any, list[int]]:
@@ -97,6 +113,7 @@ class Server:
                     self.close_client(sock)
                 else:
                     self.answer(sock, message, fds)
+            self.kill_strays()
             self.reap_orphans()
 
     def answer(self, sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
@@ -109,6 +126,7 @@ class Server:
             elif op == "close":
                 self.kill_and_reap(self.owned.get(sock, set()))
                 self.owned[sock] = set()
+                self.kill_strays(wait_s=2.0)  # what the ranks left came back to us
                 reply = {"closed": True}
             else:
                 reply = {"error": f"unknown request {op!r}"}
@@ -168,15 +186,32 @@ class Server:
                 return
             time.sleep(0.01)
 
+    def kill_strays(self, wait_s: float = 0.0) -> None:
+        """Kill (with its subtree) and reap every child that is not a rank: a rank's
+        descendant re-parented here when the rank died (this process is a subreaper)."""
+        ranks = set().union(*self.owned.values()) if self.owned else set()
+        deadline = time.monotonic() + wait_s
+        while True:
+            strays = [p for p in children_of(os.getpid()) if p not in ranks]
+            for pid in strays:
+                kill_tree(pid, include_root=True)
+            self.orphans |= set(strays)
+            self.reap_orphans(wait_s=0.5 if strays else 0.0)
+            if not strays or time.monotonic() >= deadline:
+                return
+
     def close_client(self, sock: socket.socket) -> None:
         self.kill_and_reap(self.owned.pop(sock, set()))
         self.selector.unregister(sock)
         sock.close()
 
     def stop(self) -> None:
-        """The caller is gone (or closed us): nothing we started may outlive us."""
+        """The caller is gone (or closed us): nothing we started may outlive us -- the
+        ranks, and whatever they started, which comes back here as they die."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for sock in list(self.owned):
             self.close_client(sock)
+        self.kill_strays(wait_s=STOP_S)
         os._exit(0)
 
 
@@ -196,6 +231,7 @@ def become_rank(message: dict[str, Any], fds: list[int], sockets: list[socket.so
     """Step 4, in the child: never returns."""
     code = 1
     try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's own SIGTERM handling
         selector.close()
         for s in sockets:
             s.close()
@@ -241,12 +277,14 @@ def become_rank(message: dict[str, Any], fds: list[int], sockets: list[socket.so
 
 def main(argv: list[str]) -> None:
     control = socket.socket(fileno=int(argv[0]))
-    # 1. Ctrl-C is the caller's; die with the caller
+    # 1. Ctrl-C is the caller's; orphans come back here; die with the caller, ranks first
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_term)
+    become_subreaper()
     if argv[1] == "1":
         from labkit.launchers.reaper import FORKSERVER_ENV, die_with_parent
 
-        die_with_parent(int(os.environ[FORKSERVER_ENV]))  # the caller's pid
+        die_with_parent(int(os.environ[FORKSERVER_ENV]), signal.SIGTERM)  # the caller's pid
     # 2. the imports every rank would pay for, once
     try:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -266,7 +304,11 @@ def main(argv: list[str]) -> None:
         os._exit(1)
     send(control, {"ready": os.getpid()})
     # 3. serve until the caller is gone
-    Server(control).serve()
+    server = Server(control)
+    try:
+        server.serve()
+    except Stop:
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -15,7 +15,14 @@ from typing import Any
 
 from labkit.base import devices
 from labkit.base.errors import ConfigError
-from labkit.base.validate import bool_problem, int_problem, local_world_size_problem, real_problem
+from labkit.base.validate import (
+    MAX_LOCAL_WORLD_SIZE,
+    bool_problem,
+    int_problem,
+    is_int,
+    local_world_size_problem,
+    real_problem,
+)
 from labkit.config import registry
 from labkit.config.run import MAX_THREADS, MAX_TIMEOUT_S, SEED_MAX, RunConfig
 from labkit.rank.job import Job
@@ -54,11 +61,21 @@ def job_for(config: RunConfig, backend: str | None = None, threads: int | None =
                entry=spec.entry_for(config))
 
 
+def launch_world_size_problem(world_size: Any) -> str | None:
+    """``launch(fn, world_size)``'s rule, worded for a call: a count of ranks is a whole
+    number (``labkit.launch(fn, 2.5)`` names the type, not "float ranks")."""
+    if not is_int(world_size):
+        return (f"world_size ({world_size!r}) must be a whole number of ranks, an int from 1 "
+                f"to {MAX_LOCAL_WORLD_SIZE} (ranks on one machine), not a "
+                f"{type(world_size).__name__}; e.g. labkit.launch(fn, 2)")
+    return local_world_size_problem(world_size)
+
+
 def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed: Any,
                     threads_per_rank: Any, trace: Any) -> list[str]:
     """Every rule ``launch``'s arguments break (the same rules as ``RunConfig``'s fields)."""
     checks = [
-        local_world_size_problem(world_size),
+        launch_world_size_problem(world_size),
         None if backend in ("gloo", "nccl") else
         f"backend {backend!r} must be 'gloo' or 'nccl' for launch",
         real_problem("timeout_s", timeout_s, MAX_TIMEOUT_S, unit=" seconds", example=60),

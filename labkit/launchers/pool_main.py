@@ -11,7 +11,10 @@ A pool rank is a supervisor rank (``labkit.launchers.rank_main``) that does not 
    seed reset, a fresh tracer and comms, clocks aligned) and sends its report by value;
 4. a job that raises is reported like a fresh rank's failure, and the rank exits: the pool
    is torn down and rebuilt on the next call, because a failed collective can leave the
-   group in any state, with peers still blocked in it.
+   group in any state, with peers still blocked in it;
+5. after every job, and whenever it leaves, it kills what the job started and left running
+   (a rank is a child subreaper: its daemons are in its tree), so nothing of one job lives
+   on into the next.
 
 Dying with the parent: PR_SET_PDEATHSIG fires when the *thread* that started the rank
 exits, not the process, so it is armed only when the pool was started from the main
@@ -36,9 +39,11 @@ WATCH_S = 0.2  # how often the watchdog checks that the parent is alive
 
 
 def _watch_parent(parent: int) -> None:
+    from labkit.launchers.rank_main import leave
+
     while True:
         if os.getppid() != parent:
-            os._exit(1)  # re-parented: the pool's process is gone
+            leave(1)  # re-parented: the pool's process is gone
         time.sleep(WATCH_S)
 
 
@@ -47,8 +52,9 @@ def main(argv: list[str]) -> None:
     out = Connection(int(argv[3]), readable=False)
     commands = Connection(int(argv[4]), writable=False)
     backend, threads, timeout_s = argv[5], int(argv[6]), float(argv[7])
-    from labkit.launchers.rank_main import fail, meet, start_rank
+    from labkit.launchers.rank_main import fail, leave, meet, start_rank
     from labkit.launchers.rankmsg import send_report
+    from labkit.launchers.tree import kill_tree
 
     start_rank(run_dir, rank, die_with_parent=argv[8] == "1")
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True,
@@ -68,11 +74,12 @@ def main(argv: list[str]) -> None:
                 spool_dir, job_bytes = pickle.loads(commands.recv_bytes())
             except (EOFError, OSError):
                 group.close()
-                os._exit(0)
+                leave(0)
             job = pickle.loads(job_bytes)
             # 3. run it like a fresh rank
             report = group.run(job, status=board.status(rank), progress=board.progress(rank),
                                spool_dir=spool_dir)
+            kill_tree(os.getpid())  # 5. nothing of this job runs on into the next
             send_report(out, report, rank)
     except BaseException as exc:  # noqa: BLE001 - 4. every failure must reach the pool
         fail(out, rank, exc)

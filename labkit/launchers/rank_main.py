@@ -24,10 +24,15 @@ from labkit.launchers.rankmsg import send_error, send_report
 
 
 def start_rank(run_dir: str, rank: int, *, die_with_parent: bool = True) -> IO[str]:
-    """What every rank does first: leave Ctrl-C to the supervisor, die with it
-    (PR_SET_PDEATHSIG, and exit now if it is gone already), dump its Python stack to
-    RUN_DIR/stack-RANK.txt on SIGUSR1 (what a timeout shows). Returns the stack file."""
+    """What every rank does first: leave Ctrl-C to the supervisor, become a child
+    subreaper (whatever it starts stays in its tree: ``labkit.launchers.tree``), die with
+    the supervisor (PR_SET_PDEATHSIG, and exit now if it is gone already), dump its Python
+    stack to RUN_DIR/stack-RANK.txt on SIGUSR1 (what a timeout shows). Returns the stack
+    file."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor handles Ctrl-C / stop
+    from labkit.launchers.tree import become_subreaper
+
+    become_subreaper()
     from labkit.launchers.reaper import PARENT_ENV
     from labkit.launchers.reaper import die_with_parent as arm_death_signal
 
@@ -51,13 +56,24 @@ def meet(run_dir: str, world_size: int) -> tuple[Any, Any]:
             dist.FileStore(os.path.join(run_dir, "store"), world_size))
 
 
+def leave(code: int) -> NoReturn:
+    """Exit, killing first everything this rank started that still runs (daemons too:
+    they are in its tree, it is their subreaper)."""
+    from labkit.launchers.tree import kill_tree
+
+    try:
+        kill_tree(os.getpid())
+    finally:
+        os._exit(code)
+
+
 def fail(conn: Connection, rank: int, exc: BaseException) -> NoReturn:
     """Report ``exc`` up the result pipe (inside the ``except`` block) and exit 1."""
     try:
         send_error(conn, rank, exc)
         conn.close()
     finally:
-        os._exit(1)
+        leave(1)
 
 
 def main(argv: list[str]) -> None:
@@ -77,7 +93,7 @@ def main(argv: list[str]) -> None:
                           progress=board.progress(rank), spool_dir=run_dir)
         send_report(conn, report, rank)
         conn.close()
-        os._exit(0)
+        leave(0)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the supervisor
         fail(conn, rank, exc)
 

@@ -164,10 +164,17 @@ def exited(proc: Any) -> bool:
 
 
 def stop_leaders(procs: list[Any], stop: Deferred, grace_s: float) -> None:
-    """Stop every rank still running: SIGTERM its group, wait up to ``grace_s`` (cut short
-    by a second Ctrl-C, ``stop.hit``), then SIGKILL the group *before* reaping its leader,
-    so the group id cannot have been reused by then."""
+    """Stop every rank still running: kill what it started (its whole subtree, daemons
+    included: a rank is their subreaper, ``labkit.launchers.tree``) while it still holds
+    them, SIGTERM its group, wait up to ``grace_s`` (cut short by a second Ctrl-C,
+    ``stop.hit``), then SIGKILL the group *before* reaping its leader, so the group id
+    cannot have been reused by then."""
+    from labkit.launchers.tree import kill_tree
+
     live = [p for p in procs if p.returncode is None]
+    for p in live:
+        if not exited(p):
+            kill_tree(p.pid)
     for p in live:
         kill_group(p.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s

@@ -103,7 +103,7 @@ def collect(job: Job, reports: list[RankReport], wall: float) -> RunResult:
     for o in outputs:  # each rank's own view stays readable as outputs[r].metrics
         o.metrics = o.all_metrics()
     step_time = timeline.median_step_s() if config.trace else metrics.get("step_wall_s", 0.0)
-    metrics.update(throughput(metrics, step_time, config.world_size, backend))
+    metrics.update(throughput(metrics, step_time, config, backend, job.threads))
     sha = next((o.params_sha256 for o in outputs if o.params_sha256), None)
     return RunResult(config=config, backend=backend, timeline=timeline, losses=losses,
                      metrics=metrics, wall_s=wall, params_sha256=sha, outputs=outputs)

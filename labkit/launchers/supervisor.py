@@ -15,14 +15,19 @@ traceback; the parent polls and kills the rest on the first failure), never on a
    its exit code or signal -- code 0 too, when it never handed in its result. Peers'
    "connection closed" echoes are kept aside, not shown.
 3. *Nothing hangs.* A run-level timeout stops a hung run and names the rank that stopped
-   making progress (the one not blocked in communication), with every rank's Python stack.
+   making progress (the one not blocked in communication), with every rank's Python stack,
+   what each rank was doing at which step, and how to raise the limit; a run whose ranks
+   were all still finishing steps is reported as slow, not stuck.
 4. *No orphans.* One path owns every child from its first ``Popen``: start-up, the watch
    and the cleanup share one ``try/finally``, so an interrupt or a failed spawn (EMFILE)
    half-way through start-up still kills what was started and removes the temp dir. Each
    rank leads its own process group (its forks die with it) and carries the run's id in
    its environment (daemons that left the group are found in ``/proc``); see
-   ``labkit.launchers.reaper``. A second Ctrl-C during the cleanup is held back until it is done.
-   Ranks also die with the parent (PR_SET_PDEATHSIG).
+   ``labkit.launchers.reaper``. Every rank is a child subreaper, and so is the fork server:
+   a daemon that left all of that still comes back to labkit and dies with its rank
+   (``labkit.launchers.tree``). A second Ctrl-C during the cleanup is held back until it is
+   done. Ranks also die with the parent (PR_SET_PDEATHSIG), and a run directory a killed
+   parent could not remove is removed by the next run (``labkit.launchers.rundirs``).
 5. *Results travel by value.* A rank pickles its report (cloudpickle) into bytes on the
    pipe, so tensors of any size arrive whole (``multiprocessing``'s own pickler would send
    them as shared memory owned by a rank that is about to exit). A result the parent
@@ -48,7 +53,7 @@ from typing import Any
 
 from labkit.analysis.timeline import Timeline
 from labkit.base.errors import RankFailure, RunFailed, RunTimeout
-from labkit.launchers import forkserver
+from labkit.launchers import forkserver, rundirs
 from labkit.launchers.board import Board
 from labkit.launchers.rankmsg import decode
 from labkit.launchers.reaper import (
@@ -108,6 +113,8 @@ class Supervisor:
         """Each rank's process: a ``subprocess.Popen``, or a ``forkserver.ForkedRank``."""
         self.forks: forkserver.Client | None = None
         self.pidfds: dict[int, int] = {}
+        self.owner: Any = None
+        """The open, locked ``owner.lock`` that says this run is alive (``rundirs``)."""
         self.conns: dict[int, Connection] = {}
         self.board: Board | None = None
         self.status: list[Any] = []
@@ -116,6 +123,9 @@ class Supervisor:
         self.reports: dict[int, RankReport] = {}
         self.errors: list[tuple[int, RankFailure]] = []  # (monotonic ns, failure)
         self.deaths: list[RankFailure] = []
+        self.watch_start = 0.0
+        self.moved: dict[int, tuple[int, float]] = {}
+        """Rank -> (its step counter, when it last changed), for the timeout's verdict."""
 
     # ---- lifecycle ---------------------------------------------------------------------
     def run(self) -> list[RankReport]:
@@ -143,8 +153,11 @@ class Supervisor:
             raise
 
     def start(self) -> None:
-        """Create the run directory and spawn every rank (called by ``run``)."""
+        """Create the run directory and spawn every rank (called by ``run``); first remove
+        what dead runs (a kernel killed outright) left in the temp dir."""
+        rundirs.sweep(str(self.tmpdir.parent))
         self.tmpdir.mkdir(mode=0o700)
+        self.owner = rundirs.hold(self.tmpdir)
         self.board = Board.create(str(self.tmpdir / "board"), self.world_size)
         self.status = [self.board.status(r) for r in range(self.world_size)]
         self.progress = [self.board.progress(r) for r in range(self.world_size)]
@@ -152,6 +165,7 @@ class Supervisor:
             (self.tmpdir / "job.pkl").write_bytes(self.job_bytes)
         env = child_env()
         env[RUN_ID_ENV] = self.run_id  # inherited by every descendant (labkit.launchers.reaper)
+        env[rundirs.RUN_DIR_ENV] = str(self.tmpdir)
         env[PARENT_ENV] = str(os.getpid())
         (self.tmpdir / ENVIRON_FILE).write_bytes(environ_bytes(env))  # forked ranks hold it
         self.forks = forkserver.connect(env)
@@ -217,6 +231,9 @@ class Supervisor:
                 self.board.close()
                 self.board = None
             shutil.rmtree(self.tmpdir, ignore_errors=True)
+            if self.owner is not None:
+                self.owner.close()
+                self.owner = None
 
     # ---- the watch loop ------------------------------------------------------------------
     def _watch(self) -> list[RankReport]:
@@ -224,8 +241,11 @@ class Supervisor:
         deadline = start + self.timeout_s
         failed_at: float | None = None
         sentinels = {fd: r for r, fd in self.pidfds.items()}
+        self.watch_start = start
+        self.moved = {r: (v.value, start) for r, v in enumerate(self.progress)}
         while True:
             now = time.monotonic()
+            self._note_progress(now)
             if failed_at is not None and (now - failed_at > _GRACE_S or self._all_accounted()):
                 raise RunFailed(*pick_failure(self.errors, self.deaths))
             if len(self.reports) == self.world_size:
@@ -245,6 +265,14 @@ class Supervisor:
                         failed_at = time.monotonic()  # (no match: drained by _on_exit)
             if self.on_progress is not None:
                 self.on_progress(sum(v.value for v in self.progress))
+
+    def _note_progress(self, now: float) -> None:
+        """When each rank's step counter last moved: a timeout tells a slow run (every rank
+        still finishing steps) from a stuck one."""
+        for r, v in enumerate(self.progress):
+            value = v.value
+            if value != self.moved[r][0]:
+                self.moved[r] = (value, now)
 
     def _on_message(self, rank: int) -> bool:
         """Read one message; True if it reports a failure (an error, or a result that
@@ -310,8 +338,13 @@ class Supervisor:
         for r in running:
             path = self.tmpdir / f"stack-{r}.txt"
             stacks[r] = path.read_text() if path.exists() else ""
+        now = time.monotonic()
+        self._note_progress(now)
+        moved_at = {r: self.moved[r][1] for r in running if self.moved[r][1] > self.watch_start}
         return hang(self.timeout_s, running, {r: self.status[r].value != 0 for r in running},
-                    {r: self.progress[r].value for r in running}, stacks)
+                    {r: self.progress[r].value for r in running}, stacks,
+                    idle_s={r: now - t for r, t in moved_at.items()},
+                    busy_s={r: t - self.watch_start for r, t in moved_at.items()})
 
 
 def supervise(job: Job, world_size: int, timeout_s: float, on_progress: Any = None

@@ -6,7 +6,8 @@ ranks what the supervisor saw: (1) a real exception, (2) a rank that died withou
 (exit code -- 0 included, when it never handed in a result -- or a signal), (3) only then
 the earliest echo. For a hang, the rank that is *not* blocked in communication is the one
 the others wait for (the pattern of PyTorch's ``MultiProcessTestCase`` and NCCL's flight
-recorder). Torch-free.
+recorder) -- unless every rank was still finishing steps when the limit hit: then the run
+is slow, not stuck, and the message says so and how to raise the limit. Torch-free.
 """
 
 from __future__ import annotations
@@ -50,22 +51,64 @@ def silent_death(rank: int, code: int, log: str) -> RankFailure:
     return failure
 
 
+def _raise_hint(timeout_s: float, slow: bool) -> str:
+    more = max(2 * timeout_s, timeout_s + 60)
+    how = (f"timeout_s={more:g} (labkit.run, labkit.launch, labkit.Pool) or --timeout "
+           f"{more:g} (labkit run)")
+    return f"raise the limit: {how}" if slow else f"if it is only slow, raise the limit: {how}"
+
+
+def _doing(rank: int, blocked: bool, step: int, idle_s: float | None) -> str:
+    where = "in a communication call" if blocked else "computing (outside communication)"
+    since = "" if idle_s is None else f", its last step {idle_s:.1f} s ago"
+    return f"rank {rank} at step {step}, {where}{since}"
+
+
+def still_training(steps: dict[int, int], idle_s: dict[int, float | None],
+                   busy_s: dict[int, float | None]) -> bool:
+    """Whether every running rank was still finishing steps when the limit hit: each made
+    one within three of its own mean step times (measured up to its last step) plus a
+    second. A hung rank's mean is that of its healthy steps, so its silence stands out."""
+    for r, step in steps.items():
+        idle, busy = idle_s.get(r), busy_s.get(r)
+        if idle is None or busy is None or step < 1 or idle > 3 * busy / step + 1.0:
+            return False
+    return bool(steps)
+
+
 def hang(timeout_s: float, running: list[int], blocked: dict[int, bool],
-         steps: dict[int, int], stacks: dict[int, str]) -> RunTimeout:
-    """The timeout error: the rank stuck outside communication while others wait for it
-    (``blocked[r]``: rank r is inside a communication call), with every rank's stack."""
+         steps: dict[int, int], stacks: dict[int, str],
+         idle_s: dict[int, float | None] | None = None,
+         busy_s: dict[int, float | None] | None = None) -> RunTimeout:
+    """The timeout error, saying what each rank was doing and at which step, and how to
+    raise the limit. ``blocked[r]``: rank r is inside a communication call; ``idle_s[r]``:
+    seconds since its step counter last moved; ``busy_s[r]``: seconds from the start to
+    that last move (both None where the launcher cannot tell).
+
+    A run whose ranks were all still finishing steps is *slow*, not stuck: it is reported
+    as such. Otherwise the suspect is the rank stuck outside communication while others
+    wait for it in communication."""
+    idle_s = idle_s or {}
+    busy_s = busy_s or {}
+    states = "; ".join(_doing(r, blocked[r], steps[r], idle_s.get(r)) for r in running)
     stuck = [r for r in running if not blocked[r]]
     waiting = [r for r in running if blocked[r]]
     suspect: int | None
-    if stuck and waiting:
+    slow = still_training({r: steps[r] for r in running}, idle_s, busy_s)
+    if slow:
+        suspect = None
+        why = (f"the run was still training, not stuck ({states}); it needs more than "
+               f"{timeout_s:g} s")
+    elif stuck and waiting:
         suspect = stuck[0]
         why = (f"rank {suspect} stopped making progress at step {steps[suspect]} outside any "
-               f"communication call, while rank(s) {', '.join(map(str, waiting))} waited for it")
+               f"communication call, while rank(s) {', '.join(map(str, waiting))} waited for "
+               f"it ({states})")
     else:
         suspect = running[0] if len(running) == 1 else None
-        why = "no rank made progress"
+        why = f"no rank finished a step lately ({states})" if running else "no rank was running"
     message = (f"run timed out after {timeout_s:g} s: {why}; ranks still running: "
-               f"{', '.join(map(str, running)) or 'none'}")
+               f"{', '.join(map(str, running)) or 'none'}; {_raise_hint(timeout_s, slow)}")
     text = "\n\n".join(f"--- rank {r} (step {steps[r]}) ---\n{stacks[r].strip()}"
                        for r in running)
     return RunTimeout(RankFailure(suspect, "timeout", message, text))

@@ -3,7 +3,9 @@
 Parameter servers (Li et al. 2014): workers push gradients to servers and pull weights;
 bulk-synchronous (BSP) waits for everyone each step, asynchronous (ASP) never waits, and
 stale-synchronous parallel (SSP, Ho et al. 2013) lets the fastest worker run at most s
-clocks ahead of the slowest. Seed 000: asynchronous SGD is "faster on unreliable networks,
+clocks ahead of the slowest; bounded delay (Li et al. 2014) instead bounds how many updates
+stale a gradient may get, which is a different rule (``labkit run ps --consistency
+bounded-delay``). Seed 000: asynchronous SGD is "faster on unreliable networks,
 but may introduce stale gradients". Ray (Moritz et al. 2018; seed 003's orchestration
 section): stateless tasks, stateful actors, and an object store whose references avoid
 shipping the same large object to every task. Traffic is compared with the ring
@@ -34,7 +36,8 @@ QUESTIONS: list[Question] = [
          "Synchronous all-reduce data parallelism"),
         "BSP waits for every worker each step (a straggler stalls everyone); ASP never waits "
         "(gradients can be arbitrarily stale); SSP sits between: a worker at clock c may only "
-        "proceed while the slowest worker is at c - s or later, which bounds staleness by s."),
+        "proceed while the slowest worker is at c - s or later, so no two workers are ever "
+        "more than s clocks apart (staleness counted in clocks, not in updates)."),
     NumericQuestion(
         "ps-02", PS,
         "Under SSP with staleness bound s = {s}, the slowest worker is working on clock {c}. "
@@ -45,6 +48,21 @@ QUESTIONS: list[Question] = [
         "later: t <= {c} + {s} = {answer}. Any faster worker waits there, so every gradient it "
         "applies is at most {s} clocks stale.",
         integer=True),
+    ChoiceQuestion(
+        "ps-07", PS,
+        "Three equally fast workers, each step one time unit. What happens with SSP at "
+        "staleness s = 0, and with bounded delay at K = 0 updates?",
+        "SSP s = 0 paces like BSP (all three step together); bounded delay K = 0 runs them "
+        "one at a time, three times slower",
+        ("Both are BSP: zero staleness means every step waits for everyone",
+         "Both run the workers one at a time, since nothing may be stale",
+         "SSP s = 0 runs one worker at a time; bounded delay K = 0 paces like BSP"),
+        "SSP bounds clocks (Ho et al. 2013): at s = 0 a worker at clock c waits until every "
+        "worker reached c, which is BSP's barrier. Bounded delay bounds updates (Li et al. "
+        "2014): at K = 0 no gradient may see another update slip in between its read and "
+        "its push, so only one worker can hold a read at a time: sequential, 3 units per "
+        "step instead of 1. labkit runs both: --consistency ssp --staleness s and "
+        "--consistency bounded-delay --delay K."),
     NumericQuestion(
         "ps-03", PS,
         "Under BSP, {n} workers each take {fast} s per step but one straggler takes {slow} s. "

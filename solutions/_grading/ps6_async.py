@@ -1,7 +1,8 @@
 """Problem set 6, instructor side: the hidden cases and the rules that grade them.
 
 Q1 (``may_read``): compared with labkit's own SSP gate (``labkit.strategies.ps.protocol.Gate``
-driven to the same state) on the visible cases and on 60 random ones (fixed seed).
+with every worker's clock set as the case says; Ho et al. 2013: read at clock c only while
+the slowest worker is at c - s or later) on the visible cases and on 60 random ones.
 Q2 (``straggler_effects``): the lesson's formulas, ``((W - 1) F + 1) / W`` and
 ``(W - 1) F`` (``labkit.lessons.async_ps.straggler_predictions``), within 1%.
 Q3 (``serializations``): counted by ``count`` below on visible and hidden programs.
@@ -16,6 +17,7 @@ from typing import Any
 from labkit.grading import calls
 from labkit.grading.async_ps import (
     FORBID,
+    GATE_PARTS,
     SEED_GATE_CASES,
     SEED_PROGRAMS,
     SEED_STRAGGLERS,
@@ -38,47 +40,43 @@ HIDDEN_PROGRAMS: dict[str, list[Any]] = {
 }
 
 
-def expected_gate(version: int, in_flight: Sequence[int], bound: int) -> bool:
-    """labkit's gate, put in the state the case describes (reads in flight, version)."""
-    gate = Gate(Consistency.SSP, workers=len(in_flight) + 1, bound=bound)
-    gate.version = version
-    gate.reads = dict(enumerate(in_flight))
-    return gate.may_read(step=0)
+def expected_gate(clock: int, clocks: Sequence[int], staleness: int) -> bool:
+    """labkit's SSP gate with the workers at ``clocks``, asked by a worker at ``clock``."""
+    gate = Gate(Consistency.SSP, workers=len(clocks), bound=staleness)
+    gate.clocks = list(clocks)
+    return gate.may_read(step=clock)
 
 
 def hidden_gate_cases(n: int = 60, seed: int = 6) -> list[tuple[int, list[int], int]]:
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        version, bound = rng.randint(0, 30), rng.randint(0, 4)
-        in_flight = [rng.randint(max(0, version - 5), version) for _ in range(rng.randint(0, 5))]
-        out.append((version, in_flight, bound))
+        staleness = rng.randint(0, 4)
+        clocks = [rng.randint(0, 30) for _ in range(rng.randint(1, 6))]
+        out.append((rng.choice(clocks), clocks, staleness))
     return out
 
 
-def _gate_part(in_flight: Sequence[int], bound: int, allowed: bool) -> str:
-    if bound == 0:
-        return "K = 0 keeps one gradient in flight"
-    return "grants what the bound allows" if allowed else \
-        "refuses a read that could end up too stale"
+def _gate_part(staleness: int, allowed: bool) -> str:
+    if staleness == 0:
+        return GATE_PARTS[2]
+    return GATE_PARTS[0] if allowed else GATE_PARTS[1]
 
 
 def check_gate(q: Question, fn: Any) -> None:
-    for version, in_flight, bound in [*SEED_GATE_CASES, *hidden_gate_cases()]:
-        want = expected_gate(version, in_flight, bound)
-        part = _gate_part(in_flight, bound, want)
-        label = f"version {version}, in flight {list(in_flight)}, K = {bound}"
-        got = calls.answer(q, part, fn, (version, list(in_flight), bound), forbid=FORBID,
+    for clock, clocks, staleness in [*SEED_GATE_CASES, *hidden_gate_cases()]:
+        want = expected_gate(clock, clocks, staleness)
+        part = _gate_part(staleness, want)
+        label = f"clock {clock}, clocks {list(clocks)}, s = {staleness}"
+        got = calls.answer(q, part, fn, (clock, list(clocks), staleness), forbid=FORBID,
                            reader=read_bool, where=label)
         if got is None:
             continue
-        oldest = min(in_flight, default=version)
+        slowest = min(clocks)
         q.record(part, got == want,
-                 f"{label}: the gate says {want}. With the new read there are "
-                 f"{len(in_flight) + 1} reads in flight; the oldest read version {oldest}, "
-                 f"{version - oldest} updates behind; until it is pushed, up to "
-                 f"{len(in_flight)} other gradients can be applied first, so it could end "
-                 f"up {version - oldest + len(in_flight)} updates stale (bound {bound})")
+                 f"{label}: the gate says {want}. The slowest worker is at clock {slowest}, "
+                 f"this one at {clock}: {clock - slowest} clock(s) ahead, and SSP lets a "
+                 f"worker read only while it is at most s = {staleness} ahead")
 
 
 def check_stragglers(q: Question, fn: Any) -> None:

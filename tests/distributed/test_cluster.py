@@ -126,6 +126,24 @@ def test_ddp_on_two_nodes_trains_like_one_node_with_both_nodes_on_the_timeline()
 
 
 @needs_root
+def test_a_cluster_run_leaves_nothing_in_the_callers_temp_dir(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """Issue 25: torchrun's ``torchelastic_*`` dirs and torch's ``torchinductor_<user>``
+    cache used to pile up in $TMPDIR, two per run; the agents' TMPDIR is the run's own
+    directory now, removed with it."""
+    import labkit
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    res = labkit.run(strategy="ddp", world_size=2, nodes=2, steps=2, threads_per_rank=1,
+                     timeout_s=150, progress=False)
+    assert res.params_sha256
+    assert sorted(os.listdir(tmp_path)) == [], "the cluster run left files in TMPDIR"
+    assert_nothing_left()
+
+
+@needs_root
 @pytest.mark.parametrize("fault, kind", [("1:1:raise", "exception"), ("1:1:kill", "signal")])
 def test_a_failing_rank_is_named_and_nothing_is_left(fault: str, kind: str) -> None:
     """--inject-fault across nodes: RunFailed names rank 1 and how it failed, keeps what the

@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.distributed, pytest.mark.lesson00]
 @pytest.mark.parametrize("kind, expected", [("raise", "exception"), ("exit", "exit"),
                                             ("kill", "signal")])
 def test_injected_fault_names_the_failing_rank_and_kind(kind, expected, no_leftover_ranks):
-    start = time.monotonic()
+    """Found when it happens: the kind is the fault's, never "timeout" (no wall-clock bound:
+    a busy machine is slow, not wrong)."""
     with pytest.raises(RunFailed) as err:
         labkit.run(strategy="ddp", world_size=2, steps=6, inject_fault=f"1:3:{kind}",
                    timeout_s=60)
@@ -29,7 +30,6 @@ def test_injected_fault_names_the_failing_rank_and_kind(kind, expected, no_lefto
         assert "injected fault: rank raised at step 3" in err.value.failure.traceback
     if kind == "kill":
         assert "SIGKILL" in err.value.failure.message
-    assert time.monotonic() - start < 30
     _check_partial_timeline(err.value, failed_rank=1, fault_step=3)
 
 
@@ -48,15 +48,34 @@ def _check_partial_timeline(err: RunFailed, failed_rank: int, fault_step: int) -
 
 
 def test_hung_rank_is_named_at_the_timeout(no_leftover_ranks):
-    start = time.monotonic()
     with pytest.raises(RunTimeout) as err:
         labkit.run(strategy="ddp", world_size=2, steps=6, inject_fault="0:2:hang", timeout_s=8)
-    elapsed = time.monotonic() - start
     assert err.value.kind == "timeout" and err.value.rank == 0, str(err.value)
     assert "outside any communication call" in err.value.failure.message
+    assert "rank 1 at step 2, in a communication call" in err.value.failure.message
+    assert "raise the limit: timeout_s=68" in err.value.failure.message
     assert "rank 1" in err.value.failure.traceback and "inject_fault" in err.value.failure.traceback
-    assert elapsed < 8 + 5 + 3  # timeout + 5 s, plus the start-up before the clock
     _check_partial_timeline(err.value, failed_rank=0, fault_step=2)
+
+
+def _steps_forever(ctx):
+    import torch
+
+    for step in range(10**9):
+        with ctx.step(step):
+            ctx.comm.all_reduce(torch.ones(4))
+            time.sleep(0.01)
+
+
+def test_a_run_still_training_at_its_timeout_is_called_slow_not_stuck(no_leftover_ranks):
+    """The issue's case: a run training normally when its limit hits is not "no rank made
+    progress": the message says each rank's step and how to raise the limit."""
+    with pytest.raises(RunTimeout) as err:
+        labkit.launch(_steps_forever, 2, timeout_s=6)
+    message = err.value.failure.message
+    assert err.value.rank is None and "still training, not stuck" in message, message
+    assert "rank 0 at step" in message and "rank 1 at step" in message
+    assert "raise the limit: timeout_s=66" in message
 
 
 def test_student_function_defined_here_runs_by_value_on_every_rank(no_leftover_ranks):

@@ -71,12 +71,11 @@ def test_a_result_the_parent_cannot_rebuild_is_that_ranks_failure(contained) -> 
     def returns_bomb(ctx):
         return Bomb() if ctx.rank == 1 else "fine"
 
-    start = time.monotonic()
     with pytest.raises(RunFailed) as err:
         labkit.launch(returns_bomb, 2, timeout_s=60)
+    # kind "result", not "timeout": reported when it happened, not found at the timeout
     assert (err.value.rank, err.value.kind) == (1, "result"), str(err.value)
     assert "cannot be rebuilt here" in err.value.failure.message
-    assert time.monotonic() - start < 30  # reported, not found at the 60 s timeout
 
 
 def test_a_result_that_cannot_be_pickled_names_the_rank_and_the_rule(contained) -> None:
@@ -108,12 +107,11 @@ def test_silent_exit_0_is_that_ranks_failure(contained, when: str) -> None:
         ctx.comm.all_reduce(torch.ones(1))
         return "rank 0 done"
 
-    start = time.monotonic()
     with pytest.raises(RunFailed) as err:
         labkit.launch(quits, 2, when, timeout_s=60)
+    # kind "exit", not "timeout": found when it happened (no wall-clock bound: issue 25)
     assert (err.value.rank, err.value.kind) == (1, "exit"), str(err.value)
     assert "exited with code 0 without reporting its result" in err.value.failure.message
-    assert time.monotonic() - start < 30
 
 
 # ---- 3. interrupts and failures during start-up ---------------------------------------------

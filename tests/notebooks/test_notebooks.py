@@ -1,5 +1,7 @@
-"""Every lesson notebook runs top to bottom, headless, on CPU, within its time budget, and
-leaves no Ray process behind (lesson 12 starts Ray in its kernel).
+"""Every lesson notebook runs top to bottom, headless, on CPU, no cell hanging past its
+limit, and leaves no Ray process behind (lesson 12 starts Ray in its kernel). How fast a
+lesson runs is a speed goal ("about a minute"), measured in bench/, not asserted here: a
+busy machine makes it slower, not wrong (issue 25).
 
 Notebooks are committed without outputs; this test executes a copy with nbclient and fails
 on the first cell that raises (the error names the notebook and the cell).
@@ -17,7 +19,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-BUDGET_S = 240  # "about a minute" each on 2 cores; generous for a loaded CI machine
+BUDGET_S = 240  # per cell: a hang guard, not a speed goal
 
 
 def lesson_marker(path: Path) -> pytest.MarkDecorator:
@@ -29,7 +31,7 @@ def lesson_marker(path: Path) -> pytest.MarkDecorator:
                                   for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lesson executes without an error output, inside its time budget, and every Ray
+    """The lesson executes without an error output, no cell past ``BUDGET_S``, and every Ray
     process its kernel started (they inherit the kernel's environment, so a marker there
     finds them, and only them, even while other tests run Ray) is gone afterwards."""
     nb = nbformat.read(path, as_version=4)
@@ -43,9 +45,7 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
     monkeypatch.setenv("LABKIT_NOTEBOOK_MARK", marker)
     client = NotebookClient(nb, timeout=BUDGET_S, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
-    start = time.monotonic()
     client.execute()
-    elapsed = time.monotonic() - start
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
@@ -54,7 +54,6 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
                   and str(o["data"].get("text/plain", "")).startswith("<Figure size")
                   and "image/png" not in o["data"]]
     assert not unrendered, f"{path.name}: a figure shows as text, not an image: {unrendered[0]}"
-    assert elapsed < BUDGET_S, f"{path.name} took {elapsed:.0f} s (budget {BUDGET_S} s)"
     deadline = time.monotonic() + 10  # Ray's daemons take a moment to exit after shutdown
     while (ray_left := [p for p in ray_processes()
                         if p[0] in tagged("LABKIT_NOTEBOOK_MARK", marker)]) \

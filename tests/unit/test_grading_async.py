@@ -1,5 +1,6 @@
-"""Problem set 6's rules (instructor side): the SSP gate, the straggler formulas, the
-by-value pitfall; each wrong answer loses exactly its part, a call into labkit scores 0."""
+"""Problem set 6's rules (instructor side): the SSP gate (clocks, Ho et al. 2013), the
+straggler formulas, the by-value pitfall; each wrong answer loses exactly its part, a call
+into labkit scores 0."""
 
 from __future__ import annotations
 
@@ -47,28 +48,33 @@ def test_the_model_answers_score_full_marks(name: str) -> None:
 
 
 def test_the_gate_matches_labkits_parameter_server() -> None:
-    """The key is labkit's own Gate. At version 5 with a read of version 3 in flight, a new
-    read lets that gradient end up (5 - 3) + 1 = 3 updates stale: granted under K = 3, not
-    under K = 2. K = 0 grants a read only when nothing is in flight."""
-    assert GRADER.expected_gate(5, [3], 3) and not GRADER.expected_gate(5, [3], 2)
-    assert GRADER.expected_gate(4, [], 0) and not GRADER.expected_gate(4, [4], 0)
+    """The key is labkit's own SSP Gate (Ho et al. 2013): a worker at clock 5 with the
+    slowest at 3 is 2 clocks ahead: granted under s = 2, not under s = 1. s = 0 grants only
+    when every worker is at the reader's clock, as BSP."""
+    assert GRADER.expected_gate(5, [5, 3, 4], 2) and not GRADER.expected_gate(5, [5, 3, 4], 1)
+    assert GRADER.expected_gate(4, [4, 4], 0) and not GRADER.expected_gate(4, [4, 3], 0)
 
 
 def test_an_asp_gate_fails_only_the_refusals() -> None:
-    q = grade("may_read", lambda version, in_flight, bound: True)
+    q = grade("may_read", lambda clock, clocks, staleness: True)
     failed = {p.label for p in q.parts.values() if not p.passed}
-    assert failed == {"refuses a read that could end up too stale",
-                      "K = 0 keeps one gradient in flight"}, q.feedback()
-    assert "could end up" in q.feedback() and 0 < q.earned < q.points
+    assert failed == {"refuses more than s clocks ahead", "s = 0 waits like BSP"}, q.feedback()
+    assert "clock(s) ahead" in q.feedback() and 0 < q.earned < q.points
 
 
-def test_forgetting_the_others_in_flight_fails_the_refusals() -> None:
-    def only_age(version: int, in_flight: list, bound: int) -> bool:
-        return version - min(in_flight, default=version) <= bound
+def test_the_old_update_count_rule_fails_the_clock_cases() -> None:
+    """Bounded delay (the rule labkit called "ssp" before issue 25) is not SSP: counting
+    the reads in flight instead of clocks fails the refusals."""
+    def updates(clock: int, clocks: list, staleness: int) -> bool:
+        return sum(1 for c in clocks if c == clock) - 1 <= staleness
 
-    q = grade("may_read", only_age)
-    assert not q.parts["refuses a read that could end up too stale"].passed
-    assert q.parts["grants what the bound allows"].passed
+    q = grade("may_read", updates)
+    assert not q.parts["refuses more than s clocks ahead"].passed
+
+
+def test_an_off_by_one_bound_fails_the_edge_cases() -> None:
+    q = grade("may_read", lambda clock, clocks, staleness: min(clocks) > clock - staleness)
+    assert not q.parts["grants within s clocks of the slowest"].passed
 
 
 def test_a_staleness_off_by_one_loses_that_part_only() -> None:

@@ -85,9 +85,11 @@ def test_the_output_check_keeps_an_existing_file_and_creates_missing_dirs(tmp_pa
 
 
 @pytest.mark.parametrize("args, kwargs, fragment", [
-    ((2.0,), {}, "world_size (2.0) must be an integer"),
-    ((True,), {}, "world_size (True) must be an integer"),
-    (("2",), {}, "world_size ('2') must be an integer"),
+    ((2.0,), {}, "world_size (2.0) must be a whole number of ranks"),
+    ((2.5,), {}, "an int from 1 to 64 (ranks on one machine), not a float; e.g. "
+                 "labkit.launch(fn, 2)"),
+    ((True,), {}, "world_size (True) must be a whole number of ranks"),
+    (("2",), {}, "world_size ('2') must be a whole number of ranks"),
     ((65,), {}, "world_size (65) must be >= 1 and <= 64 ranks on one machine"),
     ((2,), {"timeout_s": math.inf}, "timeout_s (inf) must be a finite number"),
     ((2,), {"seed": 1.5}, "seed (1.5) must be an integer"),

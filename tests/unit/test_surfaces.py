@@ -62,6 +62,27 @@ def test_doctor_reports_cores_backends_and_packages():
     assert "jupyterlab" in rep.packages and "CPU cores" in str(rep)
 
 
+def test_doctor_clean_removes_a_dead_runs_directory_and_leaves_a_live_one(tmp_path,
+                                                                        monkeypatch):
+    """A run directory whose lock nobody holds (its kernel was killed) goes; a held one stays."""
+    import tempfile
+
+    from labkit.doctor import doctor
+    from labkit.launchers import rundirs
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead, live = tmp_path / f"{rundirs.PREFIX}dead", tmp_path / f"{rundirs.PREFIX}live"
+    for d in (dead, live):
+        d.mkdir()
+        (d / rundirs.OWNER).touch()
+    with rundirs.hold(live):
+        rep = doctor(clean=True)
+    assert rep.runs_cleaned is not None and rep.runs_cleaned["run_dirs"] == [str(dead)]
+    assert not dead.exists() and live.exists()
+    assert "1 run dir(s) removed" in str(rep)
+    assert doctor().runs_cleaned is None
+
+
 def test_cli_doctor_json(capsys):
     assert main(["doctor", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["cpu_cores"] >= 1

@@ -97,3 +97,33 @@ def test_bad_input_raises_config_error_naming_the_value(call, names: str) -> Non
         call()
     assert names in str(info.value)
     assert "e.g." in str(info.value)
+
+
+def test_zero_bubble_is_a_third_of_1f1b_relative_to_ideal_as_qi_et_al_state() -> None:
+    """ZB-H1 (Qi et al. 2023, section 2.1): bubble (p-1)(T_F+T_B-T_W) against 1F1B's
+    (p-1)(T_F+T_B+T_W); with equal costs the sail-sg table's (p-1)/(3m) of ideal."""
+    assert bubble_fraction(4, 8, "zb", relative_to="ideal") == pytest.approx(3 / 24)
+    assert bubble_fraction(4, 8, "zb") == pytest.approx(3 / 27)
+    # uneven costs: T_F=1, T_B=1, T_W=0.5 -> idle 3 * 1.5 while working 8 * 2.5
+    assert bubble_fraction(4, 8, "zb", costs=(1, 1, 0.5)) == pytest.approx(4.5 / 24.5)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (3, 7), (4, 4), (1, 3)])
+def test_zero_bubble_formula_matches_labkits_own_zb_plan(p: int, m: int) -> None:
+    """The closed form equals the simulated ZB plan (F = I = W = 1), and its peak
+    activations the plan's on every rank."""
+    from labkit.schedules import build_plan, peak_in_flight, planned_bubble_fraction
+
+    plan = build_plan("zb", p, m)
+    assert bubble_fraction(p, m, "zb") == pytest.approx(planned_bubble_fraction(plan))
+    assert [pipeline_peak_activations(p, m, "zb", r) for r in range(p)] == \
+        [peak_in_flight(plan, r) for r in range(p)]
+
+
+def test_zero_bubble_costs_are_checked() -> None:
+    with pytest.raises(ConfigError, match="T_W <= T_F"):
+        bubble_fraction(4, 8, "zb", costs=(1, 1, 3))
+    with pytest.raises(ConfigError, match="three times"):
+        bubble_fraction(4, 8, "zb", costs=(1, 1))
+    with pytest.raises(ConfigError, match=r"microbatches \(2\) must be >= stages \(4\)"):
+        bubble_fraction(4, 2, "zb")

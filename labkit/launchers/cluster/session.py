@@ -4,7 +4,8 @@
 id and its lock (``leftovers``), a private run directory, the host process in its own
 session (PR_SET_PDEATHSIG: it tears down even if the launcher is killed), a timeout with
 the ranks' stacks and status board read before stopping, and, always on exit, a stop, a
-sweep of this run's id and the lock released.
+sweep of this run's id and the lock released. The agents and ranks get the run directory's
+``tmp`` as their TMPDIR, so what torchrun and torch put there goes with the run.
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GLOO_SOCKET_IFNAME")
 
 
-def _child_env(run: leftovers.RunLock, threads: int) -> dict[str, str]:
+def _child_env(run: leftovers.RunLock, threads: int, tmp: Path) -> dict[str, str]:
+    """The agents' and ranks' environment. Their TMPDIR is the run's private directory:
+    torchrun's ``torchelastic_*`` dirs and torch's ``torchinductor_<user>`` cache land there
+    and go with it, instead of piling up in the caller's temp dir run after run."""
     from labkit.launchers.supervisor import child_env as supervisor_env
 
     env = {k: v for k, v in supervisor_env().items() if k not in _TORCHRUN_ENV
            and not k.startswith("TORCHELASTIC_")}
     env.update({leftovers.ENV_RUN: run.run_id, leftovers.ENV_LOCK: str(run.path),
-                "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"})
+                "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp)})
     return env
 
 
@@ -89,8 +93,9 @@ class Session:
                 "nproc_per_node": self.nproc_per_node, "link": link,
                 "probe_seconds": self.probe_seconds, "worker_args": self.worker_args,
                 "rdzv_timeout_s": max(30, int(self.timeout_s)),
-                "env": _child_env(self.run, self.threads)}
+                "env": _child_env(self.run, self.threads, self.dir / "tmp")}
         env: dict[str, str] = spec["env"]  # type: ignore[assignment]
+        (self.dir / "tmp").mkdir(exist_ok=True)
         (self.dir / "spec.json").write_text(json.dumps(spec))
         if self.worker_args:  # the ranks' progress and in-communication flags
             self.board = Board.create(str(self.dir / "board"),

@@ -12,7 +12,8 @@ same timeline. The steps:
    the cluster has fewer cores than ranks) and makes the default process group through its
    env:// rendezvous (``TorchConfig(backend, timeout_s)``); every worker then runs the rank
    on that group (``run_rank(existing_group=True)``), with a watchdog that reports the rank's
-   stack and stops it if it outlives the run's timeout;
+   stack and stops it if it outlives the run's timeout. The run's clock starts when the last
+   worker has started: on a busy machine starting them takes minutes (``START_LIMIT_S``);
 3. each rank posts its ``RankReport`` (or its error) to the inbox; the driver combines the
    reports with ``labkit.launchers.results.collect`` into the usual ``RunResult``;
 4. a failure comes back as ``RunFailed`` naming the rank, chosen like the supervisor does:
@@ -43,6 +44,9 @@ from labkit.rank.job import Job
 
 _BACKSTOP_S = 120.0
 """After the run's timeout, how long the driver still waits for Ray Train to return."""
+START_LIMIT_S = 600.0
+"""How long Ray Train may take to start every worker: slow on a busy laptop (minutes), so it
+is not the run's timeout; only a Ray that never starts them (no free CPU) reaches it."""
 _ECHOES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
            "Socket Timeout", "Connection refused", "ECONNRESET", "EPIPE", "Timed out waiting")
 """Errors a rank raises only because another rank failed first (as in the supervisor)."""
@@ -57,6 +61,13 @@ class Inbox:
         self.reports: dict[int, Any] = {}
         self.errors: list[tuple[int, RankFailure]] = []
         self.logs: dict[int, str] = {}
+        self.ranks_started: set[int] = set()
+
+    def started(self, rank: int) -> None:
+        self.ranks_started.add(rank)
+
+    def started_count(self) -> int:
+        return len(self.ranks_started)
 
     def report(self, rank: int, report: Any, log: str) -> None:
         self.reports[rank], self.logs[rank] = report, log
@@ -75,12 +86,22 @@ class _Slot:
     value = 0
 
 
-def _watchdog(timeout_s: float, rank: int, inbox: Any, status: _Slot, step: _Slot
-              ) -> threading.Timer:
-    """Report this rank's stack as a timeout, then stop it, if it outlives the run's timeout."""
-    def fire() -> None:
-        import ray
+_PEER_GRACE_S = 5.0
+"""A rank that times out while waiting in communication waits this long before it stops,
+so the rank it waits for (whose clock started a moment later) reports first."""
 
+
+def _watchdog(timeout_s: float, rank: int, world_size: int, inbox: Any, status: _Slot,
+              step: _Slot) -> threading.Event:
+    """Report this rank's stack as a timeout, then stop it, if it outlives the run's
+    timeout, counted from when *every* rank has started (on a busy machine Ray Train starts
+    workers seconds apart: a clock per rank would blame whoever started first). Set the
+    returned event to cancel."""
+    import ray
+
+    cancelled = threading.Event()
+
+    def fire() -> None:
         with tempfile.TemporaryFile("w+") as f:
             faulthandler.dump_traceback(file=f, all_threads=True)
             f.seek(0)
@@ -92,13 +113,23 @@ def _watchdog(timeout_s: float, rank: int, inbox: Any, status: _Slot, step: _Slo
                               f"{timeout_s:g} s, at step {step.value}, {where}", stack)
         try:
             ray.get(inbox.error.remote(rank, time.monotonic_ns(), failure, ""), timeout=10)
+            if waiting:  # let the rank this one waits for report too
+                time.sleep(_PEER_GRACE_S)
         finally:
             os._exit(1)
 
-    timer = threading.Timer(timeout_s, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
+    def watch() -> None:
+        deadline = time.monotonic() + START_LIMIT_S
+        while not cancelled.is_set() and time.monotonic() < deadline:
+            with contextlib.suppress(Exception):  # a slow answer is asked again
+                if ray.get(inbox.started_count.remote(), timeout=10) >= world_size:
+                    break
+            cancelled.wait(0.2)
+        if not cancelled.wait(timeout_s):
+            fire()
+
+    threading.Thread(target=watch, daemon=True, name=f"labkit-watchdog-{rank}").start()
+    return cancelled
 
 
 def rank_on_ray(loop_config: dict[str, Any]) -> None:
@@ -111,7 +142,13 @@ def rank_on_ray(loop_config: dict[str, Any]) -> None:
     job, inbox = loop_config["job"], loop_config["inbox"]
     ctx = ray.train.get_context()
     rank, status, step, log = ctx.get_world_rank(), _Slot(), _Slot(), io.StringIO()
-    timer = _watchdog(job.timeout_s, rank, inbox, status, step)
+    # the imports every rank pays before its first step (labkit's fork server pays them
+    # once for all): a busy machine makes them slow, and they are not the run
+    import torch._dynamo
+    import torch.nn.parallel  # noqa: F401
+
+    ray.get(inbox.started.remote(rank))  # the driver's run clock starts with the last rank
+    stop_watchdog = _watchdog(job.timeout_s, rank, ctx.get_world_size(), inbox, status, step)
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             report = run_rank(job, rank, ctx.get_world_size(), local_rank=ctx.get_local_rank(),
@@ -122,7 +159,7 @@ def rank_on_ray(loop_config: dict[str, Any]) -> None:
         ray.get(inbox.error.remote(rank, time.monotonic_ns(), failure, log.getvalue()))
         raise
     finally:
-        timer.cancel()
+        stop_watchdog.set()
     ray.get(inbox.report.remote(rank, report, log.getvalue()))
 
 
@@ -153,7 +190,7 @@ def run_on_ray(job: Job) -> Any:
                                   failure_config=FailureConfig(max_failures=0)))
     t0 = time.monotonic()
     try:
-        fit_error = _fit(trainer, config.timeout_s + _BACKSTOP_S)
+        fit_error = _fit(trainer, inbox, config.world_size, config.timeout_s + _BACKSTOP_S)
         reports, errors, logs = ray.get(inbox.contents.remote())  # 3.
     finally:
         ray.kill(inbox)
@@ -166,8 +203,12 @@ def run_on_ray(job: Job) -> Any:
     return result
 
 
-def _fit(trainer: Any, limit_s: float) -> BaseException | None:
-    """``trainer.fit()`` with a backstop: the error it raised, or None."""
+def _fit(trainer: Any, inbox: Any, world_size: int, limit_s: float) -> BaseException | None:
+    """``trainer.fit()`` with a backstop: the error it raised, or None. The backstop is
+    ``limit_s`` from when every worker started (starting them may take minutes on a busy
+    machine: up to ``START_LIMIT_S``), so a slow start is never taken for a hang."""
+    import ray
+
     outcome: list[BaseException | None] = []
 
     def target() -> None:
@@ -179,13 +220,24 @@ def _fit(trainer: Any, limit_s: float) -> BaseException | None:
 
     thread = threading.Thread(target=target, daemon=True, name="labkit-ray-fit")
     thread.start()
-    thread.join(limit_s)
+    deadline, started = time.monotonic() + START_LIMIT_S, 0
+    while thread.is_alive() and time.monotonic() < deadline:
+        thread.join(1.0)
+        if started < world_size:
+            with contextlib.suppress(Exception):  # a slow answer is asked again next round
+                started = ray.get(inbox.started_count.remote(), timeout=10)
+            if started >= world_size:
+                deadline = time.monotonic() + limit_s
     if not outcome:  # Ray itself is stuck (e.g. waiting for resources): stop this cluster
         from labkit.launchers.ray.session import shutdown_ray
 
         shutdown_ray()
-        raise RunTimeout(RankFailure(None, "timeout", f"Ray Train did not return within "
-                                     f"{limit_s:g} s; the Ray cluster was shut down"))
+        load = os.getloadavg()[0]
+        what = (f"did not return within {limit_s:g} s after its {world_size} workers started"
+                if started >= world_size else f"started {started} of {world_size} workers in "
+                f"{START_LIMIT_S:g} s (load average {load:.1f})")
+        raise RunTimeout(RankFailure(None, "timeout", f"Ray Train {what}; the Ray cluster "
+                                                      f"was shut down"))
     return outcome[0]
 
 

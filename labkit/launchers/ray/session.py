@@ -11,7 +11,12 @@ that run tasks and actors. labkit starts that cluster like this (``ensure_ray``)
    on 127.0.0.1: Ray's own switch for single-machine use (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER
    =0``, what it does on laptops) keeps nothing listening beyond loopback;
 4. with ``shutdown_ray`` registered at exit, so no raylet, gcs_server or ``ray::`` worker
-   outlives the kernel, the CLI or the test run.
+   outlives the kernel, the CLI or the test run;
+5. tolerant of a busy laptop: Ray's own limits on how long a worker may take to register
+   and a node to answer health checks are raised (``BUSY_MACHINE_LIMITS``, unless set
+   already), and a start that fails ("The current node timed out during startup": Ray
+   waits a fixed 30 s for its raylet) is cleaned up and tried once more; a second failure
+   is a ``RayStartFailed`` that names the machine's load.
 
 If the process is killed outright (SIGKILL, no atexit), Ray's GCS and raylet die with it
 (Ray ties their fate to the process that started them) and its two agents notice the dead
@@ -32,9 +37,22 @@ from pathlib import Path
 from typing import Any
 
 from labkit.base import devices
+from labkit.base.errors import LabError
 
 _state: dict[str, Any] = {"started": False, "tmp": None}
 _RAY_NAMES = ("raylet", "gcs_server")
+TRIES = 2
+BUSY_MACHINE_LIMITS = {
+    "RAY_worker_register_timeout_seconds": "300",  # Ray's default: 60 s per worker start
+    "RAY_health_check_timeout_ms": "30000",  # a starved GCS answers late, not never
+    "RAY_health_check_failure_threshold": "20",
+}
+"""Ray's own limits (``ray_config_def.h``, set through the environment its processes read),
+raised so that a loaded machine is slow rather than failed."""
+
+
+class RayStartFailed(LabError):
+    """Ray's processes did not come up here (twice); the message names the machine's load."""
 
 
 def _ray_module() -> Any:
@@ -59,14 +77,44 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
     if address:
         ray.init(address=address, namespace="labkit", log_to_driver=False)
         return ray
-    # Ray's unix sockets live under this dir and must fit in 107 bytes: keep it short
-    tmp = tempfile.mkdtemp(prefix="lkray-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    ray.init(num_cpus=num_cpus or devices.cpu_count(), include_dashboard=False,
-             _temp_dir=tmp, log_to_driver=False, configure_logging=False, namespace="labkit")
+    for var, value in BUSY_MACHINE_LIMITS.items():
+        os.environ.setdefault(var, value)
+    for attempt in range(1, TRIES + 1):
+        # Ray's unix sockets live under this dir and must fit in 107 bytes: keep it short
+        tmp = tempfile.mkdtemp(prefix="lkray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        try:
+            ray.init(num_cpus=num_cpus or devices.cpu_count(), include_dashboard=False,
+                     _temp_dir=tmp, log_to_driver=False, configure_logging=False,
+                     namespace="labkit")
+            break
+        except Exception as exc:  # Ray raises a plain Exception when its start-up fails
+            _abandon(tmp)
+            if attempt == TRIES:
+                load = os.getloadavg()
+                raise RayStartFailed(
+                    f"Ray did not start after {TRIES} tries ({exc}); is the machine busy? "
+                    f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 "
+                    f"min) on {devices.cpu_count()} cores. Close other programs or wait for "
+                    f"them, then run the cell again") from exc
     if not _state["started"]:
         atexit.register(shutdown_ray)
     _state.update(started=True, tmp=tmp)
     return ray
+
+
+def _abandon(tmp: str) -> None:
+    """A start that failed: stop whatever of it did start, and remove its directory."""
+    import ray
+
+    try:
+        ray.shutdown()
+    except Exception:  # noqa: BLE001 - half-started: nothing more to stop
+        pass
+    from labkit.launchers.tree import kill_tree
+
+    for pid in _session_pids(tmp):
+        kill_tree(pid, include_root=True)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def shutdown_ray(wait_s: float = 10.0) -> None:

@@ -4,8 +4,11 @@ Ranks ``0..S-1`` are servers, each owning a contiguous shard of the flat paramet
 and applying the optimizer to it; ranks ``S..S+W-1`` are workers that pull the weights,
 compute a gradient on their shard of the step's batch and push it back, over the traced
 comm layer (so every push and pull is a span on the timeline, named "push" / "pull", with
-the server as peer). The consistency model (BSP, ASP, SSP with bound K) decides when a pull
-is answered: ``labkit.strategies.ps.protocol``. ``--straggler RANK:FACTOR`` makes one
+the server as peer). The consistency model decides when a pull is answered
+(``labkit.strategies.ps.protocol``): BSP, ASP, SSP with staleness s in *clocks* (Ho et al.
+2013: ``--consistency ssp --staleness s``; s = 0 paces like BSP) or bounded delay K in
+*updates* (Li et al. 2014: ``--consistency bounded-delay --delay K``; labkit's "ssp" before
+issue 25). ``--straggler RANK:FACTOR`` makes one
 worker's compute FACTOR times longer, to see who waits for whom.
 
 Torch-free: options, validation and registration only; the rank code is in ``impl``.
@@ -24,6 +27,7 @@ from labkit.strategies.ps.protocol import Consistency, parse_straggler
 CONSISTENCIES = tuple(c.value for c in Consistency)
 ELEMENTWISE_OPTIMIZERS = ("sgd", "momentum", "adam")
 DEFAULT_BOUND = 2
+"""The default of both ``--staleness`` (ssp, clocks) and ``--delay`` (bounded-delay, updates)."""
 MAX_STRAGGLER = 100.0
 STRAGGLER_FACTOR = real(1, MAX_STRAGGLER, lo_open=False, example="'3:4'",
                         why=" (how many times slower a worker computes)")
@@ -39,21 +43,30 @@ class PSOptions:
     """Worker ranks (after the servers) that pull weights and push gradients; 0: every rank
     that is not a server (world_size - servers)."""
     consistency: str = option("bsp", one_of(CONSISTENCIES, example="ssp"))
-    """bsp (every step waits for all workers), asp (never wait) or ssp (wait only when a
-    gradient would become more than --staleness updates stale)."""
+    """bsp (every step waits for all workers), asp (never wait), ssp (a worker waits while it
+    is more than --staleness clocks ahead of the slowest; Ho et al. 2013) or bounded-delay
+    (wait while a gradient could end up more than --delay updates stale; Li et al. 2014)."""
     staleness: int | None = option(None, integer(0, 1000, example=2, optional=True,
-                                                 why=" updates"))
-    """SSP's bound K in updates (default 2): no gradient is applied more than K updates after
-    the version it was computed on."""
+                                                 why=" clocks"))
+    """SSP's staleness s in clocks (default 2): a worker at clock c (c steps pushed) waits
+    until the slowest worker is at clock c - s or later; s = 0 paces like BSP."""
+    delay: int | None = option(None, integer(0, 1000, example=2, optional=True,
+                                             why=" updates"))
+    """Bounded delay's K in updates (default 2): no gradient is applied more than K updates
+    after the version it was computed on; K = 0 runs the workers one at a time."""
     straggler: str = ""
     """Slow one worker: RANK:FACTOR makes worker rank RANK's compute FACTOR times longer (e.g. 3:4)."""
 
     def __post_init__(self) -> None:
         problems = check_fields(self)
         if self.staleness is not None and self.consistency != "ssp":
-            problems.append(f"staleness ({self.staleness}) is the bound of ssp; with "
-                                f"consistency {self.consistency!r} drop it, or use "
-                                f"--consistency ssp --staleness {self.staleness}")
+            problems.append(f"staleness ({self.staleness}) is the bound of ssp (clocks); with "
+                            f"consistency {self.consistency!r} drop it, or use "
+                            f"--consistency ssp --staleness {self.staleness}")
+        if self.delay is not None and self.consistency != "bounded-delay":
+            problems.append(f"delay ({self.delay}) is the bound of bounded-delay (updates); "
+                            f"with consistency {self.consistency!r} drop it, or use "
+                            f"--consistency bounded-delay --delay {self.delay}")
         if self.straggler:
             try:
                 _, factor = parse_straggler(self.straggler)
@@ -68,9 +81,12 @@ class PSOptions:
 
     @property
     def bound(self) -> int:
-        """SSP's staleness bound (0 for BSP, unused by ASP)."""
-        return self.staleness if self.staleness is not None else (
-            DEFAULT_BOUND if self.consistency == "ssp" else 0)
+        """The gate's bound: SSP's staleness (clocks) or bounded delay's K (updates); 0 for
+        BSP, unused by ASP."""
+        given = {"ssp": self.staleness, "bounded-delay": self.delay}.get(self.consistency)
+        if given is not None:
+            return given
+        return DEFAULT_BOUND if self.consistency in ("ssp", "bounded-delay") else 0
 
 
 def workers_of(config: Any) -> int:
@@ -112,5 +128,5 @@ def _world_size(options: PSOptions) -> int:
 register(Strategy(
     name="ps", entry="labkit.strategies.ps.impl:train", options=PSOptions,
     summary="parameter server: workers push gradients to and pull shards from server ranks; "
-            "BSP / ASP / SSP", check=_check, lesson="11_async_training",
+            "BSP / ASP / SSP (clocks) / bounded delay (updates)", check=_check, lesson="11_async_training",
     default_world_size=_world_size, backends=("gloo",)))

@@ -6,7 +6,9 @@ and *push* it back. Each applied update moves the server's ``version`` on by one
 *staleness* of a gradient is the version it is applied at minus the version it was computed
 on: how many other updates slipped in between the worker's pull and its push.
 
-The consistency model is the rule that decides when a pull is answered (``Gate``):
+The consistency model is the rule that decides when a pull is answered (``Gate``). A
+worker's *clock* is the number of steps it has pushed: the pull for its step c is made at
+clock c.
 
 * **BSP** (bulk synchronous parallel): the pull for step ``t`` waits until the update of
   step ``t - 1`` is applied, and that update waits for every worker's gradient of step
@@ -15,20 +17,32 @@ The consistency model is the rule that decides when a pull is answered (``Gate``
 * **ASP** (asynchronous parallel; Hogwild-style, Recht et al. 2011; Dean et al. 2012): a pull
   is answered at once and every gradient is applied the moment it arrives. Nobody waits for a
   slow worker; its gradients arrive stale.
-* **SSP** (stale synchronous parallel; Ho et al. 2013, "More Effective Distributed ML via a
-  Stale Synchronous Parallel Parameter Server") with bound ``K``: a pull is answered only if
-  no gradient then in flight can end up more than ``K`` updates stale. Ho et al. bound the gap
-  in *clocks* between the fastest and slowest worker; this gate bounds the measured quantity
-  itself, staleness in updates, so ``max_staleness <= K`` holds by construction:
+* **SSP** with staleness ``s`` (stale synchronous parallel; Ho et al. 2013, "More Effective
+  Distributed ML via a Stale Synchronous Parallel Parameter Server", NIPS): a worker at
+  clock ``c`` may proceed only while the slowest worker's clock is ``>= c - s``, so no two
+  workers drift more than ``s`` clocks apart. Gradients are applied as they arrive (as
+  ASP), so the read at clock ``c`` holds every update of clocks ``< c - s`` and the worker's
+  own. ``s = 0`` paces exactly like BSP (every worker waits for the slowest at every
+  step); a large ``s`` behaves like ASP.
+* **Bounded delay** with bound ``K`` (Li et al. 2014, "Flexible Consistency": a new task
+  waits until every task issued more than tau tasks earlier has finished; tau = 0 is
+  sequential consistency, tau = infinity eventual consistency): labkit bounds the delay of
+  each gradient in *updates* -- a pull is answered only if no gradient then in flight can
+  end up more than ``K`` updates stale::
 
       reads in flight R (pulled, not yet pushed), each read at version v_w.
       Until w pushes, at most |R| - 1 other gradients can be applied, so w's gradient will
       be at most (V - v_w) + |R| - 1 stale. Grant a new read only if, with it added,
       (V - v_w) + |R| - 1 <= K for every w in R.
 
-  A push applies at once (it never waits), which keeps the sum above unchanged for the
-  others; so the invariant holds forever and a worker whose pull is refused only waits for
-  workers that are computing, never for one that is itself waiting: no deadlock.
+  So ``max_staleness <= K`` by construction, and ``K = 0`` runs the workers *one at a
+  time*; the clock gap is not bounded (a fast worker can lap a slow one). A push applies at
+  once, which keeps the sum above unchanged for the others; a worker whose pull is refused
+  waits only for workers that are computing, never for one that is itself waiting: no
+  deadlock. (Before issue 25 this rule was labkit's "ssp"; Ho et al.'s SSP bounds clocks.)
+
+Either way a run reports both quantities: the staleness of every gradient in updates and
+the *clock gap* at every read (the reader's clock minus the slowest worker's).
 
 Every worker pulls from servers in the same order (server 0 first), so with several servers
 a worker holding a read on server 0 is never waited on by one holding a read on server 1.
@@ -47,6 +61,9 @@ class Consistency(enum.Enum):
     BSP = "bsp"
     ASP = "asp"
     SSP = "ssp"
+    """Ho et al. 2013: clocks at most ``s`` apart."""
+    DELAY = "bounded-delay"
+    """Li et al. 2014: no gradient more than ``K`` updates stale."""
 
 
 class Kind(enum.IntEnum):
@@ -92,9 +109,13 @@ class Gate:
     consistency: Consistency
     workers: int
     bound: int = 0
-    """K of SSP (updates); unused by BSP and ASP."""
+    """SSP's staleness s (clocks) or bounded delay's K (updates); unused by BSP and ASP."""
     version: int = 0
     """Updates applied so far."""
+    clocks: list[int] = field(default_factory=list)
+    """Per worker, the steps it has pushed: its clock."""
+    clock_gaps: list[int] = field(default_factory=list)
+    """At every answered pull: the reader's clock minus the slowest worker's."""
     reads: dict[int, int] = field(default_factory=dict)
     """Worker -> version it pulled, for gradients not pushed yet."""
     waiting: deque[tuple[int, int]] = field(default_factory=deque)
@@ -102,6 +123,10 @@ class Gate:
     buffered: int = 0
     """BSP: gradients of the current round received so far."""
     done: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if not self.clocks:
+            self.clocks = [0] * self.workers
 
     # ---- pulls -----------------------------------------------------------------------------
     def request(self, worker: int, step: int) -> None:
@@ -115,6 +140,8 @@ class Gate:
             return self.version >= step
         if self.consistency is Consistency.ASP:
             return True
+        if self.consistency is Consistency.SSP:  # at clock `step`: slowest >= step - s
+            return min(self.clocks) >= step - self.bound
         in_flight = len(self.reads) + 1  # with the new read
         oldest = min(self.reads.values(), default=self.version)
         return (self.version - oldest) + in_flight - 1 <= self.bound
@@ -128,6 +155,7 @@ class Gate:
         for worker, step in self.waiting:
             if self.may_read(step):
                 self.reads[worker] = self.version
+                self.clock_gaps.append(step - min(self.clocks))
                 out.append((worker, step, self.version))
             else:
                 still.append((worker, step))
@@ -143,6 +171,7 @@ class Gate:
                              f"but its last answered pull was version {pulled}")
         if self.consistency is Consistency.BSP:
             self.buffered += 1
+        self.clocks[worker] += 1
         return self.version - read_version
 
     def apply_now(self) -> bool:

@@ -8,6 +8,12 @@ for its pulls. ``PSMetrics.combine`` turns them into the run's JSON metrics (the
 * ``staleness_hist`` -- index k holds how many gradients were applied k updates after the
   version they were computed on (every server counts its own shard's updates);
 * ``max_staleness``, ``mean_staleness``, ``mean_staleness_per_worker`` (by worker index);
+* ``clock_gap_hist`` -- index g holds how many reads were made g clocks ahead of the
+  slowest worker (a worker's clock: the steps it has pushed; every server counts the reads
+  of its shard), and ``max_clock_gap``: the quantity SSP bounds (Ho et al. 2013), where
+  staleness is the one bounded delay bounds (``labkit.strategies.ps.protocol``);
+* ``staleness_bound`` (ssp: s, in clocks) or ``delay_bound`` (bounded-delay: K, in updates),
+  with ``bound_unit``;
 * ``updates`` (server 0's version at the end) and ``updates_per_s`` (updates / seconds from
   the first request server 0 received to its last update);
 * ``loss_per_update`` -- the training loss of the gradients in each update of server 0 (BSP:
@@ -28,7 +34,7 @@ from typing import Any
 from labkit.config.metrics import RankMetrics
 
 _RAW = ("role", "server", "worker", "grad_staleness", "grad_worker", "update_t_s",
-        "update_loss", "pull_wait_s")
+        "update_loss", "pull_wait_s", "clock_gaps")
 
 
 @dataclass
@@ -51,6 +57,8 @@ class PSMetrics(RankMetrics):
     """Worker index (0..W-1); workers only."""
     pull_wait_s: float | None = None
     """Seconds this worker spent in pulls (waiting for the server's answer included)."""
+    clock_gaps: list[int] | None = None
+    """Per answered pull, in order: the reader's clock minus the slowest worker's; servers."""
 
     @classmethod
     def combine(cls, records: Sequence[RankMetrics], config: Any) -> dict[str, Any]:
@@ -61,9 +69,14 @@ class PSMetrics(RankMetrics):
         opts = config.options
         out.update(consistency=opts.consistency, servers=len(servers), workers=len(workers))
         if opts.consistency == "ssp":
-            out["staleness_bound"] = opts.bound
+            out.update(staleness_bound=opts.bound, bound_unit="clocks")
+        elif opts.consistency == "bounded-delay":
+            out.update(delay_bound=opts.bound, bound_unit="updates")
         out.update(staleness_stats([s.grad_staleness or [] for s in servers],
                                    [s.grad_worker or [] for s in servers], len(workers)))
+        gaps = [g for s in servers for g in s.clock_gaps or []]
+        out["clock_gap_hist"] = histogram(gaps)
+        out["max_clock_gap"] = max(gaps, default=0)
         if servers:
             first = servers[0]
             times, losses = first.update_t_s or [], first.update_loss or []
@@ -79,9 +92,7 @@ def staleness_stats(per_server: list[list[int]], workers_of: list[list[int]],
                     workers: int) -> dict[str, Any]:
     """Histogram, max, mean and per-worker mean of the staleness of every applied gradient."""
     every = [s for server in per_server for s in server]
-    hist = [0] * (max(every, default=0) + 1)
-    for s in every:
-        hist[s] += 1
+    hist = histogram(every)
     by_worker: list[list[int]] = [[] for _ in range(workers)]
     for stal, who in zip(per_server, workers_of):
         for s, w in zip(stal, who):
@@ -89,6 +100,14 @@ def staleness_stats(per_server: list[list[int]], workers_of: list[list[int]],
     return {"staleness_hist": hist, "max_staleness": max(every, default=0),
             "mean_staleness": statistics.fmean(every) if every else 0.0,
             "mean_staleness_per_worker": [statistics.fmean(v) if v else 0.0 for v in by_worker]}
+
+
+def histogram(values: Sequence[int]) -> list[int]:
+    """Index k holds how many of ``values`` equal k (``[0]`` when there are none)."""
+    hist = [0] * (max(values, default=0) + 1)
+    for v in values:
+        hist[v] += 1
+    return hist
 
 
 def smoothed(values: Sequence[float], window: int) -> list[float]:

@@ -7,8 +7,9 @@ The loop (one request at a time, in the order they arrive):
    (ASP / SSP: at once, scaled by 1/W so W fresh gradients move the weights as far as one
    synchronous step; BSP: once every worker's gradient of the step is in, their mean);
    PUSH_PULL: both, the pull for the worker's next step; DONE: the worker has finished;
-3. answer every queued pull the gate now allows (``Gate.grants``), with the version, without
-   blocking (``isend`` of a copy: the server goes straight back to serving requests);
+3. answer every queued pull the gate now allows (``Gate.grants``, which also notes each
+   read's clock gap), with the version, without blocking (``isend`` of a copy: the server
+   goes straight back to serving requests);
 4. when every worker is done and nothing is in flight: send the shard to server 0, which
    puts the model together, hashes it and (``--check-reference``) compares it with one
    process trained on the global batch. Under BSP the two must agree to float rounding.
@@ -137,6 +138,7 @@ class ParameterServer:
 
     # ---- the end -------------------------------------------------------------------------------
     def finish(self) -> RankOutput:
+        self.record.clock_gaps = list(self.gate.clock_gaps)
         comm, out = self.ctx.comm, RankOutput(record=self.record)
         if self.ctx.rank != 0:
             comm.send(self.shard.detach(), 0, tag=TAG_FINAL, name="final")

@@ -22,6 +22,12 @@ forward it (1) all-gathers the layer's parameters, (2) computes, (3) frees them
 rank's gradient shard (stage 2 does the same reduce-scatter; stage 0 all-reduces; stage 1
 waits for the step's end).
 Transient buffers are reported to a ``Meter`` so the lesson can show the peak inside a step.
+
+A unit used more than once in a step (a module called twice, a weight tied to another
+layer's) gets one backward per use: it adds their gradients up and reduces once, after the
+last (``pending`` counts the uses whose backward is still to come). A *frozen* unit
+(``trainable=False``: parameters with ``requires_grad=False``) is sharded and gathered like
+any other but has no gradient buffer and no optimizer state, and is never updated.
 """
 
 from __future__ import annotations
@@ -60,8 +66,14 @@ class FlatUnit:
     """The parameters of one module (any shapes) as a flat, padded, shardable buffer."""
 
     def __init__(self, index: int, tensors: list[torch.Tensor], *, stage: int,
-                 dtype: torch.dtype, pad: bool, comm: Comm, meter: Meter, defer: bool = False):
+                 dtype: torch.dtype, pad: bool, comm: Comm, meter: Meter, defer: bool = False,
+                 trainable: bool = True):
         self.index, self.stage, self.dtype, self.comm, self.meter = index, stage, dtype, comm, meter
+        self.trainable = trainable
+        self.pending = 0
+        """Uses in this step whose backward has not run yet (counted as they start)."""
+        self.partial: torch.Tensor | None = None
+        """The summed gradients of the uses whose backward ran, until the last one does."""
         self.shapes = [t.shape for t in tensors]
         self.numel = sum(t.numel() for t in tensors)
         self.defer = defer
@@ -83,10 +95,12 @@ class FlatUnit:
         else:
             self.full = full32.to(dtype).clone()
         # 3. gradients: the whole buffer (stages 0-1) or only this rank's shard (stages 2-3)
-        self.grad = torch.zeros(self.padded if stage <= 1 else self.shard, dtype=dtype)
+        self.grad = torch.zeros((self.padded if stage <= 1 else self.shard) if trainable else 0,
+                                dtype=dtype)
         # 4. the tensor the optimizer updates: fp32 master copy under bf16, else the params
+        #    (a frozen unit's "master" is its own parameters: only read, for the final state)
         owned = full32 if stage == 0 else full32[self.lo:self.hi]
-        if dtype != torch.float32:
+        if dtype != torch.float32 and trainable:
             self.master: torch.Tensor = owned.clone()
         elif stage == 0:
             self.master = self.full  # type: ignore[assignment]
@@ -135,7 +149,8 @@ class FlatUnit:
     # ---- gradients -------------------------------------------------------------------
     def reduce_grads(self, grads: list[torch.Tensor | None], step: int) -> None:
         """Average this unit's fresh gradients over ranks, keeping what the stage keeps
-        (deferred units only add them up; ``flush`` reduces once per step)."""
+        (deferred units only add them up; ``flush`` reduces once per step). A unit used
+        several times in the step adds each use's gradients up and reduces after the last."""
         flat = torch.zeros(self.padded, dtype=self.dtype)
         offset = 0
         for g, shape in zip(grads, self.shapes):
@@ -150,9 +165,24 @@ class FlatUnit:
             else:
                 self.acc.add_(flat)
             return
-        self.meter.alloc(flat)
+        if self.partial is not None:  # an earlier use's gradients of this step
+            self.partial.add_(flat)
+            flat = self.partial
+        else:
+            self.meter.alloc(flat)
+        self.pending = max(0, self.pending - 1)
+        if self.pending > 0:
+            self.partial = flat  # more uses' backwards to come: reduce after the last
+            return
+        self.partial = None
         self._reduce(flat, step)
         self.meter.free(flat)
+
+    def new_step(self) -> None:
+        """Forget uses whose backward never ran (a forward without backward)."""
+        if self.partial is not None:
+            self.meter.free(self.partial)
+        self.pending, self.partial = 0, None
 
     def flush(self, step: int) -> None:
         """A deferred unit's one reduction per step, of the gradients summed over microbatches."""
@@ -205,6 +235,8 @@ class FlatUnit:
     def kept(self) -> dict[str, list[torch.Tensor]]:
         """The tensors this unit keeps between steps, by model-state term."""
         params = [t for t in (self.full, self.param_shard, self.anchor) if t is not None]
+        if not self.trainable:
+            return {"params": params, "grads": [], "optimizer": []}
         return {"params": params, "grads": [self.grad], "optimizer": [self.master]}
 
     def padding(self) -> int:
@@ -261,43 +293,3 @@ class ShardedLinear(torch.autograd.Function):
             gw, gb = g2.t() @ x2, g2.sum(0) if layer.has_bias else None
         layer.reduce_grads([gw, gb], ctx.step)         # 4. all-reduce / keep / reduce-scatter
         return gx.to(ctx.in_dtype), None, None, None
-
-
-class ShardedUnits:
-    """What ZeRO does around the optimizer, for any model made of ``FlatUnit``s."""
-
-    units: list[FlatUnit]
-    meter: Meter
-    step: int
-
-    def flush(self, step: int) -> None:
-        """Deferred units (pipelines): one reduction per step of the summed gradients."""
-        for unit in self.units:
-            unit.flush(step)
-
-    def grads_to_masters(self, step: int) -> None:
-        """Hand each unit's averaged gradient slice to the tensor the optimizer updates
-        (stage 1 reduce-scatters the gradients it kept whole here)."""
-        for unit in self.units:
-            unit.master.grad = unit.grad_for_optimizer(step)
-
-    def publish(self, step: int) -> None:
-        """After the update: drop the gradients; stages 1-2 all-gather the new parameters."""
-        for unit in self.units:
-            unit.master.grad = None
-        for unit in self.units:
-            unit.publish(step)
-
-    @property
-    def masters(self) -> list[torch.Tensor]:
-        """The tensors the optimizer updates (this rank's owned slices)."""
-        return [u.master for u in self.units]
-
-    def kept(self) -> dict[str, list[torch.Tensor]]:
-        """Every tensor kept between steps, by model-state term (for the byte accounting)."""
-        out: dict[str, list[torch.Tensor]] = {"params": [], "grads": [], "optimizer": []}
-        for unit in self.units:
-            for k, v in unit.kept().items():
-                out[k] += v
-        return out
-

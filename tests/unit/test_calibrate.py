@@ -1,0 +1,126 @@
+"""The peak behind MFU (issue 25, item 1), without timing anything real: which shapes are
+measured, how a busy machine is told apart, how the cache is keyed and merged, and that a
+model faster than its peak triggers a recalibration instead of an MFU above 1."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from labkit.analysis import calibrate as cal
+from labkit.analysis import throughput as tp
+from labkit.config.run import ModelConfig, RunConfig
+
+pytestmark = pytest.mark.lesson09
+
+
+def _measured(rates: dict[str, float], others: float = 0.0, spread: float = 0.0,
+              threads: int = 2) -> dict[str, Any]:
+    return {"rates": rates, "spreads": {k: spread for k in rates}, "others_cores": others,
+            "load": 0.1, "device": "cpu", "name": "test cpu", "threads": threads,
+            "dtype": "float32", "measured_at": time.time()}
+
+
+@pytest.fixture
+def fake_machine(tmp_path, monkeypatch):
+    """A private cache and a measurement that returns what the test queues (no torch)."""
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    queue: list[dict[str, Any]] = []
+    asked: list[list[tuple[int, int, int]]] = []
+
+    def run(device, threads, shapes, timeout_s):
+        asked.append(list(shapes))
+        out = queue.pop(0)
+        spread = next(iter(out["spreads"].values()), 0.0)
+        names = [f"{m}x{k}x{n}" for m, k, n in shapes]
+        return {**out, "rates": {s: out["rates"].get(s, 1e9) for s in names},
+                "spreads": {s: spread for s in names}}
+
+    monkeypatch.setattr(cal, "_run_measurement", run)
+    monkeypatch.setattr(cal.time, "sleep", lambda s: None)
+    monkeypatch.setattr(cal.os, "getloadavg", lambda: (5.0, 5.0, 5.0))
+    return queue, asked
+
+
+def test_the_peak_is_the_best_shape_not_a_1024_matmul(fake_machine) -> None:
+    """The issue's machine: 54 GFLOP/s at 1024, 124 at 3072: the peak is 124."""
+    queue, asked = fake_machine
+    queue.append(_measured({"1024x1024x1024": 54e9, "2048x2048x2048": 85e9,
+                            "3072x3072x3072": 124e9}))
+    peak = cal.calibrate("cpu", threads=2, shapes=[(64, 128, 384)])
+    assert peak is not None and peak["peak_flops_per_s"] == 124e9
+    assert peak["shape"] == "3072x3072x3072" and not peak["busy"]
+    assert (64, 128, 384) in asked[0] and (3072, 3072, 3072) in asked[0]
+
+
+def test_a_new_model_measures_only_its_new_shapes(fake_machine) -> None:
+    queue, asked = fake_machine
+    queue += [_measured({}), _measured({})]
+    cal.calibrate("cpu", threads=2, shapes=[(64, 128, 384)])
+    cal.calibrate("cpu", threads=2, shapes=[(64, 128, 384), (32, 16, 16)])
+    assert asked[1] == [(32, 16, 16)]
+    assert cal.calibrate("cpu", threads=2, shapes=[(32, 16, 16)]).get("fresh") is None
+
+
+def test_a_busy_calibration_is_retried_then_refused_and_never_lowers_the_peak(fake_machine):
+    """labkit calibrate under load: three tries, each busy; the cached quiet peak stays."""
+    queue, asked = fake_machine
+    queue.append(_measured({"3072x3072x3072": 110e9}))
+    cal.calibrate("cpu", threads=2)
+    queue += [_measured({"3072x3072x3072": 54e9}, others=1.6)] * cal.TRIES
+    again = cal.calibrate("cpu", threads=2, refresh=True, tries=cal.TRIES)
+    assert len(asked) == 1 + cal.TRIES
+    assert again is not None and "other processes used 1.6 of 2 cores" in again["now_busy"]
+    assert again["peak_flops_per_s"] == 110e9 and not again["busy"]
+
+
+def test_noisy_repeats_count_as_busy() -> None:
+    assert cal.busy_reason(0.0, 0.5, 2) is not None and "differed by 50%" in \
+        cal.busy_reason(0.0, 0.5, 2)
+    assert cal.busy_reason(0.1, 0.05, 2) is None
+    assert cal.busy_reason(0.4, 0.05, 2) is not None
+
+
+def test_another_checkout_or_thread_count_has_its_own_key(monkeypatch) -> None:
+    key = cal._key("cpu", 2)
+    assert cal._key("cpu", 1) != key and cal._key("cuda", 2) != key
+    assert "labkit " in key and "torch " in key and "@" in key  # torch version @ its path
+    monkeypatch.setattr(cal, "_torch_build", lambda: "2.13.0@/elsewhere/torch#1")
+    assert cal._key("cpu", 2) != key
+
+
+def test_gpt_gemm_shapes_are_the_ranks_own_matmuls() -> None:
+    cfg = RunConfig(strategy="ddp", world_size=2, batch_size=8,
+                    model=ModelConfig(kind="gpt", width=64, depth=2, heads=4, seq_len=32))
+    shapes = tp.gemm_shapes(cfg, 2)
+    rows = 8 // 2 * 32
+    assert (rows, 64, 192) in shapes and (rows, 256, 64) in shapes  # qkv forward, MLP down
+    assert (64, rows, 192) in shapes  # the qkv weight gradient
+
+
+def test_a_model_faster_than_its_peak_recalibrates_and_never_reports_mfu_above_1(
+        monkeypatch) -> None:
+    calls: list[bool] = []
+    peaks = iter([{"peak_flops_per_s": 54e9, "rates": {"a": 54e9}, "busy": "load 7"},
+                  {"peak_flops_per_s": 120e9, "rates": {"a": 120e9}, "fresh": True}])
+
+    def fake_peak(backend, world_size, threads, shapes, refresh=False):
+        calls.append(refresh)
+        return next(peaks)
+
+    monkeypatch.setattr(tp, "machine_peak", fake_peak)
+    with pytest.warns(UserWarning, match="above the cached peak 54.0 GFLOP/s"):
+        out = tp.mfu_fields(59e9, "gloo", 2, 1, [])
+    assert calls == [False, True]
+    assert out["mfu"] == pytest.approx(59 / 120) and out["peak_flops_per_s"] == 120e9
+    assert "measured again" in out["peak_source"] and "peak_age_s" in out
+
+
+def test_a_model_faster_than_even_a_new_peak_gets_no_mfu(monkeypatch) -> None:
+    monkeypatch.setattr(tp, "machine_peak", lambda *a, **k: {"peak_flops_per_s": 50e9,
+                                                             "rates": {"a": 50e9}})
+    with pytest.warns(UserWarning):
+        out = tp.mfu_fields(59e9, "gloo", 2, 1, [])
+    assert "mfu" not in out and "too busy" in out["mfu_note"]

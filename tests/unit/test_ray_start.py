@@ -1,0 +1,62 @@
+"""Ray on a busy laptop (issue 25, item 7), without starting Ray: a failed start is cleaned
+up and tried once more; a second failure names the machine's load; Ray's own limits are
+raised unless the user set them."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from labkit.launchers.ray import session
+
+pytestmark = pytest.mark.lesson12
+
+
+class FakeRay:
+    def __init__(self, failures: int):
+        self.failures, self.inits, self.shutdowns = failures, 0, 0
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kwargs: Any) -> None:
+        self.inits += 1
+        if self.inits <= self.failures:
+            raise Exception("The current node timed out during startup.")  # Ray's own type
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+@pytest.fixture
+def fake_ray(monkeypatch, tmp_path):
+    def make(failures: int) -> FakeRay:
+        ray = FakeRay(failures)
+        monkeypatch.setattr(session.tempfile, "mkdtemp", lambda **kw: str(tmp_path))
+        monkeypatch.setitem(session._state, "tmp", None)
+        monkeypatch.setattr(session, "_ray_module", lambda: ray)
+        monkeypatch.setattr(session, "_abandon", lambda tmp: ray.shutdown())
+        monkeypatch.setattr(session.atexit, "register", lambda fn: None)
+        monkeypatch.setitem(session._state, "started", False)
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+        for var in session.BUSY_MACHINE_LIMITS:
+            monkeypatch.delenv(var, raising=False)
+        return ray
+    return make
+
+
+def test_a_start_that_times_out_once_is_tried_again(fake_ray, monkeypatch) -> None:
+    ray = fake_ray(1)
+    monkeypatch.setenv("RAY_health_check_timeout_ms", "12345")  # the user's own setting
+    assert session.ensure_ray() is ray
+    assert (ray.inits, ray.shutdowns) == (2, 1)
+    assert os.environ["RAY_worker_register_timeout_seconds"] == "300"  # noqa: SIM112 - Ray's name
+    assert os.environ["RAY_health_check_timeout_ms"] == "12345"  # noqa: SIM112
+
+
+def test_two_failed_starts_name_the_load(fake_ray) -> None:
+    fake_ray(2)
+    with pytest.raises(session.RayStartFailed, match=r"load average [\d.]+ / [\d.]+ / [\d.]+"):
+        session.ensure_ray()
