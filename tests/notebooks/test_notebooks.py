@@ -1,8 +1,12 @@
-"""Every lesson notebook runs top to bottom, headless, on CPU, within its time budget, and
-leaves no Ray process behind (lesson 12 starts Ray in its kernel).
+"""Every lesson notebook runs top to bottom, headless, on CPU, within its time budget, shows
+what its own run measured, and leaves no Ray process behind (lesson 12 starts Ray in its
+kernel).
 
 Notebooks are committed without outputs; this test executes a copy with nbclient and fails
-on the first cell that raises (the error names the notebook and the cell).
+on the first cell that raises (the error names the notebook and the cell). Then, in the same
+kernel, it checks the lesson's claims against the objects its cells printed
+(``tests/notebooks/claims.py``: the phenomenon each lesson teaches, with a margin, never a
+time).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ def lesson_marker(path: Path) -> pytest.MarkDecorator:
                                   for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lesson executes without an error output, inside its time budget, and every Ray
+    """The lesson executes without an error output or a stderr box, inside its time budget,
+    its claims hold on its own run (``claims.py``), and every Ray
     process its kernel started (they inherit the kernel's environment, so a marker there
     finds them, and only them, even while other tests run Ray) is gone afterwards."""
     nb = nbformat.read(path, as_version=4)
@@ -41,6 +46,9 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
 
     marker = uuid.uuid4().hex
     monkeypatch.setenv("LABKIT_NOTEBOOK_MARK", marker)
+    nb.cells.append(nbformat.v4.new_code_cell(
+        f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+        f"from tests.notebooks.claims import check\nprint(check({path.stem!r}, globals()))"))
     client = NotebookClient(nb, timeout=BUDGET_S, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})
     start = time.monotonic()
@@ -48,12 +56,18 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
     elapsed = time.monotonic() - start
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
-    assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+    assert not errors, (f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+                        + ("" if "claims" not in "".join(errors[0].get("traceback", [])) else
+                           " (a claim of the lesson, checked on its own run)"))
     unrendered = [o["data"]["text/plain"] for c in nb.cells if c.cell_type == "code"
                   for o in c.get("outputs", []) if "data" in o
                   and str(o["data"].get("text/plain", "")).startswith("<Figure size")
                   and "image/png" not in o["data"]]
     assert not unrendered, f"{path.name}: a figure shows as text, not an image: {unrendered[0]}"
+    stderr = [o["text"] for c in nb.cells if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert not stderr, (f"{path.name} shows a red stderr box (say an expected warning once in "
+                        f"the lesson's words instead): {stderr[0][:500]}")
     assert elapsed < BUDGET_S, f"{path.name} took {elapsed:.0f} s (budget {BUDGET_S} s)"
     deadline = time.monotonic() + 10  # Ray's daemons take a moment to exit after shutdown
     while (ray_left := [p for p in ray_processes()
