@@ -138,17 +138,20 @@ def plot_train_step(records: Sequence[Mapping[str, Any]]) -> Figure:
     step = recs[0].get("step")
     loss_ax.set_title("1. loss on each rank's own shard"
                       + (f" (step {step})" if step is not None else ""), fontsize=10)
+    loss_ax.set_ylabel("training loss (cross-entropy)")
     for r in recs:
         grad_ax.plot(layers, r["grad_norms_local"], "o-", label=f"rank {r['rank']} local")
     grad_ax.plot(layers, recs[0]["grad_norms_synced"], "k*--", markersize=10,
                  label="after all-reduce (all ranks)")
     grad_ax.set_title("2-3. |grad| per tensor: local vs averaged", fontsize=10)
+    grad_ax.set_ylabel("gradient norm (L2)")
     grad_ax.set_xticks(list(layers))
     grad_ax.set_xticklabels(names, rotation=70, fontsize=6)
     grad_ax.legend(fontsize=7)
     for r in recs:
         upd_ax.plot(layers, r["update_norms"], "o-", label=f"rank {r['rank']}")
     upd_ax.set_title("4. update |Δw| per tensor (identical)", fontsize=10)
+    upd_ax.set_ylabel("update norm (L2)")
     upd_ax.set_xticks(list(layers))
     upd_ax.set_xticklabels(names, rotation=70, fontsize=6)
     upd_ax.legend(fontsize=7)

@@ -96,6 +96,21 @@ def plot_push_pull(result: Any, start_s: float | None = None, span_s: float = 0.
     ax.set_xlim(0, span_s * 1e9 / scale)
     ax.set_xlabel(f"time ({unit}); top lane compute, bottom lane comm (pull / push)")
     ax.set_title(title or f"{opts.consistency}: pulls, pushes and updates")
+    # the straggler's added time is an idle span inside its backward: hatch it, so it does
+    # not read as compute
+    idle = [e for e in shown if (e.name or "").startswith("slow")]
+    for e in idle:
+        ax.broken_barh([((e.start_ns - begin) / scale, e.dur_ns / scale)], (e.rank + 0.05, 0.42),
+                       facecolors="white", edgecolor="#F28E2B", hatch="////", linewidth=0.5)
     _legend(ax, shown)
+    if idle:
+        from matplotlib.patches import Patch
+
+        legend = ax.get_legend()
+        idling = Patch(facecolor="white", edgecolor="#F28E2B", hatch="////",
+                       label="straggler idling")
+        handles = [*(legend.legend_handles if legend else []), idling]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+                  frameon=False)
     fig.tight_layout()
     return fig
