@@ -60,8 +60,9 @@ def plot_staleness(exp: Any) -> Figure:
         ax.bar(range(len(hist)), hist, color=_STYLE[res.metrics["consistency"]])
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("staleness (updates)", fontsize=8)
-        ax.set_xlim(-0.6, max(len(hist), 3) - 0.4)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
+        width = max(len(hist), 3)
+        ax.set_xlim(-0.6, width - 0.4)
+        ax.set_xticks(range(0, width, -(-width // 5)))  # whole updates, at most 5 ticks
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_ylabel("gradients (count)")
     fig.tight_layout()
