@@ -68,6 +68,9 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
               for o in c.get("outputs", []) if o.get("name") == "stderr"]
     assert not stderr, (f"{path.name} shows a red stderr box (say an expected warning once in "
                         f"the lesson's words instead): {stderr[0][:500]}")
+    ray_noise = [o["text"] for c in nb.cells if c.cell_type == "code"
+                 for o in c.get("outputs", []) if "(raylet)" in str(o.get("text", ""))]
+    assert not ray_noise, f"{path.name} shows Ray's log lines: {ray_noise[0][:300]}"
     assert elapsed < BUDGET_S, f"{path.name} took {elapsed:.0f} s (budget {BUDGET_S} s)"
     deadline = time.monotonic() + 10  # Ray's daemons take a moment to exit after shutdown
     while (ray_left := [p for p in ray_processes()
