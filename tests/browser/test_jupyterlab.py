@@ -354,7 +354,7 @@ def _look_at_every_output(page: Any, cells: list[dict[str, Any]], stem: str) -> 
             text = err.inner_text()
             if not any(e in text for e in explained):
                 problems.append(f"cell {n}: a red stderr box: {text[:300]!r}")
-        if "Traceback" in cell.locator(".jp-OutputArea").inner_text():
+        if "Traceback" in cell.locator(".jp-Cell-outputArea").first.inner_text():
             problems.append(f"cell {n}: a traceback")
         if area.get_by_text("Error displaying widget").count():
             problems.append(f"cell {n}: a widget failed to display")
