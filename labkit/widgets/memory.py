@@ -58,7 +58,9 @@ def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0, *,
     import ipywidgets as w
     from IPython.display import display
 
-    slider = {"continuous_update": False}  # one event when the hand lets go
+    # one event when the hand lets go; room for the longest description, never cut short
+    slider = {"continuous_update": False, "style": {"description_width": "125px"}}
+    label = {"style": {"description_width": "125px"}}
     controls = {
         "params_b": w.FloatLogSlider(value=params / 1e9, base=10, min=-1, max=3, step=0.05,
                                      description="params (B)", **slider),
@@ -67,13 +69,13 @@ def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0, *,
                                 **slider),
         "stage": w.IntSlider(value=0, min=0, max=3, description="ZeRO stage", **slider),
         "precision": w.Dropdown(options=["mixed", "fp32"], value="mixed",
-                                description="precision"),
+                                description="precision", **label),
         "optimizer": w.Dropdown(options=["adam", "momentum", "sgd"], value="adam",
-                                description="optimizer"),
-        "tp": w.IntSlider(value=1, min=1, max=8, description="tensor par.", **slider),
-        "pp": w.IntSlider(value=1, min=1, max=8, description="pipeline par.", **slider),
+                                description="optimizer", **label),
+        "tp": w.IntSlider(value=1, min=1, max=8, description="tensor parallel", **slider),
+        "pp": w.IntSlider(value=1, min=1, max=8, description="pipeline parallel", **slider),
         "activation_gb": w.FloatSlider(value=0.0, min=0, max=80, step=0.5,
-                                       description="activ. GB", **slider),
+                                       description="activations GB", **slider),
     }
     out = w.Output()
 
