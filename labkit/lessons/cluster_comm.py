@@ -32,7 +32,7 @@ PP_MODEL = pipeline_model(512, 12)
 PP_BATCH = 32
 
 
-def placement_configs(link: str = "ethernet_25g", *, steps: int = 5, microbatches: int = 4,
+def placement_configs(link: str = "ethernet_25g", *, steps: int = 8, microbatches: int = 4,
                       tp: dict[str, Any] | None = None, tp_batch: int = TP_BATCH,
                       pp_model: ModelConfig = PP_MODEL, pp_batch: int = PP_BATCH
                       ) -> list[dict[str, Any]]:
