@@ -101,7 +101,7 @@ def _comm_cost(cfg: dict[str, Any], link: Interconnect) -> float:
                                  bytes_per_value=4, batch=cfg["batch_size"], seq=tp["seq"],
                                  hidden=tp["hidden"], layers=tp["layers"]).comm_s
     m = cfg["options"]["microbatches"]
-    free = Interconnect("free", 0.0, float("inf"), "intra-node")
+    free = Interconnect("free", 0.0, predict.FREE_BPS, "intra-node")
     kw = dict(compute_s=0.0, world_size=2, bytes_per_value=4, batch=cfg["batch_size"] // m,
               seq=1, hidden=cfg["model"].width, microbatches=m)
     return (predict_step_time("pp", link=link, **kw).total_s  # type: ignore[arg-type]

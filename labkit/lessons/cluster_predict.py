@@ -108,6 +108,10 @@ def loopback_model(bench: Any) -> Interconnect:
                         "gloo between 2 ranks of one node, fastest calls, measured here")
 
 
+FREE_BPS = 1e30
+"""A bandwidth that costs nothing per byte (finite: the theory's formulas check for it)."""
+
+
 def extra_link(link: Interconnect, loopback: Interconnect) -> Interconnect:
     """What a message pays on ``link`` beyond what it paid on loopback, as a link of its own.
 
@@ -120,7 +124,7 @@ def extra_link(link: Interconnect, loopback: Interconnect) -> Interconnect:
     """
     per_byte = 1 / link.bandwidth_Bps - 1 / loopback.bandwidth_Bps
     return Interconnect(f"{link.name} beyond loopback", max(0.0, link.alpha_s),
-                        1 / per_byte if per_byte > 0 else float("inf"), "inter-node",
+                        1 / per_byte if per_byte > 0 else FREE_BPS, "inter-node",
                         "the link's latency, and its transfer time minus loopback's")
 
 
