@@ -106,6 +106,7 @@ def lesson_12(ns: dict[str, Any]) -> None:
     r = ns["r"]
     assert r["updates_lost"] == r["actor_before"]["version"] % 3
     assert ns["resumed"].params_sha256 == ns["ours"].params_sha256
+    assert ns["left"] == [], ns["left"]  # the closing cell stopped every process it started
 
 
 CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
