@@ -59,6 +59,13 @@ def placement_text(place: dict[str, Any]) -> str:
     lines.append(f"the link slowed TP {tp_out['slowdown']:.1f}x (predicted "
                  f"{tp_out['predicted_slowdown']:.1f}x) and the pipeline "
                  f"{pp_out['slowdown']:.1f}x (predicted {pp_out['predicted_slowdown']:.1f}x)")
+    charged = (pp_out.get("predicted_step_s") or 0.0) - (pp_in.get("step_s") or 0.0)
+    added = pp_out["step_s"] - pp_in["step_s"]
+    if charged > 0 and added < charged:
+        lines.append(f"the model charges every pipeline slot two messages ({charged * 1e3:.1f} ms "
+                     f"a step: labkit.theory assumes no overlap); the run added "
+                     f"{max(added, 0.0) * 1e3:.1f} ms -- its messages travelled while other "
+                     f"microbatches computed")
     if tp_out["slowdown"] > pp_out["slowdown"]:
         lines.append("the rule holds here: keep tensor parallelism inside a node, let the "
                      "pipeline cross the slow link")

@@ -129,13 +129,15 @@ def test_placement_sentence_checks_the_rule() -> None:
             {"strategy": "tp", "where": "across ethernet_25g", "slowdown": tp,
              "predicted_slowdown": 3.0},
             {"strategy": "pipeline", "where": "inside one node", "link_bytes_per_step": 1.31e5,
-             "contention": None},
+             "contention": None, "step_s": 0.027},
             {"strategy": "pipeline", "where": "across ethernet_25g", "slowdown": pp,
-             "predicted_slowdown": 1.8}]}
+             "predicted_slowdown": 2.0, "step_s": 0.027 * pp, "predicted_step_s": 0.054}]}
     text = cluster_text.placement_text(rows(3.1, 1.6))
     assert "TP sends 4.0x the pipeline's bytes" in text and "the rule holds here" in text
     assert "tp's communication took 33.0 ms per step where the wire needs 5.0 ms" in text
     assert "contradicts the rule" in cluster_text.placement_text(rows(1.2, 1.6))
+    assert "the run added 1.6 ms -- its messages travelled while other microbatches computed" \
+        in cluster_text.placement_text(rows(3.1, 1.06))
 
 
 def test_weak_scaling_sentences_split_what_left_the_model() -> None:
