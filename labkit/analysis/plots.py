@@ -78,18 +78,24 @@ def draw_timeline(ax: Axes, events: Sequence[Event], ranks: Iterable[int], *,
     shown = [e for e in events if e.lane in LANE_ORDER and e.rank in ranks]
     extent = (max((e.end_ns for e in shown), default=1) - min((e.start_ns for e in shown),
                                                               default=0)) / scale
-    min_label = 0.02 * extent  # a label needs room: spans under 2% of the plot stay bare
-    for e in events:
-        if e.lane not in LANE_ORDER or e.rank not in ranks:
-            continue
+    # a label is drawn only where it fits inside its span and clears the previous label of
+    # its lane (spans of a comm lane overlap: an isend runs while the next one starts)
+    fig = ax.get_figure(root=True)
+    width_pt = max(1.0, ax.get_position().width * fig.get_figwidth() * 72)  # type: ignore[union-attr]
+    per_char = 6 * 0.62 * extent / width_pt  # a 6 pt glyph, in data units
+    label_end: dict[tuple[int, Lane], float] = {}
+    for e in sorted(shown, key=lambda e: e.start_ns):
         row = ranks.index(e.rank)
         y = row + (0.05 if e.lane == Lane.COMPUTE else 0.5)
         x, w = (e.start_ns - origin) / scale, max(e.dur_ns / scale, 1e-9)
         ax.broken_barh([(x, w)], (y, lane_h), facecolors=_color(e, by_axis), edgecolor="white",
                        linewidth=0.3)
-        if labels and e.name and w >= min_label:
+        need = (len(e.name) + 1) * per_char if e.name else 0.0
+        if labels and e.name and w >= need and x + (w - need) / 2 >= label_end.get(
+                (row, e.lane), float("-inf")):
             ax.text(x + w / 2, y + lane_h / 2, e.name, ha="center", va="center", fontsize=6,
                     clip_on=True)
+            label_end[(row, e.lane)] = x + (w + need) / 2
     if links:
         for s, r in match_sends(list(events)):
             if s.rank in ranks and r.rank in ranks:

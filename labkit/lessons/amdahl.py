@@ -53,7 +53,27 @@ class AmdahlResult:
                   f"{self.predicted(8):.2f}x on 8 ranks (seed 003's 8 GPUs -> 6x needs "
                   f"f = {amdahl_fraction_for(6, 8):.3f}; the mini challenge, 2x on 4, needs "
                   f"f >= {amdahl_fraction_for(2, 4):.3f})"]
+        lines += self.why()
         return "\n".join(lines)
+
+    def why(self) -> list[str]:
+        """Per world size beyond 1, what splitting the batch saved and what it cost, read
+        from the runs: the sentences that explain f."""
+        one = self.breakdown[0]
+        out = []
+        for row in self.breakdown[1:]:
+            n = row["ranks"]
+            saved = one["scales_ms"] - row["scales_ms"]
+            ideal = one["scales_ms"] * (1 - 1 / n)
+            cost = (row["exposed_comm_ms"] - one["exposed_comm_ms"]
+                    + row["serial_ms"] - one["serial_ms"])
+            out.append(f"{n} ranks: splitting the batch saved {saved:.1f} ms of compute per "
+                       f"step (ideal {ideal:.1f}); communication and repeated work added "
+                       f"{cost:.1f} ms" + (": more than it saved" if cost >= saved else ""))
+            if saved < 0.7 * ideal:
+                out.append(f"  the compute did not split {n} ways: {n} ranks share "
+                           f"{cpu_count()} cores with gloo's threads, so they wait for a core")
+        return out
 
 
 def _split(run: Any) -> dict[str, float]:
@@ -73,7 +93,7 @@ def _split(run: Any) -> dict[str, float]:
     return {k: v / steps / 1e6 for k, v in out.items()}
 
 
-def amdahl_experiment(world_sizes: tuple[int, ...] | None = None, *, global_batch: int = 256,
+def amdahl_experiment(world_sizes: tuple[int, ...] | None = None, *, global_batch: int = 1024,
                       strategy: str = "ddp", steps: int = 8,
                       model: ModelConfig | None = None, **run_kwargs: Any) -> AmdahlResult:
     """Run the same job (``global_batch`` split over n ranks, one core each) for every n in

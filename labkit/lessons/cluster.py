@@ -13,6 +13,7 @@ scaling efficiency of n ranks is ``t(1 rank) / t(n ranks)``.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from labkit.base.netsupport import support
 from labkit.config.links import LinkWarning, parse_link
 from labkit.config.run import ModelConfig
 from labkit.lessons import cluster_predict as predict
+from labkit.theory.interconnect import Interconnect
 
 DDP_MODEL = ModelConfig(width=256, depth=4)
 NOT_HERE = ("not measured: no emulated cluster on this machine ({why}); the cross-node rows "
@@ -37,18 +39,71 @@ def _run(**kw: Any) -> Any:
         return labkit.run(**kw)
 
 
+def _key(config: dict[str, Any]) -> str:
+    from labkit.config.run import RunConfig
+
+    return json.dumps(RunConfig(**{"timeout_s": 180, "progress": False, **config}).to_json(),
+                      sort_keys=True, default=str)
+
+
+def _shape(config: dict[str, Any]) -> tuple[Any, ...]:
+    return (config.get("nodes", 1), config.get("link"), config.get("world_size"))
+
+
+_PLANNED: dict[str, dict[str, Any]] = {}
+"""Configs a lesson will run later (``share_startup``), by key: they ride along with the
+first job on their nodes and link."""
+_AHEAD: dict[str, Any] = {}
+"""Results of planned configs that ran ahead, by key, each handed over once."""
+
+
+def share_startup(*config_lists: Sequence[dict[str, Any]]) -> int:
+    """Plan runs a lesson makes later, so that they share the start-up of the first job on
+    the same emulated nodes and link (``launcher.run_many``: one torchrun job, one link probe).
+
+    Starting emulated nodes costs seconds, every time: each node's torchrun agent and each
+    rank is a fresh Python that imports torch. A planned run executes with the first job of
+    its shape; its result is handed over, once, when the lesson asks for that exact config
+    (asked again, it runs again). Returns how many runs are planned."""
+    for configs in config_lists:
+        for c in configs:
+            if c.get("nodes", 1) > 1:
+                _PLANNED[_key(c)] = dict(c)
+    return len(_PLANNED)
+
+
 def _run_many(configs: list[dict[str, Any]]) -> list[Any]:
-    """One torchrun job for all ``configs`` (same nodes, link, world size); without an
-    emulated cluster, single-node configs run one by one under ``labkit.run``."""
+    """One torchrun job for all ``configs`` (same nodes, link, world size) and the planned
+    runs of the same shape that have not run yet; without an emulated cluster, configs run
+    one by one under ``labkit.run``."""
     from labkit.config.run import RunConfig
     from labkit.launchers.cluster.launcher import run_many
 
     if not support().available:
         return [_run(**c) for c in configs]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", LinkWarning)
-        return run_many([RunConfig(**{"timeout_s": 180, "progress": False, **c})
-                         for c in configs])
+    keys = [_key(c) for c in configs]
+    todo = {k: c for k, c in zip(keys, configs) if k not in _AHEAD}
+    if todo:
+        shape = _shape(next(iter(todo.values())))
+        riders = {k: c for k, c in _PLANNED.items() if _shape(c) == shape and k not in todo}
+        batch = {**todo, **riders}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LinkWarning)
+            results = run_many([RunConfig(**{"timeout_s": 180, "progress": False, **c})
+                                for c in batch.values()])
+        for k, r in zip(batch, results):
+            _PLANNED.pop(k, None)
+            _AHEAD[k] = r
+    return [_AHEAD.pop(k) for k in keys]
+
+
+def measure_loopback(sizes: Sequence[str] = ("16KB", "64KB", "256KB", "1MB"),
+                     iters: int = 8) -> Any:
+    """The wire inside one node: an all-reduce benchmark on 2 ranks over loopback (gloo),
+    fitted to the alpha-beta line. The ``RunResult``; ``cluster_predict.loopback_model``
+    turns it into the link every cross-node prediction compares against."""
+    return _run(strategy="allreduce-bench", world_size=2, threads_per_rank=1,
+                options={"impl": "builtin", "sizes": tuple(sizes), "iters": iters})
 
 
 def _missing(link: str) -> str:
@@ -78,41 +133,46 @@ def measure_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_100g", "et
 
 def ddp_across_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_25g"), *,
                      steps: int = 8, batch_size: int = 256, model: ModelConfig = DDP_MODEL,
-                     **run_kw: Any) -> dict[str, Any]:
+                     loopback: Interconnect | None = None, **run_kw: Any) -> dict[str, Any]:
     """DDP on 1 rank, on 1 node of 2 ranks (loopback) and on 2 nodes of 1 rank per link.
 
     Rows: ``name``, ``nodes``, ``link``, ``step_s``, ``compute_s``, ``exposed_s``,
-    ``efficiency`` (t1 / t), ``predicted_comm_s`` and ``predicted_step_s`` (this run's
-    time outside communication + the alpha-beta all-reduce), ``error`` (measured/predicted-1).
+    ``efficiency`` (t1 / t), ``predicted_comm_s`` (the all-reduce on the link, alpha-beta),
+    ``predicted_step_s`` (the step measured on one node + what the link adds to the
+    all-reduce beyond loopback, ``cluster_predict.extra_link``: never below the one-node
+    step) and ``error`` (measured / predicted - 1). ``loopback``: the in-node wire
+    (measured with ``measure_loopback`` when not given).
     """
     kw = dict(strategy="ddp", steps=steps, batch_size=batch_size, model=model,
               threads_per_rank=1, **run_kw)
+    loop_link = loopback or predict.loopback_model(measure_loopback())
     # 1. the compute-only reference and 2. one node: loopback between the ranks
     one = _run(world_size=1, **kw)
-    t1 = one.step_time_s
+    t1 = predict.step_parts(one)["step_s"]
     loop = _run(world_size=2, **kw)
     grad_bytes = float(loop.metrics["bytes_per_step"])
     rows = [_ddp_row("1 rank", 1, None, one, t1), _ddp_row("1 node x 2 ranks", 1, None, loop, t1)]
     results = {"1 rank": one, "1 node x 2 ranks": loop}
+    inside = predict.step_parts(loop)["step_s"]
     # 3. two nodes, one rank each, per link
     for link in links:
         name = f"2 nodes x 1 rank, {link}"
         if support().available:
-            r = _run(world_size=2, nodes=2, link=link, **kw)
+            (r,) = _run_many([dict(world_size=2, nodes=2, link=link, **kw)])
             row = _ddp_row(name, 2, link, r, t1)
             model_link = predict.link_model(r.metrics["link"])
-            base = row["step_s"] - row["exposed_s"]
             results[name] = r
         else:
             row = {"name": name, "nodes": 2, "link": link, "step_s": None, "note": _missing(link)}
             model_link = predict.link_model(parse_link(link))
-            parts = predict.step_parts(loop)
-            base = parts["step_s"] - parts["exposed_s"]
-        comm = predict.allreduce_s(grad_bytes, 2, model_link)
-        row.update(predicted_comm_s=comm, predicted_step_s=base + comm,
-                   error=None if row["step_s"] is None else row["step_s"] / (base + comm) - 1)
+        extra = predict.allreduce_s(grad_bytes, 2, predict.extra_link(model_link, loop_link))
+        pred = inside + extra
+        row.update(predicted_comm_s=predict.allreduce_s(grad_bytes, 2, model_link),
+                   predicted_step_s=pred,
+                   error=None if row["step_s"] is None else row["step_s"] / pred - 1)
         rows.append(row)
-    return {"rows": rows, "results": results, "grad_bytes": grad_bytes, "t1_s": t1}
+    return {"rows": rows, "results": results, "grad_bytes": grad_bytes, "t1_s": t1,
+            "loopback": loop_link}
 
 
 def _ddp_row(name: str, nodes: int, link: str | None, result: Any, t1: float) -> dict[str, Any]:

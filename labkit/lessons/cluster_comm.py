@@ -2,7 +2,7 @@
 
 * ``placement``: seed 003's rule "tensor parallel inside a node, pipeline across nodes",
   measured: the same amount of model work as TP and as a 2-stage pipeline, each inside one
-  node (loopback) and across the slow link;
+  node (loopback, under labkit's own launcher) and across the slow link;
 * ``hierarchical_vs_flat``: a flat ring over 4 ranks on 2 nodes against the hierarchical
   all-reduce (``labkit.strategies.collectives.hierarchical``);
 * ``compression_on_link``: DDP gradient compression on loopback, where the bytes are cheap,
@@ -19,7 +19,7 @@ from labkit.base.netsupport import support
 from labkit.config.links import parse_link
 from labkit.config.run import ModelConfig
 from labkit.lessons import cluster_predict as predict
-from labkit.lessons.cluster import DDP_MODEL, _missing, _run_many
+from labkit.lessons.cluster import DDP_MODEL, _missing, _run, _run_many, measure_loopback
 from labkit.strategies.collectives import parse_size
 from labkit.strategies.pipeline import pipeline_model
 from labkit.theory.interconnect import Interconnect, predict_step_time
@@ -32,74 +32,93 @@ PP_MODEL = pipeline_model(512, 12)
 PP_BATCH = 32
 
 
-def placement(link: str = "ethernet_100g", *, steps: int = 5, microbatches: int = 4,
-              tp: dict[str, Any] | None = None, tp_batch: int = TP_BATCH,
-              pp_model: ModelConfig = PP_MODEL, pp_batch: int = PP_BATCH) -> dict[str, Any]:
+def placement_configs(link: str = "ethernet_25g", *, steps: int = 8, microbatches: int = 4,
+                      tp: dict[str, Any] | None = None, tp_batch: int = TP_BATCH,
+                      pp_model: ModelConfig = PP_MODEL, pp_batch: int = PP_BATCH
+                      ) -> list[dict[str, Any]]:
+    """The two runs of ``placement`` across ``link`` (TP, then the pipeline), as configs:
+    what ``cluster.share_startup`` plans ahead."""
+    opts = {**TP, **(tp or {})}
+    return [dict(strategy="tp", world_size=2, steps=steps, batch_size=tp_batch, options=opts,
+                 threads_per_rank=1, nodes=2, link=link),
+            dict(strategy="pipeline", world_size=2, steps=steps, batch_size=pp_batch,
+                 model=pp_model, options={"microbatches": microbatches}, threads_per_rank=1,
+                 nodes=2, link=link)]
+
+
+def placement(link: str = "ethernet_25g", *, loopback: Interconnect | None = None,
+              **sizes: Any) -> dict[str, Any]:
     """TP and a 2-stage pipeline on about the same model work, inside one node and across
-    ``link``.
+    ``link`` (``sizes``: the keywords of ``placement_configs``).
 
     Rows: ``strategy``, ``where``, ``step_s``, ``flops_per_step``, ``link_bytes_per_step``
-    (what rank 0 sent per step), ``exposed_s``, ``predicted_step_s`` (the in-node run's time
-    outside communication + the theory's TP / pipeline communication over the link) and
-    ``slowdown`` (across / inside).
+    (what rank 0 sent per step), ``exposed_s``, ``wire_comm_s`` (the communication the wire
+    needs, alpha-beta), ``contention`` (measured communication / ``wire_comm_s`` where that
+    is at least ``cluster_predict.CONTENDED``: the ranks mostly waited for a core),
+    ``predicted_step_s`` (across: the step measured inside the node + what the link adds to
+    every message beyond loopback; never below the step inside) and ``slowdown`` (across /
+    inside, measured and predicted).
     """
-    opts = {**TP, **(tp or {})}
-    tp_cfg = dict(strategy="tp", world_size=2, steps=steps, batch_size=tp_batch,
-                  options=opts, threads_per_rank=1)
-    pp_cfg = dict(strategy="pipeline", world_size=2, steps=steps, batch_size=pp_batch,
-                  model=pp_model, options={"microbatches": microbatches}, threads_per_rank=1)
-    inside = dict(zip(("tp", "pipeline"), _run_many([tp_cfg, pp_cfg])))
+    across_cfgs = placement_configs(link, **sizes)
+    inside_cfgs = [{k: v for k, v in c.items() if k not in ("nodes", "link")}
+                   for c in across_cfgs]
+    loop_link = loopback or predict.loopback_model(measure_loopback())
+    inside = {c["strategy"]: _run(**c) for c in inside_cfgs}
     across: dict[str, Any] = {}
     if support().available:
-        runs = _run_many([{**tp_cfg, "nodes": 2, "link": link}, {**pp_cfg, "nodes": 2, "link": link}])
+        runs = _run_many(across_cfgs)
         across = dict(zip(("tp", "pipeline"), runs))
         model_link = predict.link_model(runs[0].metrics["link"])
     else:
         model_link = predict.link_model(parse_link(link))
     rows = []
-    for name, r_in in inside.items():
+    for cfg, (name, r_in) in zip(across_cfgs, inside.items()):
         parts = predict.step_parts(r_in)
-        batch = tp_batch if name == "tp" else pp_batch
-        extra = _link_cost(name, parts, model_link, opts, batch, microbatches, pp_model)
+        wire_in = _comm_cost(cfg, loop_link)
+        extra = _comm_cost(cfg, predict.extra_link(model_link, loop_link))
         pred = parts["step_s"] + extra
-        rows.append(_place_row(name, "inside one node", r_in, None))
+        row_in = _place_row(name, "inside one node", r_in, None, wire_in)
+        rows.append(row_in)
         r_out = across.get(name)
-        row = _place_row(name, f"across {link}", r_out, pred)
+        row = _place_row(name, f"across {link}", r_out, pred, _comm_cost(cfg, model_link))
         if r_out is None:
             row["note"] = _missing(link)
         else:
-            row["slowdown"] = row["step_s"] / rows[-1]["step_s"]
+            row["slowdown"] = row["step_s"] / row_in["step_s"]
         row["predicted_slowdown"] = pred / parts["step_s"]
         rows.append(row)
-    return {"rows": rows, "inside": inside, "across": across}
+    return {"rows": rows, "inside": inside, "across": across, "loopback": loop_link,
+            "link": model_link}
 
 
-def _link_cost(name: str, parts: dict[str, float], link: Interconnect, tp: dict[str, Any],
-               batch_size: int, microbatches: int, pp_model: ModelConfig) -> float:
-    """Seconds the link adds to the in-node step (``labkit.theory.predict_step_time``):
-    TP's all-reduces replace the in-node ones on the critical path; the pipeline's
-    (m + p - 1) slots each grow by two messages over the link."""
-    if name == "tp":
-        pred = predict_step_time("tp", compute_s=0.0, world_size=2, link=link,
-                                 bytes_per_value=4, batch=batch_size, seq=tp["seq"],
-                                 hidden=tp["hidden"], layers=tp["layers"])
-        return pred.comm_s - parts["exposed_s"]
-    free = Interconnect("free", 0.0, 1e18, "intra-node")
-    kw = dict(compute_s=parts["compute_s"], world_size=2, bytes_per_value=4,
-              batch=batch_size // microbatches, seq=1, hidden=pp_model.width,
-              microbatches=microbatches)
+def _comm_cost(cfg: dict[str, Any], link: Interconnect) -> float:
+    """Seconds of a step's communication on ``link`` (``labkit.theory.predict_step_time``):
+    TP's 4 all-reduces per block on the critical path; the pipeline's (m + p - 1) slots
+    each grown by two messages (GPipe / 1F1B)."""
+    if cfg["strategy"] == "tp":
+        tp = cfg["options"]
+        return predict_step_time("tp", compute_s=0.0, world_size=2, link=link,
+                                 bytes_per_value=4, batch=cfg["batch_size"], seq=tp["seq"],
+                                 hidden=tp["hidden"], layers=tp["layers"]).comm_s
+    m = cfg["options"]["microbatches"]
+    free = Interconnect("free", 0.0, predict.FREE_BPS, "intra-node")
+    kw = dict(compute_s=0.0, world_size=2, bytes_per_value=4, batch=cfg["batch_size"] // m,
+              seq=1, hidden=cfg["model"].width, microbatches=m)
     return (predict_step_time("pp", link=link, **kw).total_s  # type: ignore[arg-type]
             - predict_step_time("pp", link=free, **kw).total_s)  # type: ignore[arg-type]
 
 
-def _place_row(name: str, where: str, result: Any, predicted: float | None) -> dict[str, Any]:
+def _place_row(name: str, where: str, result: Any, predicted: float | None,
+               wire_s: float) -> dict[str, Any]:
     row: dict[str, Any] = {"strategy": name, "where": where, "predicted_step_s": predicted,
-                           "step_s": None, "slowdown": None}
+                           "step_s": None, "slowdown": None, "wire_comm_s": wire_s,
+                           "contention": None}
     if result is not None:
         parts = predict.step_parts(result)
         row.update(step_s=parts["step_s"], exposed_s=parts["exposed_s"],
                    flops_per_step=result.metrics.get("flops_per_step"),
-                   link_bytes_per_step=predict.comm_events_bytes(result))
+                   link_bytes_per_step=predict.comm_events_bytes(result),
+                   contention=predict.contention(parts["exposed_s"], wire_s))
     return row
 
 
@@ -131,19 +150,27 @@ def hierarchical_vs_flat(link: str = "ethernet_100g", *, sizes: Sequence[str] = 
     return {"rows": rows, "results": results}
 
 
-def compression_on_link(link: str = "ethernet_25g", *,
+def compression_configs(link: str = "ethernet_25g", *,
                         methods: Sequence[str] = ("none", "fp16", "powersgd", "topk"),
                         steps: int = 6, model: ModelConfig = DDP_MODEL,
-                        batch_size: int = 64) -> dict[str, Any]:
+                        batch_size: int = 64) -> list[dict[str, Any]]:
+    """The runs of ``compression_on_link`` across ``link``, one per method, as configs."""
+    return [dict(strategy="compress", world_size=2, steps=steps, model=model,
+                 batch_size=batch_size, threads_per_rank=1, nodes=2, link=link,
+                 options={"method": m}) for m in methods]
+
+
+def compression_on_link(link: str = "ethernet_25g", *,
+                        methods: Sequence[str] = ("none", "fp16", "powersgd", "topk"),
+                        **sizes: Any) -> dict[str, Any]:
     """DDP with each compression hook on loopback and across ``link``: step time, speedup
     over no compression, and the wire time the link should take for the bytes sent."""
-    base = dict(strategy="compress", world_size=2, steps=steps, model=model,
-                batch_size=batch_size, threads_per_rank=1)
-    loop = dict(zip(methods, _run_many([{**base, "options": {"method": m}} for m in methods])))
+    across = compression_configs(link, methods=methods, **sizes)
+    loop = {m: _run(**{k: v for k, v in c.items() if k not in ("nodes", "link")})
+            for m, c in zip(methods, across)}
     slow: dict[str, Any] = {}
     if support().available:
-        runs = _run_many([{**base, "nodes": 2, "link": link, "options": {"method": m}}
-                          for m in methods])
+        runs = _run_many(across)
         slow = dict(zip(methods, runs))
         model_link = predict.link_model(runs[0].metrics["link"])
     else:

@@ -2,8 +2,10 @@
 
 Pure Python (no torch, no processes). The link is described by what the probe measured
 (``metrics["link"]``: TCP goodput and half the round trip) or, where no cluster can run,
-by the preset itself (``labkit.config.links``). Conventions: seconds, bytes, per step;
-"exposed" communication is communication no compute hid (the step waits for it).
+by the preset itself (``labkit.config.links``); loopback inside a node by an all-reduce
+benchmark (``loopback_model``). Conventions: seconds, bytes, per step (the fastest step after
+the first: ``step_parts``); "exposed" communication is communication no compute hid (the step
+waits for it).
 
 * DDP: one ring all-reduce of the gradients per step, ``2(n-1)*alpha + 2(n-1)/n * S / B``
   (``labkit.theory.ring_allreduce_time``); the rest of the step is what the run itself
@@ -15,11 +17,13 @@ by the preset itself (``labkit.config.links``). Conventions: seconds, bytes, per
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
-from labkit.base.events import Lane
+from labkit.base.errors import ConfigError
+from labkit.base.events import Lane, Op
 from labkit.config.links import LinkSpec, as_interconnect
-from labkit.theory.comm import ring_allreduce_time
+from labkit.theory.comm import fit_alpha_beta, ring_allreduce_time
 from labkit.theory.interconnect import Interconnect
 
 
@@ -32,19 +36,28 @@ def link_model(link: dict[str, Any] | LinkSpec) -> Interconnect:
 
 
 def step_parts(result: Any) -> dict[str, float]:
-    """Per step, means over ranks, first step skipped: step_s, compute_s, comm_s, exposed_s,
-    other_s (the step minus compute and exposed communication)."""
+    """The fastest step after the first (the one other programs on this machine disturbed
+    least; the first pays for warm-up), means over ranks: step_s, compute_s, comm_s,
+    exposed_s, other_s (the step minus compute and exposed communication), and
+    median_step_s for comparison. A step's time runs from the first rank's start to the
+    last rank's end."""
     tl = result.timeline
-    window = tl.window()
-    steps = max(1, len(window.steps()))
+    steps, times = tl.steps(), tl.step_times_s()
+    pairs = list(zip(steps, times))[1:] or list(zip(steps, times))
+    if not pairs:
+        return {"step_s": result.step_time_s, "compute_s": 0.0, "comm_s": 0.0,
+                "exposed_s": 0.0, "other_s": result.step_time_s,
+                "median_step_s": result.step_time_s}
+    fastest, step = min((t, s) for s, t in pairs)
+    window = tl.window([step])
     ranks = window.ranks or [0]
-    comm = sum(window.comm_ns(r) for r in ranks) / len(ranks) / 1e9 / steps
-    hidden = sum(window.overlap_ns(r) for r in ranks) / len(ranks) / 1e9 / steps
-    compute = sum(window.compute_ns(r) for r in ranks) / len(ranks) / 1e9 / steps
-    step = result.step_time_s
+    comm = sum(window.comm_ns(r) for r in ranks) / len(ranks) / 1e9
+    hidden = sum(window.overlap_ns(r) for r in ranks) / len(ranks) / 1e9
+    compute = sum(window.compute_ns(r) for r in ranks) / len(ranks) / 1e9
     exposed = comm - hidden
-    return {"step_s": step, "compute_s": compute, "comm_s": comm, "exposed_s": exposed,
-            "other_s": max(0.0, step - compute - exposed)}
+    return {"step_s": fastest, "compute_s": compute, "comm_s": comm, "exposed_s": exposed,
+            "other_s": max(0.0, fastest - compute - exposed),
+            "median_step_s": statistics.median(t for _, t in pairs)}
 
 
 def allreduce_s(size_bytes: float, world_size: int, link: Interconnect) -> float:
@@ -69,3 +82,61 @@ def comm_events_bytes(result: Any, axis: str | None = None) -> float:
     total = sum(e.bytes or 0 for e in window.events if e.rank == 0 and e.lane == Lane.COMM
                 and (axis is None or e.axis == axis))
     return total / steps
+
+
+def loopback_model(bench: Any) -> Interconnect:
+    """Loopback inside one node, measured the way lesson 01 measures it: the alpha-beta line
+    fitted to an all-reduce benchmark of 2 ranks, through the *fastest* call of each size
+    (read from the trace; warm-up calls skipped). The fastest call is the one no other
+    program delayed: on a busy laptop the median carries waits for a core, which are not
+    the wire's."""
+    opts = bench.config.options
+    per_size: dict[int, list[tuple[int, int]]] = {}
+    for e in bench.timeline.select(rank=0, op=Op.ALL_REDUCE):
+        if e.name != "timing" and e.bytes:
+            per_size.setdefault(int(e.bytes), []).append((e.start_ns, e.dur_ns))
+    sizes = sorted(per_size)
+    fastest = [min(d for _, d in sorted(per_size[b])[opts.warmup:] or per_size[b]) / 1e9
+               for b in sizes]
+    try:
+        fit = fit_alpha_beta(sizes, fastest, 2)
+        alpha, bandwidth = fit.alpha_s, fit.bandwidth_Bps
+    except ConfigError:  # too few sizes traced: the benchmark's own (median) fit
+        ab = bench.metrics["alpha_beta"]
+        alpha, bandwidth = float(ab["alpha_s"]), float(ab["bandwidth_gbps"]) * 1e9
+    return Interconnect("loopback", alpha, bandwidth, "intra-node",
+                        "gloo between 2 ranks of one node, fastest calls, measured here")
+
+
+FREE_BPS = 1e30
+"""A bandwidth that costs nothing per byte (finite: the theory's formulas check for it)."""
+
+
+def extra_link(link: Interconnect, loopback: Interconnect) -> Interconnect:
+    """What a message pays on ``link`` beyond what it paid on loopback, as a link of its own.
+
+    Moving a run from one node to two changes only the wire: compute, Python, the gloo
+    library and the waits for a core stay. Per message the wire adds its one-way latency,
+    and per byte the difference of the two transfer times, ``1/B_link - 1/B_loopback``.
+    Neither can be negative: a slower wire never makes a step shorter. So a prediction is
+    the step measured inside one node plus the communication priced on this link, never
+    less than the step inside the node (``placement``, ``ddp_across_links``).
+    """
+    per_byte = 1 / link.bandwidth_Bps - 1 / loopback.bandwidth_Bps
+    return Interconnect(f"{link.name} beyond loopback", max(0.0, link.alpha_s),
+                        1 / per_byte if per_byte > 0 else FREE_BPS, "inter-node",
+                        "the link's latency, and its transfer time minus loopback's")
+
+
+CONTENDED = 3.0
+"""A measured communication time this many times what its wire needs is mostly waiting for
+the peer (a rank waiting for a core), not moving bytes."""
+
+
+def contention(measured_comm_s: float, wire_s: float) -> float | None:
+    """Measured communication over what the wire needs (alpha-beta), where that is at least
+    ``CONTENDED``: the measurement is dominated by waiting for a core. None otherwise."""
+    if wire_s <= 0:
+        return None
+    ratio = measured_comm_s / wire_s
+    return ratio if ratio >= CONTENDED else None

@@ -14,6 +14,7 @@ from typing import Any
 from labkit.api import run
 from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
+from labkit.lessons.machine import load_now, sharing_cores, why_not
 from labkit.theory import Layout3D, parallel_layout
 from labkit.theory.interconnect import get_link
 
@@ -26,9 +27,10 @@ def run_3d(dp: int = 1, pp: int = 1, tp: int = 1, *, zero_stage: int = 0, steps:
            microbatches: int = MICROBATCHES, **run_kwargs: Any) -> RunResult:
     """Train the lesson GPT on a dp x pp x tp grid of real ranks."""
     run_kwargs.setdefault("progress", False)
-    return run(strategy="hybrid", model=model, steps=steps, batch_size=batch_size,
-               options={"dp": dp, "pp": pp, "tp": tp, "microbatches": microbatches,
-                        "zero_stage": zero_stage}, **run_kwargs)
+    with sharing_cores():  # 4 ranks on a 2-core laptop: the lesson says so, once
+        return run(strategy="hybrid", model=model, steps=steps, batch_size=batch_size,
+                   options={"dp": dp, "pp": pp, "tp": tp, "microbatches": microbatches,
+                            "zero_stage": zero_stage}, **run_kwargs)
 
 
 def factorisations(world_size: int, model: ModelConfig = LESSON_GPT) -> list[tuple[int, int, int]]:
@@ -89,11 +91,18 @@ def link_seconds(lay: Layout3D, inside: str = "nvlink4", across: str = "ethernet
     return rows
 
 
-def balance_runs(pp: int = 2, *, vocab_size: int = 4096, steps: int = 3,
+BALANCE_GPT = replace(LESSON_GPT, vocab_size=8192)
+"""Lesson 09's uneven-stage model: the lesson GPT's 4 blocks and an 8,192-word-piece head,
+which costs about three blocks' worth of compute on the last stage: equal block counts give
+that stage 2 blocks and the head, balancing by cost moves one block off it (with 4 blocks
+and 2 stages there is no cut that overshoots further)."""
+
+
+def balance_runs(pp: int = 2, *, model: ModelConfig = BALANCE_GPT, steps: int = 6,
                  **run_kwargs: Any) -> dict[str, RunResult]:
     """The GPT with a large word vocabulary (a heavy head on the last stage), split by block
-    count and by measured cost."""
-    model = replace(LESSON_GPT, vocab_size=vocab_size)
+    count and by measured cost (rank 0 times each block on one microbatch, the head's time
+    added to the last block, and every rank cuts where those costs balance)."""
     out = {}
     for label, balance in (("by block count", "count"), ("by measured cost", "cost")):
         run_kwargs.setdefault("progress", False)
@@ -102,6 +111,83 @@ def balance_runs(pp: int = 2, *, vocab_size: int = 4096, steps: int = 3,
                                                     "microbatches": 4, "balance": balance},
                          **run_kwargs)
     return out
+
+
+def stage_ms(result: RunResult) -> list[float]:
+    """Each stage's forward + backward time per microbatch, in its least disturbed step:
+    for every rank (one stage each), the compute of each step after the first divided by
+    the microbatches, and the smallest of those. On a shared laptop a step now and then
+    waits for a core; the fastest one is the stage's own cost."""
+    from labkit.base.events import Op
+
+    tl = result.timeline
+    micro = result.config.options.microbatches
+    steps = tl.steps()[1:] or tl.steps()
+    out = []
+    for rank in tl.ranks:
+        per_step = [sum(e.dur_ns for e in tl.select(rank=rank, step=s)
+                        if e.op in (Op.FORWARD, Op.BACKWARD)) / micro / 1e6 for s in steps]
+        out.append(min(per_step) if per_step else 0.0)
+    return out
+
+
+def balance_text(runs: dict[str, RunResult]) -> str:
+    """Where each split cut, the slowest stage's time (its least disturbed step) and the
+    step, and what moved."""
+    count, cost = runs["by block count"].metrics, runs["by measured cost"].metrics
+    times = {label: stage_ms(r) for label, r in runs.items()}
+    lines = []
+    for label, m, r in (("by block count", count, runs["by block count"]),
+                        ("by measured cost", cost, runs["by measured cost"])):
+        ms = times[label]
+        lines.append(f"{label:<17} cuts {m['stage_bounds']}  stage ms "
+                     f"{[round(t, 1) for t in ms]}  slowest {max(ms):.1f} ms  step "
+                     f"{r.step_time_s * 1e3:.0f} ms")
+    moved = [b - a for a, b in zip(count["stage_bounds"], cost["stage_bounds"])]
+    if moved == [0] * len(moved):
+        lines.append("the measured cost cut where the block count does: the head is not heavy "
+                     "enough here to move a block")
+        return "\n".join(lines)
+    blocks = [b - a for a, b in zip(cost["stage_bounds"], cost["stage_bounds"][1:])]
+    lines.append(f"balancing by cost moved the cut: blocks per stage {blocks} instead of "
+                 f"{[b - a for a, b in zip(count['stage_bounds'], count['stage_bounds'][1:])]}"
+                 f" (the last stage also runs the head)")
+    before, after = max(times["by block count"]), max(times["by measured cost"])
+    if after < before:
+        lines.append(f"the slowest stage went from {before:.1f} to {after:.1f} ms per microbatch "
+                     f"({1 - after / before:.0%} less): every stage waits for the slowest one")
+    else:
+        lines.append(f"the slowest stage did not get faster in this run ({before:.1f} -> "
+                     f"{after:.1f} ms): " + why_not(load_now(), 2))
+    return "\n".join(lines)
+
+
+def project_text(rows: list[dict[str, Any]]) -> str:
+    """Seed 000's project in one sentence per world size, read from the runs."""
+    lines = []
+    for r in rows[1:]:
+        n, speedup = r["ranks"], r["speedup"]
+        lines.append(f"{n} ranks trained {speedup:.2f}x the samples per second of 1 rank "
+                     f"(ideal {n}x), to {r['accuracy']:.1%} held-out accuracy")
+        if speedup < 0.75 * n:
+            lines.append(f"far from {n}x: each step spends {r['comm_share']:.0%} of its time in "
+                         f"communication that no compute hides -- a tiny model's all-reduce "
+                         f"costs about as much as its compute")
+        elif speedup > n:
+            lines.append(f"more than {n}x: the 1-rank run was slower per sample than a rank of "
+                         f"the 2-rank run, which on a laptop means it waited for a core: "
+                         + why_not(load_now(), n))
+    return "\n".join(lines)
+
+
+def mfu_text(metrics: dict[str, Any]) -> str:
+    """What the MFU column is measured against on this machine, beside a GPU's."""
+    peak = metrics.get("peak_flops_per_s")
+    if not peak:
+        return "MFU: this machine's peak is not measured yet (`labkit calibrate`)"
+    return (f"MFU here = model FLOP/s / {peak / 1e9:.0f} GFLOP/s, the fp32 matmul peak measured "
+            f"on this machine's cores (labkit.analysis.calibrate); on a GPU it is the "
+            f"datasheet's peak, e.g. 989 TFLOP/s of dense bf16 on an H100 SXM")
 
 
 def rows_text(rows: list[dict[str, Any]]) -> str:
@@ -123,7 +209,9 @@ def project_rows(runs: dict[int, RunResult]) -> list[dict[str, Any]]:
     for n, r in sorted(runs.items()):
         m = r.metrics
         busy = m["compute_s"] / (m["step_time_s"] or 1.0)
+        comm = m.get("comm_s", 0.0) * (1 - m.get("overlap_fraction", 0.0))
         rows.append({"ranks": n, "samples_per_s": m["samples_per_s"],
                      "speedup": m["samples_per_s"] / one, "compute_share": min(busy, 1.0),
+                     "comm_share": min(comm / (m["compute_s"] + comm or 1.0), 1.0),
                      "mfu": m.get("mfu", 0.0), "accuracy": m["accuracy"]})
     return rows

@@ -6,7 +6,9 @@ the same budget of samples? Here Ray Tune runs that question as a grid of *trial
 trial is one real ``labkit.run`` of the ``scaling`` strategy (its own ranks, started by
 labkit's supervisor from inside a Ray worker process), reports its final loss with
 ``tune.report``, and Tune keeps the table and picks the best configuration. Ray runs as many
-trials at once as the cluster has CPUs for (``cpus_per_trial`` each).
+trials at once as the cluster has CPUs for (``cpus_per_trial`` each), and a trial reuses the
+process of the one before it (``reuse_actors``): its ``labkit.run`` then forks ranks from the
+fork server that process already started, instead of importing torch again.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def tune_lr_scaling(*, rules: tuple[str, ...] = ("none", "linear", "sqrt"),
             param_space={"lr_rule": tune.grid_search(list(rules)),
                          "warmup_steps": tune.grid_search(list(warmups)), "ranks": ranks,
                          "batch": batch, "base_lr": base_lr, "steps": steps},
-            tune_config=tune.TuneConfig(metric="final_loss", mode="min"),
+            tune_config=tune.TuneConfig(metric="final_loss", mode="min", reuse_actors=True),
             run_config=tune.RunConfig(storage_path=storage, name="lr_scaling", verbose=0,
                                       progress_reporter=_quiet_reporter()))
         with contextlib.redirect_stdout(io.StringIO()):  # Tune's banner, not the lesson's

@@ -287,7 +287,10 @@ def fits(params: float, *, gpus: int, gpu_gb: float, stage: int = 0,
     per_gpu["total"] = sum(per_gpu.values())
     binding = max(MEMORY_TERMS, key=lambda k: per_gpu[k])
     ok = per_gpu["total"] <= capacity
-    terms = ", ".join(f"{k} {per_gpu[k] / GB:.1f}" for k in MEMORY_TERMS)
+    # GB for GPU-sized numbers; a scaled-down model in the unit that shows its digits
+    unit, size = next(((u, b) for u, b in (("GB", GB), ("MB", 1e6), ("kB", 1e3))
+                       if max(capacity, per_gpu["total"]) >= b), ("B", 1.0))
+    terms = ", ".join(f"{k} {per_gpu[k] / size:.1f}" for k in MEMORY_TERMS)
     layout = f"tp={tp} x pp={pp} x dp={dp}, ZeRO-{stage}, {precision} {optimizer}"
     hint = ""
     if not ok:
@@ -295,11 +298,11 @@ def fits(params: float, *, gpus: int, gpu_gb: float, stage: int = 0,
         for better in range(stage + 1, 4):
             need = zero_memory(params / (tp * pp), dp, better, precision, optimizer)["total"]
             if need + activations <= capacity:
-                hint = f"; ZeRO-{better} would need {(need + activations) / GB:.1f} GB"
+                hint = f"; ZeRO-{better} would need {(need + activations) / size:.1f} {unit}"
                 break
     explanation = (
         f"{'Fits' if ok else 'Does not fit'}: {params:.3g} params on {gpus} GPU(s) "
-        f"({layout}) need {per_gpu['total'] / GB:.1f} GB per GPU of {capacity / GB:.1f} GB "
-        f"({terms} GB); the largest term is {binding}{hint}.")
+        f"({layout}) need {per_gpu['total'] / size:.1f} {unit} per GPU of "
+        f"{capacity / size:.1f} {unit} ({terms} {unit}); the largest term is {binding}{hint}.")
     return FitReport(fits=ok, per_gpu_bytes=per_gpu, capacity_bytes=capacity,
                      binding=binding, explanation=explanation, dp=dp)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from labkit.visuals.axes import headroom, log_ticks
 from labkit.visuals.comm import PRED_STYLE, _fig
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ def _pairs(ax: Axes, labels: Sequence[str], measured: Sequence[float | None],
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel(unit)
-    ax.legend(fontsize=8)
+    headroom(ax)
+    ax.legend(fontsize=8, loc="upper left")
 
 
 def plot_link_check(rows: Sequence[dict[str, Any]]) -> Figure:
@@ -73,13 +75,14 @@ def plot_ddp_links(ddp: dict[str, Any]) -> Figure:
            color="white", label="predicted step", **PRED)
     for x, r, top in zip(xs, rows, bottom):
         eff = r.get("efficiency")
-        text = "not measured" if r.get("step_s") is None else f"eff {eff:.0%}"
-        ax.text(x - 0.2, top, text, ha="center", va="bottom", fontsize=7)
+        text = "not measured" if r.get("step_s") is None else f"efficiency {eff:.0%}"
+        ax.text(x - 0.2, top, text, ha="center", va="bottom", fontsize=8)
     ax.set_xticks(xs)
-    ax.set_xticklabels([r["name"].replace(", ", "\n") for r in rows], fontsize=7)
+    ax.set_xticklabels([r["name"].replace(", ", "\n") for r in rows], fontsize=8)
     ax.set(ylabel="ms per step",  # linear: stacked parts on a log axis would mislead
            title="DDP: the same step on one node and across links (weak scaling)")
-    ax.legend(fontsize=7)
+    headroom(ax, 0.12)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
 
@@ -94,22 +97,36 @@ def plot_overhead(overhead: dict[str, Any]) -> Figure:
                         label="seed 001's FAQ" if x == 0 else None)
     for x, v in enumerate(vals):
         ax.text(x, v * 100, f"{v:.0%}", ha="center", va="bottom", fontsize=9)
+    headroom(ax)
     ax.set_xticks([0, 1])
     ax.set_xticklabels(["inside one node\n(loopback)", f"across nodes\n({overhead['link']})"])
     ax.set(ylabel="% of the step spent in exposed comm",
            title="Communication overhead, measured here")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     return fig
 
 
 def plot_placement(placement: dict[str, Any]) -> Figure:
-    """TP and pipeline, inside one node and across the link: step times, predicted beside."""
-    fig, (ax,) = _fig(width=7.5)
+    """TP and pipeline, inside one node and across the link: step times, predicted beside.
+    A measured bar whose communication was mostly waiting for a core (``contention``) is
+    cross-hatched and says so."""
+    fig, (ax,) = _fig(width=8.0, height=4.2)
     rows = placement["rows"]
-    _pairs(ax, [f"{r['strategy']}\n{r['where']}" for r in rows],
+    labels = [r["strategy"] + "\n" + r["where"].replace("across ", "across\n") for r in rows]
+    _pairs(ax, labels,
            [_ms(r["step_s"]) if r["step_s"] is not None else None for r in rows],
            [_ms(r["predicted_step_s"]) for r in rows], "ms per step")
+    marked = False
+    for x, r in enumerate(rows):
+        if r.get("contention") and r["step_s"] is not None:
+            ax.bar(x - 0.2, _ms(r["step_s"]), 0.4, fill=False, hatch="xx", edgecolor="#333",
+                   linewidth=0, label=None if marked else "waited for a core (see text)")
+            ax.text(x - 0.2, _ms(r["step_s"]), f"comm {r['contention']:.0f}x\nwhat the\nwire needs",
+                    ha="center", va="bottom", fontsize=7)
+            marked = True
+    if marked:
+        ax.legend(fontsize=8, loc="upper left")
     ax.set_title("Seed 003's rule: TP inside a node, pipeline across nodes")
     fig.tight_layout()
     return fig
@@ -139,8 +156,9 @@ def plot_compression_links(comp: dict[str, Any]) -> Figure:
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xticks(xs)
     ax.set_xticklabels([f"{r['method']}\n{r['wire_bytes'] / 1e3:.0f} KB" for r in rows])
-    ax.set(ylabel="speedup over no compression (x)", yscale="log",
+    ax.set(ylabel="speedup over no compression (log scale)",
            title="Gradient compression pays where the link is the wall")
+    log_ticks(ax, "y", "times")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from labkit.base.events import Lane
 from labkit.theory.comm import ring_allreduce_time
 from labkit.theory.interconnect import INTERCONNECTS, Interconnect, predict_step_time
+from labkit.visuals.axes import headroom, integer_ticks, log_ticks
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -48,9 +49,11 @@ def plot_interconnects(links: Sequence[Interconnect] | None = None, *, world_siz
     if measured is not None:
         ax.scatter(list(measured[0]), list(measured[1]), color="black", zorder=5,
                    label=f"measured here (n={measured_world_size})")
-    ax.set(xscale="log", yscale="log", xlabel="all-reduce payload (bytes)",
-           ylabel="time (s)", title="All-reduce time by interconnect (solid: intra-node, "
-           "dashed: inter-node)")
+    ax.set(xlabel="all-reduce payload (decimal bytes, log scale)",
+           ylabel="time per all-reduce (log scale)", title="All-reduce time by interconnect "
+           "(solid: intra-node, dashed: inter-node)")
+    log_ticks(ax, "x", "bytes")
+    log_ticks(ax, "y", "seconds")
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
@@ -72,7 +75,9 @@ def plot_fit_validation(report: dict[str, Any]) -> Figure:
         ax.scatter([r["bytes"] for r in pts], [r["measured_s"] for r in pts], marker=marker,
                    color="black" if used else "C3", zorder=5, label=label)
     fit = report["fit"]
-    ax.set(xscale="log", yscale="log", xlabel="payload (bytes)", ylabel="time (s)",
+    log_ticks(ax, "x", "bytes")
+    log_ticks(ax, "y", "seconds")
+    ax.set(xlabel="payload (decimal bytes, log scale)", ylabel="time per all-reduce (log scale)",
            title=f"this machine: alpha={fit.alpha_s * 1e6:.1f} us, bandwidth="
                  f"{fit.bandwidth_Bps / 1e9:.2f} GB/s; worst held-out error "
                  f"{report['max_holdout_error']:.0%}")
@@ -106,12 +111,17 @@ def plot_strategy_links(links: Sequence[Interconnect], *, compute_s: float, para
                 ax.bar(x, part, width * 0.9, bottom=bottom, color=color, **PRED_STYLE)
                 bottom += part
             ax.text(x, bottom, f"{link.name}\n{p.efficiency:.0%}", ha="center",
-                    va="bottom", fontsize=6)
+                    va="bottom", fontsize=7)
     ax.set_xticks(np.arange(len(strategies)), [s.upper() for s in strategies])
     ax.set_ylabel("predicted step time per rank (s)")
-    ax.set_title(f"Predicted (not measured): {world_size} ranks; label = link and "
-                 "compute share of the step\nblue compute, red exposed comm, grey bubble",
-                 fontsize=9)
+    headroom(ax, 0.2)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(facecolor=c, label=t, hatch="//", edgecolor="#555") for c, t in (
+        ("#4C9BE8", "compute"), ("#E15759", "exposed communication"), ("#D7D7D7", "bubble"))],
+        fontsize=8, loc="upper center", frameon=False)
+    ax.set_title(f"Predicted (not measured): {world_size} ranks; over each bar the link and "
+                 "the compute share of the step", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -130,13 +140,18 @@ def plot_compression_tradeoff(comparison: dict[str, Any]) -> Figure:
         ax_b.text(x, r["wire_bytes"], f"{r['ratio']:.1f}x\n{r['step_time_s'] * 1e3:.0f} ms",
                   ha="center", va="bottom", fontsize=7)
     ax_b.set_xticks(list(xs), names)
-    ax_b.set(yscale="log", ylabel="bytes one rank sends per step",
+    ax_b.set(ylabel="bytes one rank sends per step (log scale)",
              title="Bytes on the wire (label: reduction, measured step time)")
-    ax_b.legend(fontsize=7)
+    lo, hi = ax_b.get_ylim()
+    ax_b.set_yscale("log")
+    ax_b.set_ylim(min(r["wire_bytes"] for r in rows) / 2, hi * 4)  # room for the labels
+    log_ticks(ax_b, "y", "bytes")
+    ax_b.legend(fontsize=7, loc="upper right")
     for name, curve in losses.items():
         ax_l.plot(range(len(curve)), curve, marker=".", label=name)
     ax_l.set(xlabel="step", ylabel="training loss (measured)",
              title="Loss on the same seeded task")
+    integer_ticks(ax_l, "x")
     ax_l.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from labkit.theory import AlphaBeta, naive_allreduce_bytes, ring_allreduce_bytes
+from labkit.visuals.axes import log_ticks
 from labkit.visuals.ring_anim import plot_ring_state, ring_record  # noqa: F401 (re-export)
 
 if TYPE_CHECKING:
@@ -52,10 +53,10 @@ def plot_bench(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
         b_ax.plot(sizes, [r["busbw_gbps"] for r in rows], "o-", color=line.get_color(),
                   label=label)
     for ax in (t_ax, b_ax):
-        ax.set_xscale("log")
-        ax.set_xlabel("message size (bytes)")
-    t_ax.set_yscale("log")
-    t_ax.set_ylabel("time per all-reduce (ms)")
+        ax.set_xlabel("message size (decimal bytes)")
+        log_ticks(ax, "x", "bytes")
+    log_ticks(t_ax, "y", "ms")
+    t_ax.set_ylabel("time per all-reduce (ms, log scale)")
     t_ax.set_title("measured (solid) vs alpha-beta prediction (dashed)")
     b_ax.set_ylabel("bus bandwidth (GB/s)")
     b_ax.set_title("busbw = size/time x 2(n-1)/n")
@@ -105,15 +106,23 @@ def plot_allreduce_bytes(measured: Mapping[str, Sequence[int]], size_bytes: int)
     return fig
 
 
-def plot_dp_variants(timelines: Mapping[str, Timeline], step: int | None = None) -> Figure:
-    """The variants' per-rank timelines on one time scale, one step each (default: the last)."""
+def plot_dp_variants(runs: Mapping[str, Any], step: int | None = None) -> Figure:
+    """The variants' per-rank timelines on one time scale, one step each (default: the last).
+
+    ``runs``: name -> ``RunResult`` (or a ``Timeline``). Each panel's title gives the share of
+    communication hidden under compute over the run (the ``overlap_fraction`` a notebook
+    prints) and in the step drawn, so the two numbers never disagree unexplained."""
     from labkit.analysis.plots import plot_timelines
 
     chosen = {}
-    for name, tl in timelines.items():
+    for name, run in runs.items():
+        tl = getattr(run, "timeline", run)
+        metrics = getattr(run, "metrics", None) or {}
+        whole = metrics.get("overlap_fraction", tl.window().overlap_fraction())
         s = tl.steps()[-1] if step is None else step
         w = tl.window([s])
-        chosen[f"{name}  (step {s}: comm hidden under compute {w.overlap_fraction():.0%})"] = w
+        chosen[f"{name}: comm hidden under compute {whole:.0%} over the run "
+               f"(step {s}, drawn: {w.overlap_fraction():.0%})"] = w
     return plot_timelines(chosen)
 
 
@@ -129,17 +138,20 @@ def plot_train_step(records: Sequence[Mapping[str, Any]]) -> Figure:
     step = recs[0].get("step")
     loss_ax.set_title("1. loss on each rank's own shard"
                       + (f" (step {step})" if step is not None else ""), fontsize=10)
+    loss_ax.set_ylabel("training loss (cross-entropy)")
     for r in recs:
         grad_ax.plot(layers, r["grad_norms_local"], "o-", label=f"rank {r['rank']} local")
     grad_ax.plot(layers, recs[0]["grad_norms_synced"], "k*--", markersize=10,
                  label="after all-reduce (all ranks)")
     grad_ax.set_title("2-3. |grad| per tensor: local vs averaged", fontsize=10)
+    grad_ax.set_ylabel("gradient norm (L2)")
     grad_ax.set_xticks(list(layers))
     grad_ax.set_xticklabels(names, rotation=70, fontsize=6)
     grad_ax.legend(fontsize=7)
     for r in recs:
         upd_ax.plot(layers, r["update_norms"], "o-", label=f"rank {r['rank']}")
     upd_ax.set_title("4. update |Δw| per tensor (identical)", fontsize=10)
+    upd_ax.set_ylabel("update norm (L2)")
     upd_ax.set_xticks(list(layers))
     upd_ax.set_xticklabels(names, rotation=70, fontsize=6)
     upd_ax.legend(fontsize=7)
@@ -148,10 +160,15 @@ def plot_train_step(records: Sequence[Mapping[str, Any]]) -> Figure:
 
 
 def predict_scaling(step_time_1: float, grad_bytes: int, fit: AlphaBeta,
-                    world_sizes: Sequence[int], overlap: float = 0.0) -> dict[int, float]:
-    """Weak-scaling step time on n ranks: one rank's step + the exposed ring all-reduce."""
-    return {n: step_time_1 + (0.0 if n == 1 else (1 - overlap) * fit.predict(grad_bytes, n))
-            for n in world_sizes}
+                    world_sizes: Sequence[int], overlap: float = 0.0,
+                    messages: int = 1) -> dict[int, float]:
+    """Weak-scaling step time on n ranks: one rank's step + the exposed ring all-reduce of
+    ``grad_bytes``, sent as ``messages`` all-reduces (each pays the latency: ddp-naive sends
+    one per parameter tensor)."""
+    def comm(n: int) -> float:
+        return (messages * fit.predict(grad_bytes / messages, n)) if n > 1 else 0.0
+
+    return {n: step_time_1 + (1 - overlap) * comm(n) for n in world_sizes}
 
 
 def plot_scaling(measured: Mapping[int, float], predicted: Mapping[int, float]) -> Figure:
@@ -182,8 +199,8 @@ def plot_bucket_sweep(caps_mb: Sequence[float], step_s: Sequence[float],
     fig, axes = _fig(1, 1, (7, 3.5))
     ax = axes[0, 0]
     ax.plot(caps_mb, [s * 1e3 for s in step_s], "o-", color="#E15759", label="step time")
-    ax.set_xscale("log")
-    ax.set_xlabel("bucket_cap_mb")
+    ax.set_xlabel("bucket_cap_mb (MB per bucket, log scale)")
+    log_ticks(ax, "x", "plain")
     ax.set_ylabel("step time (ms)", color="#E15759")
     ax2 = ax.twinx()
     ax2.plot(caps_mb, overlap, "s--", color="#4C9BE8", label="overlap fraction")
@@ -208,26 +225,42 @@ def plot_stale_sgd(losses: Mapping[int, Sequence[float]]) -> Figure:
     return fig
 
 
-def plot_duplicates(results: Sequence[Mapping[str, Any]], epoch: int = 0) -> Figure:
-    """Which sample ids each rank loaded in one epoch (a column seen twice = wasted work)."""
-    import numpy as np
+DUP_COLORS = ("#FFFFFF", "#4C9BE8", "#E15759")
+"""Not loaded by this rank; loaded by this rank only; loaded by this rank and another."""
 
-    recs = sorted(results, key=lambda r: r["rank"])
-    ids = sorted({i for r in recs for e in r["epochs"] for i in e})
-    grid = np.zeros((len(recs), len(ids)))
-    for row, r in enumerate(recs):
-        for i in r["epochs"][epoch]:
-            grid[row, ids.index(i)] += 1
-    fig, axes = _fig(1, 1, (9, 0.8 + 0.5 * len(recs)))
-    ax = axes[0, 0]
-    ax.imshow(grid, cmap="Blues", aspect="auto", vmin=0, vmax=max(1.0, grid.max()))
-    ax.set_yticks(range(len(recs)))
-    ax.set_yticklabels([f"rank {r['rank']}" for r in recs])
-    ax.set_xticks(range(len(ids)))
-    ax.set_xticklabels(ids, fontsize=7)
-    ax.set_xlabel("sample id")
-    shared = int((grid.sum(axis=0) > 1).sum())
-    ax.set_title(f"epoch {epoch}: {shared} of {len(ids)} samples loaded by more than one rank")
+
+def plot_duplicates(cases: Mapping[str, Sequence[Mapping[str, Any]]] | Sequence[Mapping[str, Any]],
+                    epoch: int = 0) -> Figure:
+    """Which sample ids each rank loaded in one epoch, one panel per case (e.g. without the
+    sampler and the correct setup beside it): blue = only this rank loaded it, red = another
+    rank loaded it too (wasted work)."""
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    named = dict(cases) if isinstance(cases, Mapping) else {"": cases}
+    fig, axes = _fig(len(named), 1, (9, 0.4 + sum(0.9 + 0.45 * len(r) for r in named.values())))
+    for ax, (label, results) in zip(axes[:, 0], named.items()):
+        recs = sorted(results, key=lambda r: r["rank"])
+        ids = sorted({i for r in recs for e in r["epochs"] for i in e})
+        loaded = np.zeros((len(recs), len(ids)))
+        for row, r in enumerate(recs):
+            for i in r["epochs"][epoch]:
+                loaded[row, ids.index(i)] = 1
+        shared = loaded.sum(axis=0) > 1
+        grid = np.where(loaded > 0, np.where(shared[None, :], 2, 1), 0)
+        ax.imshow(grid, cmap=ListedColormap(DUP_COLORS), aspect="auto", vmin=0, vmax=2)
+        ax.set_yticks(range(len(recs)), [f"rank {r['rank']}" for r in recs])
+        ax.set_xticks(range(len(ids)), [str(i) for i in ids], fontsize=7)
+        ax.set_xticks([x - 0.5 for x in range(1, len(ids))], minor=True)
+        ax.grid(which="minor", axis="x", color="#DDD", lw=0.5)
+        ax.tick_params(which="minor", length=0)
+        ax.set_title(f"{label + ': ' if label else ''}epoch {epoch}, {int(shared.sum())} of "
+                     f"{len(ids)} samples loaded by more than one rank", fontsize=10)
+    axes[-1, 0].set_xlabel("sample id")
+    axes[0, 0].legend(handles=[Patch(facecolor=c, edgecolor="#999", label=t) for c, t in zip(
+        DUP_COLORS[1:], ("loaded by this rank only", "loaded by another rank too"))],
+        loc="lower left", bbox_to_anchor=(0.0, 1.25), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
 

@@ -42,8 +42,9 @@ CAPTIONS = (
     "4. update: the same averaged gradient, the same optimizer step on every rank",
     "5. the replicas are equal again",
 )
-# layout of the SVG, in px: a compute row per rank, under it one thin row per bucket
-_W, _X0, _X1, _TOP, _ROW, _SUB = 920, 86, 900, 48, 18, 5
+# layout of the SVG, in px: a compute row per rank, under it one row per bucket, tall
+# enough for the bucket's travelling label (labels of different buckets never overlap)
+_W, _X0, _X1, _TOP, _ROW, _SUB = 920, 86, 900, 48, 18, 16
 
 
 @dataclass(frozen=True)
@@ -205,10 +206,10 @@ def train_step_svg(story: StepStory, *, duration_s: float = 6.0, min_phase_s: fl
             dy = wire_y - y
             label = f"b{s.bucket}" if s.bucket is not None else "grad"
             out.append(f'<g class="pkt" style="{_timing(t, d)};--dx:{w:.1f}px;--dy:{dy:.1f}px">'
-                       f'<rect x="{x - 11:.1f}" y="{y - 6:.1f}" width="22" height="15" rx="4" '
+                       f'<rect x="{x - 12:.1f}" y="{y:.1f}" width="24" height="{h - 1}" rx="4" '
                        f'fill="{COLORS[Op.ALL_REDUCE]}" stroke="#fff"/><text x="{x:.1f}" '
-                       f'y="{y + 5:.1f}" font-size="10" fill="#fff" text-anchor="middle">{label}'
-                       f'</text></g>')
+                       f'y="{y + h - 4:.1f}" font-size="10" fill="#fff" text-anchor="middle">'
+                       f'{label}</text></g>')
     out.extend(_captions(story, clock, total_play, block))
     # the playhead: one keyframe per phase boundary, so it slows down in short phases
     frames = []

@@ -44,7 +44,7 @@ def plot_fault_timeline(story: FaultStory, *, attempts_label: Sequence[str] = (
         "attempt 1", "attempt 2 (resumed)")) -> Figure:
     """Two rows of steps (before / after the failure) and, if given, the two loss curves."""
     has_loss = bool(story.reference_losses and story.resumed_losses)
-    fig = new_figure(figsize=(9, 5.5 if has_loss else 2.8))
+    fig = new_figure(figsize=(11, 5.5 if has_loss else 2.8))
     axes = fig.subplots(2 if has_loss else 1, 1, squeeze=False)[:, 0]
     ax = axes[0]
     # 1. attempt 1: steps 0 .. fault, then the kill
@@ -59,7 +59,9 @@ def plot_fault_timeline(story: FaultStory, *, attempts_label: Sequence[str] = (
                            color="C2", alpha=0.7))
     if story.lost_steps > 0:
         ax.add_patch(Rectangle((story.resumed_from, 0.1), story.lost_steps, 0.8, fill=False,
-                               hatch="//", ec="red", label=f"redone: {story.lost_steps} steps"))
+                               hatch="//", ec="red",
+                               label=f"redone: {story.lost_steps} step"
+                                     f"{'' if story.lost_steps == 1 else 's'}"))
     ax.axvline(story.resumed_from, ls="--", color="C2",
                label=f"resumed from checkpoint at step {story.resumed_from}")
     ax.set_xlim(0, story.steps)
@@ -67,7 +69,8 @@ def plot_fault_timeline(story: FaultStory, *, attempts_label: Sequence[str] = (
     ax.set_yticks([0.5, 1.5], [attempts_label[1], attempts_label[0]])
     ax.set_xlabel("training step")
     ax.set_title(f"{story.label}: a rank dies, the run resumes")
-    ax.legend(fontsize=7, loc="upper right", ncol=2)
+    # beside the bars, never over them
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     if has_loss:
         lx = axes[1]
         lx.plot(range(len(story.reference_losses)), story.reference_losses, "-",
@@ -76,7 +79,7 @@ def plot_fault_timeline(story: FaultStory, *, attempts_label: Sequence[str] = (
                 color="C2", label="interrupted + resumed run")
         lx.axvline(story.resumed_from, ls="--", color="C2")
         lx.set_xlabel("training step")
-        lx.set_ylabel("loss")
+        lx.set_ylabel("training loss (cross-entropy)")
         lx.legend(fontsize=8)
         lx.grid(alpha=0.3)
     fig.tight_layout()

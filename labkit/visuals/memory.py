@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from labkit.theory import zero_memory
+from labkit.visuals.axes import log_ticks
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -104,9 +105,11 @@ def plot_memory_vs_dp(params: float, dps: Sequence[int] = (1, 2, 4, 8, 16, 32, 6
     if points:
         ax.plot([], [], "o", color="white", markeredgecolor="black", label="measured")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("data-parallel degree N_d")
-    ax.set_ylabel(f"model states per rank ({unit_name})")
+    ax.set_xticks(list(dps), [str(d) for d in dps])  # the degrees drawn, written plainly
+    ax.minorticks_off()
+    log_ticks(ax, "y", "plain")
+    ax.set_xlabel("data-parallel degree N_d (ranks, log scale)")
+    ax.set_ylabel(f"model states per rank ({unit_name}, log scale)")
     ax.set_title(f"{params:.3g} params, {precision} {optimizer}: memory per rank vs N_d")
     ax.legend(fontsize=8, frameon=False)
     fig.tight_layout()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from labkit.analysis.plots import AXIS_COLORS, new_figure
+from labkit.visuals.axes import rank_ticks
 from labkit.visuals.memory import TERM_COLORS
 
 if TYPE_CHECKING:
@@ -78,21 +79,37 @@ def plot_axis_traffic(results: dict[str, Any]) -> Figure:
     return fig
 
 
+def rank_grid_labels(metrics: dict[str, Any], ranks: int) -> list[str]:
+    """"rank 3" over its coordinates on the grid's active axes ("pp1 tp1")."""
+    from labkit.base.grid import Grid
+
+    grid = metrics.get("grid") or {}
+    g = Grid(**{a: int(grid.get(a, 1)) for a in ("dp", "pp", "tp")})
+    active = [a for a in ("dp", "pp", "tp") if grid.get(a, 1) > 1]
+    if not active or g.world_size != ranks:
+        return [f"rank {r}" for r in range(ranks)]
+    return [f"rank {r}\n" + " ".join(f"{a}{g.coords(r)[a]}" for a in active)
+            for r in range(ranks)]
+
+
 def plot_rank_memory(result: Any) -> Figure:
-    """Each rank's model state (params, grads, optimizer), measured vs predicted."""
+    """Each rank's model state (params, grads, optimizer), measured vs predicted; one tick
+    per rank, named by its grid coordinates."""
     m = result.metrics
-    fig = new_figure((8, 3.4))
+    fig = new_figure((8, 3.6))
     ax = fig.add_subplot(1, 1, 1)
     terms = ("params", "grads", "optimizer")
     for rank, (got, want) in enumerate(zip(m["per_rank_bytes"], m["predicted_bytes"])):
         bottom = 0.0
         for term in terms:
             ax.bar(rank, got[term] / 1e6, 0.6, bottom=bottom, color=TERM_COLORS[term],
-                   label=term if rank == 0 else None)
+                   label=f"{term} (measured)" if rank == 0 else None)
             bottom += got[term] / 1e6
         ax.bar(rank, sum(want[t] for t in terms) / 1e6, 0.6, fill=False, edgecolor="black",
-               linewidth=1.2, label="predicted" if rank == 0 else None)
-    ax.set_xlabel("rank")
+               linewidth=1.2, label="predicted total" if rank == 0 else None)
+    n = len(m["per_rank_bytes"])
+    rank_ticks(ax, range(n), rank_grid_labels(m, n))
+    ax.set_xlabel("rank (grid coordinates)")
     ax.set_ylabel("model state (MB)")
     ax.set_title("Memory per rank: what each rank keeps between steps")
     ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))

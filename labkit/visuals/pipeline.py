@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from labkit.analysis.plots import COLORS, _units, draw_timeline
+from labkit.analysis.plots import COLORS, _legend, _units, draw_timeline
 from labkit.base.events import Op as Ev
 from labkit.schedules import DEFAULT_COSTS, Op, Plan, simulate
 
@@ -92,6 +92,7 @@ def plot_planned_vs_measured(plan: Plan, timeline: Timeline, step: int | None = 
         scale, unit = _units(max(e.end_ns for e in events) - origin)
         draw_timeline(right, events, timeline.ranks, scale=scale, origin=origin)
         right.set_xlabel(f"measured time ({unit}); compute above, send/recv below")
+        _legend(right, events)  # every colour the two panels use
     right.set_title(f"measured, step {chosen}  (your run)")
     fig.tight_layout()
     plt.close(fig)

@@ -20,7 +20,9 @@ _STYLE = {"bsp": "#4C9BE8", "asp": "#E15759", "ssp": "#59A14F"}
 
 
 def plot_loss_vs_time(exp: Any, grads: int = 12) -> Figure:
-    """Smoothed loss vs seconds, one panel without and one with the straggler."""
+    """Smoothed loss vs seconds, one panel without and one with the straggler; the dashed
+    line is the target loss, the dotted one when ASP's fast worker had pushed its last
+    gradient (after it, the straggler trains alone)."""
     fig = new_figure((11, 3.8))
     groups = [[n for n in exp.runs if "straggler" not in n],
               [n for n in exp.runs if "straggler" in n]]
@@ -31,38 +33,55 @@ def plot_loss_vs_time(exp: Any, grads: int = 12) -> Figure:
             per = m["workers"] if m["consistency"] == "bsp" else 1
             t = [p[0] for p in m["loss_vs_time"]]
             ax.plot(t, smoothed([p[1] for p in m["loss_vs_time"]], max(1, grads // per)),
-                    color=_STYLE[m["consistency"]], label=name.split(",")[0])
-        ax.axhline(exp.target, color="#555", ls="--", lw=0.8)
+                    color=_STYLE[m["consistency"]], label=m["consistency"].upper())
+        ax.axhline(exp.target, color="#555", ls="--", lw=0.8,
+                   label=f"target loss {exp.target:g}")
+        if "straggler" in title and hasattr(exp, "fast_worker_done_s"):
+            done_s = exp.fast_worker_done_s("asp, straggler")
+            if done_s is not None:
+                ax.axvline(done_s, color=_STYLE["asp"], ls=":", lw=1.2,
+                           label="ASP: fast worker done")
         ax.set_title(title)
-        ax.set_xlabel("seconds since the first pull")
+        ax.set_xlabel("seconds since the first pull (s)")
+        ax.legend(frameon=False, fontsize=8, loc="lower left")
     axes[0].set_ylabel(f"training loss (mean of last {grads} gradients)")
-    axes[1].legend(frameon=False)
     fig.tight_layout()
     return fig
 
 
 def plot_staleness(exp: Any) -> Figure:
-    """Histogram of staleness (updates late) per run."""
-    fig = new_figure((11, 2.6))
+    """Histogram of staleness (updates late) per run: whole numbers on both axes."""
+    from matplotlib.ticker import MaxNLocator
+
+    fig = new_figure((11, 2.8))
     axes = fig.subplots(1, len(exp.runs), sharey=True)
     for ax, (name, res) in zip(axes, exp.runs.items()):
         hist = res.metrics["staleness_hist"]
         ax.bar(range(len(hist)), hist, color=_STYLE[res.metrics["consistency"]])
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("staleness (updates)")
-    axes[0].set_ylabel("gradients")
+        ax.set_xlabel("staleness (updates)", fontsize=8)
+        width = max(len(hist), 3)
+        ax.set_xlim(-0.6, width - 0.4)
+        ax.set_xticks(range(0, width, -(-width // 5)))  # whole updates, at most 5 ticks
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel("gradients (count)")
     fig.tight_layout()
     return fig
 
 
 def plot_push_pull(result: Any, start_s: float | None = None, span_s: float = 0.25,
                    title: str | None = None) -> Figure:
-    """``span_s`` seconds of a ps run's timeline from ``start_s`` (default: the middle)."""
+    """``span_s`` seconds of a ps run's timeline from ``start_s`` (default: the middle of
+    the time every worker was still training)."""
     tl = result.timeline
     # everything but the server's idle wait for the next request
     spans = [e for e in tl.events if e.name != "request" and e.step is not None]
-    lo, hi = min(e.start_ns for e in spans), max(e.end_ns for e in spans)
+    lo = min(e.start_ns for e in spans)
+    # default: the middle of the time every rank was still busy (a fast worker that has
+    # finished its steps would leave an empty row)
+    hi = min(max(e.end_ns for e in spans if e.rank == r) for r in {e.rank for e in spans})
     begin = (lo + hi) / 2 - span_s * 5e8 if start_s is None else lo + start_s * 1e9
+    begin = max(lo, begin)
     end = begin + span_s * 1e9
     shown = [e for e in spans if e.end_ns > begin and e.start_ns < end]
     fig = new_figure((11, 0.9 + 0.7 * tl.world_size))
@@ -78,6 +97,21 @@ def plot_push_pull(result: Any, start_s: float | None = None, span_s: float = 0.
     ax.set_xlim(0, span_s * 1e9 / scale)
     ax.set_xlabel(f"time ({unit}); top lane compute, bottom lane comm (pull / push)")
     ax.set_title(title or f"{opts.consistency}: pulls, pushes and updates")
+    # the straggler's added time is an idle span inside its backward: hatch it, so it does
+    # not read as compute
+    idle = [e for e in shown if (e.name or "").startswith("slow")]
+    for e in idle:
+        ax.broken_barh([((e.start_ns - begin) / scale, e.dur_ns / scale)], (e.rank + 0.05, 0.42),
+                       facecolors="white", edgecolor="#F28E2B", hatch="////", linewidth=0.5)
     _legend(ax, shown)
+    if idle:
+        from matplotlib.patches import Patch
+
+        legend = ax.get_legend()
+        idling = Patch(facecolor="white", edgecolor="#F28E2B", hatch="////",
+                       label="straggler idling")
+        handles = [*(legend.legend_handles if legend else []), idling]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
+                  frameon=False)
     fig.tight_layout()
     return fig

@@ -74,7 +74,8 @@ class TrainStepPanel:
         self.status = w.HTML(self.READY)
         self.stage = w.HTML()
         self.numbers = w.HTML()
-        self.figure = FigureView()
+        self.figure = FigureView("Loss, gradients and update of each rank appear here after "
+                                 "the first <b>Train Step</b>.")
         self.button.on_click(lambda _b: self.train_step())
         self.replay_button.on_click(lambda _b: self.replay())
         self.reset_button.on_click(lambda _b: self.reset())

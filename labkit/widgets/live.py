@@ -25,7 +25,6 @@ DEBOUNCE_S = 0.3
 """How long the controls must rest before a run starts."""
 
 
-
 class Debouncer:
     """Calls ``fn()`` ``delay_s`` after the LAST ``trigger()`` (on the kernel's event loop)."""
 
@@ -73,13 +72,19 @@ def timed_run(runner: Any, **run_kwargs: Any) -> tuple[Any, float, str | None]:
 
 class FigureView:
     """A matplotlib figure shown as an ``ipywidgets.Image``: ``show(fig)`` works from any
-    callback and swaps the picture in place (no flicker of a cleared output)."""
+    callback and swaps the picture in place (no flicker of a cleared output).
 
-    def __init__(self) -> None:
+    Before its first figure (and after ``clear``) the view shows ``placeholder`` text, never
+    an empty image, which a browser draws as a broken-image icon."""
+
+    def __init__(self, placeholder: str = "The figure appears here after the first run.") -> None:
         import ipywidgets as w
 
-        self.widget = w.Image(format="png", layout=w.Layout(max_width="100%", height="auto",
-                                                           align_self="flex-start"))
+        self.image = w.Image(format="png", layout=w.Layout(max_width="100%", height="auto",
+                                                          align_self="flex-start"))
+        self.placeholder = w.HTML(f"<div style='color:#777;font-style:italic;padding:6px 0'>"
+                                  f"{placeholder}</div>")
+        self.widget = w.Box([self.placeholder])
         self.figure: Any = None
 
     def show(self, fig: Any) -> None:
@@ -87,9 +92,11 @@ class FigureView:
         fig.savefig(buf, format="png", dpi=fig.dpi, bbox_inches="tight")  # as inline figures
         png = buf.getvalue()
         self.figure = fig
-        self.widget.width = str(int.from_bytes(png[16:20], "big"))  # its own size, not stretched
-        self.widget.value = png
+        self.image.width = str(int.from_bytes(png[16:20], "big"))  # its own size, not stretched
+        self.image.value = png
+        self.widget.children = (self.image,)
 
     def clear(self) -> None:
         self.figure = None
-        self.widget.value = b""
+        self.image.value = b""
+        self.widget.children = (self.placeholder,)

@@ -58,7 +58,9 @@ def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0, *,
     import ipywidgets as w
     from IPython.display import display
 
-    slider = {"continuous_update": False}  # one event when the hand lets go
+    # one event when the hand lets go; room for the longest description, never cut short
+    slider = {"continuous_update": False, "style": {"description_width": "125px"}}
+    label = {"style": {"description_width": "125px"}}
     controls = {
         "params_b": w.FloatLogSlider(value=params / 1e9, base=10, min=-1, max=3, step=0.05,
                                      description="params (B)", **slider),
@@ -67,13 +69,13 @@ def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0, *,
                                 **slider),
         "stage": w.IntSlider(value=0, min=0, max=3, description="ZeRO stage", **slider),
         "precision": w.Dropdown(options=["mixed", "fp32"], value="mixed",
-                                description="precision"),
+                                description="precision", **label),
         "optimizer": w.Dropdown(options=["adam", "momentum", "sgd"], value="adam",
-                                description="optimizer"),
-        "tp": w.IntSlider(value=1, min=1, max=8, description="tensor par.", **slider),
-        "pp": w.IntSlider(value=1, min=1, max=8, description="pipeline par.", **slider),
+                                description="optimizer", **label),
+        "tp": w.IntSlider(value=1, min=1, max=8, description="tensor parallel", **slider),
+        "pp": w.IntSlider(value=1, min=1, max=8, description="pipeline parallel", **slider),
         "activation_gb": w.FloatSlider(value=0.0, min=0, max=80, step=0.5,
-                                       description="activ. GB", **slider),
+                                       description="activations GB", **slider),
     }
     out = w.Output()
 
@@ -97,7 +99,8 @@ def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0, *,
     if not measure:
         return calculator
     panel = MeasuredMemoryPanel(controls["stage"], controls["precision"],
-                                controls["optimizer"], runner=runner, world_size=world_size)
+                                controls["optimizer"], runner=runner, world_size=world_size,
+                                gpus=controls["gpus"])
     return w.VBox([calculator, panel.widget])
 
 
@@ -106,10 +109,15 @@ class MeasuredMemoryPanel:
     optimizer; measured bytes per rank beside the prediction, rerun on every change."""
 
     def __init__(self, stage: Any, precision: Any, optimizer: Any, *, runner: Any = None,
-                 world_size: int = 2, width: int = 256, depth: int = 2, **run_kwargs: Any):
+                 world_size: int = 2, width: int = 256, depth: int = 2, gpus: Any = None,
+                 **run_kwargs: Any):
         import ipywidgets as w
 
         self.stage, self.precision, self.optimizer = stage, precision, optimizer
+        self.gpus = gpus
+        """The calculator's GPUs control, if any: the header says when it differs from the
+        ranks measured here (ZeRO's savings depend on the number of data-parallel ranks)."""
+        self.head = w.HTML()
         self.width = w.IntSlider(value=width, min=64, max=1024, step=64,
                                  description="width", continuous_update=False)
         self.depth = w.IntSlider(value=depth, min=1, max=6, description="depth",
@@ -123,16 +131,28 @@ class MeasuredMemoryPanel:
         self.rerun = Debouncer(self.run)
         for control in (stage, precision, optimizer, self.width, self.depth):
             control.observe(lambda _change: self.rerun.trigger(), names="value")
+        if gpus is not None:
+            gpus.observe(lambda _change: self._say_what_runs(), names="value")
+        self._say_what_runs()
         self.run()
+
+    def _say_what_runs(self) -> None:
+        n = self.world_size
+        head = (f"<b>Measured</b>: the stage, precision and optimizer above, on a small MLP "
+                f"trained for real on <b>{n} warm ranks</b> (N<sub>d</sub> = {n}; filled: "
+                f"measured, outline: the same formula at N<sub>d</sub> = {n}; left: stage 0 of "
+                f"the same model)")
+        if self.gpus is not None and self.gpus.value != n:
+            head += (f".<br>The calculator above splits over {self.gpus.value} GPUs; this "
+                     f"machine measures {n} ranks, so ZeRO's shares here are 1/{n}, not "
+                     f"1/{self.gpus.value}.")
+        self.head.value = head
 
     @property
     def widget(self) -> Any:
         import ipywidgets as w
 
-        head = w.HTML(f"<b>Measured</b>: the stage, precision and optimizer above, on a small "
-                      f"MLP trained for real on {self.world_size} warm ranks (filled: "
-                      f"measured, outline: predicted; left: stage 0 of the same model)")
-        return w.VBox([head, w.HBox([self.width, self.depth]), self.status,
+        return w.VBox([self.head, w.HBox([self.width, self.depth]), self.status,
                        self.measured.widget])
 
     def _measure(self, stage: int) -> tuple[Any, float, str | None]:

@@ -108,6 +108,8 @@ def test_train_step_widget_runs_a_step_per_click() -> None:
 
     runner = FakeDDPRunner()
     panel = TrainStepPanel(runner)
+    assert panel.figure.widget.children == (panel.figure.placeholder,)  # before any click
+    assert "Train Step" in panel.figure.placeholder.value
     panel.button.click()
     panel.button.click()
     assert [c["steps"] for c in runner.calls] == [2, 3]  # step 0 warms up, unshown
@@ -115,10 +117,12 @@ def test_train_step_widget_runs_a_step_per_click() -> None:
     assert "step 2:" in panel.status.value and ">b1<" in panel.stage.value
     assert "0.0265" in panel.numbers.value and "identical" in panel.stage.value
     assert "(step 2)" in panel.figure.figure.axes[0].get_title()  # plot_train_step of it
-    assert bytes(panel.figure.widget.value).startswith(b"\x89PNG")
+    assert bytes(panel.figure.image.value).startswith(b"\x89PNG")
+    assert panel.figure.widget.children == (panel.figure.image,)
     panel.reset_button.click()
     assert panel.stage.value == "" and panel.replay_button.disabled
-    assert bytes(panel.figure.widget.value) == b""
+    assert bytes(panel.figure.image.value) == b""
+    assert panel.figure.widget.children == (panel.figure.placeholder,)  # never a broken image
     panel.button.click()
     assert runner.calls[-1]["steps"] == 2
 
@@ -135,3 +139,23 @@ def test_train_step_widget_shows_a_failed_run() -> None:
     panel.button.click()
     assert "the run failed" in panel.status.value and "boom" in panel.status.value
     assert panel.steps == 0
+
+
+def test_bucket_labels_travel_in_rows_of_their_own() -> None:
+    """Every bucket's travelling label sits in its own row, as tall as the label: two
+    buckets launched at the same moment never draw their labels over each other."""
+    import re
+
+    from labkit.visuals.dp_step import step_story, train_step_svg
+
+    story = step_story(Timeline(_step_events(2), 2), _records(2))
+    svg = train_step_svg(story)
+    boxes = [(float(x), float(y), float(h)) for x, y, h in re.findall(
+        r'<g class="pkt"[^>]*><rect x="([-\d.]+)" y="([-\d.]+)" width="24" height="([\d.]+)"',
+        svg)]
+    assert len(boxes) >= 2
+    for i, (x1, y1, h1) in enumerate(boxes):
+        for x2, y2, h2 in boxes[i + 1:]:
+            overlap_x = abs(x1 - x2) < 24
+            overlap_y = y1 < y2 + h2 and y2 < y1 + h1
+            assert not (overlap_x and overlap_y), (boxes, "labels overlap")

@@ -55,7 +55,7 @@ def test_fault_timeline_shows_kill_checkpoints_and_resume() -> None:
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "rank 1 killed at step 9" in labels
     assert "resumed from checkpoint at step 8" in labels
-    assert "redone: 1 steps" in labels
+    assert "redone: 1 step" in labels
     only_top = plot_fault_timeline(FaultStory(steps=6, fault_rank=0, fault_step=2,
                                               checkpoints=[], resumed_from=0))
     assert len(only_top.axes) == 1

@@ -35,19 +35,35 @@ def _ring_results() -> list[dict]:
     ]
 
 
+def _heads(ax) -> list:
+    return [c for c in ax.get_children() if type(c).__name__ == "Annotation"]
+
+
 def test_ring_record_and_frames() -> None:
-    """Merged record groups transfers by stage; each frame shows both ranks and the arrows."""
+    """Merged record groups transfers by stage; each frame shows both ranks, the ring with
+    its direction on every hop (the hops carrying a chunk in the phase colour), the key to
+    the notation and the bytes sent so far."""
+    from labkit.visuals.ring_anim import PHASE_COLORS
+
     rec = ring_record(_ring_results())
     assert rec["expected"] == [11, 22] and len(rec["transfers"]) == 2
     assert [t["src"] for t in rec["transfers"][0]] == [0, 1]
     assert rec["bytes_sent"] == [[0, 0], [4, 4], [8, 8]] and not rec["traced"]
     assert rec["predicted_bytes_per_rank"] == 8.0  # 2(n-1)/n x 8 bytes
     fig = plot_ring_state(rec, 1)
-    ax = fig.axes[0]
-    texts = [t.get_text() for t in ax.texts]
-    assert any("rank 0" in t and "c1: 22 ✓" in t and "sent 4 B" in t for t in texts)
-    assert "reduce-scatter" in ax.get_title()
-    assert len([c for c in ax.get_children() if type(c).__name__ == "Annotation"]) == 2
+    ring, key, sent = fig.axes
+    texts = [t.get_text() for t in ring.texts]
+    assert any("rank 0" in t and "c1: 22 ✓ ←" in t and "sent 4 B" in t for t in texts)
+    assert "reduce-scatter" in ring.get_title()
+    heads = _heads(ring)
+    assert len(heads) == 2 * 2  # two arrowheads on each of the 2 hops, in every frame
+    assert {h.arrow_patch.get_edgecolor()[:3] for h in heads} == {
+        tuple(int(PHASE_COLORS["reduce-scatter"][i:i + 2], 16) / 255 for i in (1, 3, 5))}
+    note = key.texts[0].get_text()
+    assert "c0 = element 0" in note and "Σ10" in note and "✓" in note
+    assert [b.get_height() for b in sent.patches if b.get_width() == 0.6] == [4, 4]
+    start = plot_ring_state(rec, 0).axes[0]
+    assert len(_heads(start)) == 4  # the ring and its direction before anything moves
     assert "all-gather" in stage_title(rec, 2)
     with pytest.raises(ValueError):
         plot_ring_state(rec, 3)
@@ -96,9 +112,12 @@ def test_ring_chunks_on_the_wire_come_from_the_trace() -> None:
 
 
 def test_ring_animation_plays_without_a_kernel() -> None:
-    """A start frame, then per ring stage the chunks in flight and their arrival; the
-    jshtml string embeds every frame."""
+    """A start frame, then per ring stage the chunks in flight and their arrival (five
+    frames a hop by default, so a chunk glides); the jshtml string embeds every frame."""
+    from labkit.visuals.ring_anim import ring_frames
+
     rec = ring_record(_ring_results())
+    assert len(ring_frames(rec)) == 1 + 2 * 5
     html = ring_animation_html(rec, interval_ms=200, travel_frames=2)
     assert "<script" in html and html.count("data:image/png;base64") == 1 + 2 * 2
 
@@ -175,4 +194,19 @@ def test_experiment_plots() -> None:
     res = [{"rank": r, "epochs": [[0, 1, 2, 3]]} for r in range(2)]
     fig = dp.plot_duplicates(res)
     assert "4 of 4 samples" in fig.axes[0].get_title()
-    assert fig.axes[0].images[0].get_array().sum() == 8
+    assert (fig.axes[0].images[0].get_array() == 2).all()  # every cell: loaded twice
+
+
+def test_duplicates_show_the_mistake_beside_the_correct_case_with_a_legend() -> None:
+    """Two panels, the sampler-less ranks (every sample twice, red) over the sharded ones
+    (each sample once, blue); a legend names both colours; ticks are sample ids."""
+    twice = [{"rank": r, "epochs": [[0, 1, 2, 3]]} for r in range(2)]
+    once = [{"rank": 0, "epochs": [[0, 2]]}, {"rank": 1, "epochs": [[1, 3]]}]
+    fig = dp.plot_duplicates({"no sampler": twice, "DistributedSampler": once})
+    top, bottom = fig.axes
+    assert "no sampler" in top.get_title() and "0 of 4 samples" in bottom.get_title()
+    grid = bottom.images[0].get_array()
+    assert grid.tolist() == [[1, 0, 1, 0], [0, 1, 0, 1]]
+    labels = [t.get_text() for t in top.get_legend().get_texts()]
+    assert labels == ["loaded by this rank only", "loaded by another rank too"]
+    assert [t.get_text() for t in bottom.get_xticklabels()] == ["0", "1", "2", "3"]

@@ -66,3 +66,14 @@ def test_measured_explorer_reruns_on_the_runner_as_controls_move() -> None:
     panel.width.value = 128
     assert runner.calls[-1]["model"].width == 128
     assert "rank 0 keeps <b>1.2 kB</b>" in panel.status.value
+
+
+def test_measured_panel_says_when_the_calculator_splits_over_other_gpus() -> None:
+    """The calculator's GPUs slider and the ranks measured can differ (4 GPUs predicted, 2
+    ranks on a laptop): the measured panel names both counts, and follows the slider."""
+    box = memory_explorer(gpus=4, measure=True, runner=FakeZeroRunner())
+    head = box.children[1].children[0]
+    assert "2 warm ranks" in head.value and "splits over 4 GPUs" in head.value
+    gpus = box.children[0].children[0].children[0].children[1]
+    gpus.value = 2
+    assert "splits over" not in head.value and "2 warm ranks" in head.value

@@ -1,0 +1,124 @@
+"""Lesson 10's sentences: what each of its runs showed, read from the rows, beside the rule.
+
+The lesson's prose states the rules (a shaped link delivers its rate; TP belongs inside a
+node; hierarchical all-reduce and compression pay where the wire is the wall). These
+functions say what *this* run measured, in the same words, and where a measurement
+contradicts the rule they say why (``labkit.lessons.machine.why_not``), or that a row could
+not be measured here. Pure Python over the rows of ``labkit.lessons.cluster`` and
+``cluster_comm``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.lessons.machine import load_now, why_not
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1e3:.1f} ms"
+
+
+def link_text(rows: list[dict[str, Any]], loopback: Any | None = None) -> str:
+    """How close each link's goodput came to its shaped rate, and what loopback does."""
+    measured = [r for r in rows if r.get("rate_error") is not None]
+    lines = []
+    if measured:
+        worst = max(measured, key=lambda r: abs(r["rate_error"]))
+        lines.append(f"every link delivered its shaped rate within {abs(worst['rate_error']):.1%}"
+                     f" (worst: {worst['link']})")
+    else:
+        lines.append("no link measured here: the rows below use each preset's own figures")
+    if loopback is not None:
+        lines.append(f"loopback inside one node (2 ranks, gloo, fitted): alpha "
+                     f"{loopback.alpha_s * 1e6:.0f} us, {loopback.bandwidth_Bps / 1e9:.2f} GB/s "
+                     f"-- the wire every prediction below starts from")
+    return "\n".join(lines)
+
+
+def placement_text(place: dict[str, Any]) -> str:
+    """TP's and the pipeline's bytes and slowdowns across the link, against the rule."""
+    rows = {(r["strategy"], r["where"].startswith("inside")): r for r in place["rows"]}
+    tp_in, tp_out = rows[("tp", True)], rows[("tp", False)]
+    pp_in, pp_out = rows[("pipeline", True)], rows[("pipeline", False)]
+    lines = []
+    if tp_in.get("link_bytes_per_step") and pp_in.get("link_bytes_per_step"):
+        lines.append(f"TP sends {tp_in['link_bytes_per_step'] / pp_in['link_bytes_per_step']:.1f}x "
+                     f"the pipeline's bytes per step for the same work")
+    for r_in in (tp_in, pp_in):
+        if r_in.get("contention"):
+            lines.append(f"inside one node, {r_in['strategy']}'s communication took "
+                         f"{_ms(r_in['exposed_s'])} per step where the wire needs "
+                         f"{_ms(r_in['wire_comm_s'])} ({r_in['contention']:.0f}x): its ranks "
+                         f"mostly waited for each other to get a core (marked in the figure)")
+    if tp_out.get("slowdown") is None or pp_out.get("slowdown") is None:
+        lines.append(f"across the link: predicted only, slowdown TP "
+                     f"{tp_out['predicted_slowdown']:.1f}x, pipeline "
+                     f"{pp_out['predicted_slowdown']:.1f}x ({tp_out.get('note', '')})")
+        return "\n".join(lines)
+    lines.append(f"the link slowed TP {tp_out['slowdown']:.1f}x (predicted "
+                 f"{tp_out['predicted_slowdown']:.1f}x) and the pipeline "
+                 f"{pp_out['slowdown']:.1f}x (predicted {pp_out['predicted_slowdown']:.1f}x)")
+    charged = (pp_out.get("predicted_step_s") or 0.0) - (pp_in.get("step_s") or 0.0)
+    added = pp_out["step_s"] - pp_in["step_s"]
+    if charged > 0 and added < charged:
+        lines.append(f"the model charges every pipeline slot two messages ({charged * 1e3:.1f} ms "
+                     f"a step: labkit.theory assumes no overlap); the run added "
+                     f"{max(added, 0.0) * 1e3:.1f} ms -- its messages travelled while other "
+                     f"microbatches computed")
+    if tp_out["slowdown"] > pp_out["slowdown"]:
+        lines.append("the rule holds here: keep tensor parallelism inside a node, let the "
+                     "pipeline cross the slow link")
+    else:
+        lines.append("this run contradicts the rule (TP hurt more by the link): "
+                     + why_not(load_now(), 2))
+    return "\n".join(lines)
+
+
+def hierarchical_text(hier: dict[str, Any]) -> str:
+    """Hierarchical vs flat, per size, measured and predicted."""
+    by = {(r["impl"], r["bytes"]): r for r in hier["rows"]}
+    lines = []
+    for (impl, size), r in by.items():
+        if impl != "hierarchical" or ("ring", size) not in by:
+            continue
+        flat = by[("ring", size)]
+        pred = flat["predicted_s"] / r["predicted_s"]
+        if r["time_s"] is None or flat["time_s"] is None:
+            lines.append(f"{size / 1e6:g} MB: predicted {pred:.2f}x faster hierarchical (not "
+                         f"measured here)")
+            continue
+        got = flat["time_s"] / r["time_s"]
+        verdict = "faster" if got > 1 else "NOT faster"
+        lines.append(f"{size / 1e6:g} MB: hierarchical {got:.2f}x {verdict} than the flat ring "
+                     f"(predicted {pred:.2f}x)")
+    return "\n".join(lines)
+
+
+def compression_text(comp: dict[str, Any]) -> str:
+    """Which methods paid on loopback and across the link, in this run."""
+    rows = [r for r in comp["rows"] if r["method"] != "none"]
+    paid_loop = [r["method"] for r in rows if r["speedup_loopback"] > 1.05]
+    lines = [f"on loopback, faster than plain DDP: {', '.join(paid_loop) or 'none of them'}"]
+    if all(r["speedup_link"] is not None for r in rows):
+        paid = [r["method"] for r in rows if r["speedup_link"] > 1.05]
+        lines.append(f"across the link, faster than plain DDP: {', '.join(paid) or 'none'}")
+        best = max(rows, key=lambda r: r["speedup_link"])
+        lines.append(f"the largest speedup across the link: {best['method']} "
+                     f"{best['speedup_link']:.1f}x, sending {best['wire_bytes'] / 1e3:.0f} KB "
+                     f"a step")
+    return "\n".join(lines)
+
+
+def overhead_text(overhead: dict[str, Any]) -> str:
+    """The measured shares beside the FAQ's ranges, and whether the ordering matches."""
+    inside, across = overhead["inside"], overhead["across"]
+    lo_in, hi_in = overhead["faq_inside"]
+    lo_out, hi_out = overhead["faq_across"]
+    where = "" if overhead["measured"] else " (across: predicted, not measured here)"
+    lines = [f"inside one node: {inside:.0%} of the step (FAQ {lo_in:.0%}-{hi_in:.0%}); "
+             f"across {overhead['link']}: {across:.0%} (FAQ {lo_out:.0%}-{hi_out:.0%}){where}"]
+    lines.append("the ordering matches the FAQ: more of the step is lost across nodes"
+                 if across > inside else
+                 "this run contradicts the FAQ's ordering: " + why_not(load_now(), 2))
+    return "\n".join(lines)

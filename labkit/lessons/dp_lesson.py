@@ -1,0 +1,95 @@
+"""Lesson 01's weak-scaling runs and its sentences: what its data-parallel runs showed.
+
+``weak_scaling`` runs the same per-rank batch on 1, 2 and 4 ranks (4 ranks share a 2-core
+laptop's cores on purpose; the lesson says so in its words). The lesson's prose states the
+rules (weak scaling grows the step by the exposed all-reduce;
+a forgotten ``DistributedSampler`` makes ranks load the same samples). These functions say
+what *this* run measured, and where a measurement is far from the model they split it into
+its parts so the student sees which part moved (compute that waited for a core, or
+communication beyond what the wire needs). Torch-free: reads ``RunResult`` timelines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from labkit.base.devices import cpu_count
+from labkit.lessons.machine import load_now, sharing_cores, why_not
+
+
+def step_split_ms(result: Any) -> dict[str, float]:
+    """Per step (first skipped), mean over ranks: compute and exposed communication, ms."""
+    tl = result.timeline.window()
+    steps = max(len(tl.steps()), 1)
+    ranks = tl.ranks or [0]
+    compute = sum(tl.compute_ns(r) for r in ranks) / len(ranks)
+    exposed = sum(tl.comm_ns(r) - tl.overlap_ns(r) for r in ranks) / len(ranks)
+    return {"compute_ms": compute / steps / 1e6, "exposed_ms": exposed / steps / 1e6}
+
+
+def weak_scaling(reuse: Mapping[int, Any] | None = None, sizes: Sequence[int] = (1, 2, 4),
+                 **run_kwargs: Any) -> dict[int, Any]:
+    """The same run (``run_kwargs``: strategy, steps, model, ...) on each world size, the
+    batch per rank fixed; ``reuse`` holds runs already made (world size -> RunResult)."""
+    from labkit.api import run
+
+    out = dict(reuse or {})
+    run_kwargs.setdefault("progress", False)
+    with sharing_cores():
+        for n in sizes:
+            if n not in out:
+                out[n] = run(world_size=n, **run_kwargs)
+    return {n: out[n] for n in sizes}
+
+
+def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float]) -> str:
+    """Weak scaling, per world size: measured beside predicted, and where they differ by
+    more than half, which part of the step differs and why."""
+    one = step_split_ms(runs[min(runs)])
+    lines = []
+    for n in sorted(runs):
+        if n == min(runs):
+            continue
+        got, want = runs[n].step_time_s * 1e3, predicted[n] * 1e3
+        part = step_split_ms(runs[n])
+        line = f"{n} ranks: measured {got:.1f} ms, predicted {want:.1f} ms"
+        if want / 1.5 <= got <= 1.5 * want:
+            lines.append(line + ": the model holds")
+            continue
+        if got < want:
+            lines.append(line + ": the prediction is far above the run -- section 2's "
+                         "alpha-beta fit was measured while the small messages waited for a "
+                         "core; " + why_not(load_now(), 2))
+            continue
+        wire = want - predicted[min(runs)] * 1e3
+        grown = part["compute_ms"] / max(one["compute_ms"], 1e-9)
+        line += (f"; compute {part['compute_ms']:.1f} ms per rank ({grown:.1f}x one rank's), "
+                 f"exposed communication {part['exposed_ms']:.1f} ms (the wire needs "
+                 f"{wire:.1f})")
+        lines.append(line)
+        if n > cpu_count():
+            lines.append(f"  {n} ranks on {cpu_count()} cores take turns: a rank waiting for a "
+                         f"core stretches its compute, and its peers wait for it inside the "
+                         f"all-reduce -- waiting the alpha-beta model does not know")
+        else:
+            lines.append("  every rank had a core, but gloo's threads share them with the "
+                         "compute: the all-reduce waits for the slowest rank's turn")
+    return "\n".join(lines)
+
+
+def duplicates_text(cases: Mapping[str, Sequence[Mapping[str, Any]]],
+                    report: Any) -> str:
+    """One line per sampler case: what the ranks loaded, read from their records."""
+    lines = []
+    for label, results in cases.items():
+        r = report(list(results))
+        dup, first = r["duplicate_fraction"][0], r["epoch_repeats_first"]
+        line = (f"{label}: {r['loaded_per_epoch'][0]} samples loaded in epoch 0, "
+                f"{r['distinct_samples'][0]} distinct ({dup:.0%} loaded twice)")
+        if first:
+            line += ("; epoch 1 repeats epoch 0's order" if first[0]
+                     else "; epoch 1 has a new order")
+        lines.append(line)
+    return "\n".join(lines)
+

@@ -1,0 +1,144 @@
+"""Lesson 12's glue: Ray started without noise, and the lesson's sentences read from its runs.
+
+* ``start_ray``: ``labkit.launchers.ray.ensure_ray`` with Ray's token authentication asked
+  for explicitly (``RAY_AUTH_MODE=token``: what Ray 2.60 turns on by default for a new local
+  cluster, announced by a warning when the mode is left unset; set, Ray keeps quiet), and
+  one task per CPU run first, so that a lesson timing tasks times Ray's scheduling, not the
+  start of its worker processes (each a fresh Python);
+* ``ray_reports``: Ray's driver prints what its error channel publishes (``(raylet) A worker
+  died ...``) from a background thread, into whatever cell runs. A lesson that kills
+  processes on purpose collects those lines instead and says in one sentence what Ray saw;
+* ``tasks_text`` and ``launchers_text``: the timings the lesson states, computed from its run.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from labkit.base.devices import cpu_count
+
+
+def start_ray() -> Any:
+    """The ``ray`` module with the lesson's cluster up and its worker processes started."""
+    os.environ.setdefault("RAY_AUTH_MODE", "token")  # Ray's own default, said explicitly
+    from labkit.launchers.ray.session import ensure_ray
+
+    ray = ensure_ray()
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    ray.get([ray.remote(num_cpus=1)(_pid).remote() for _ in range(cpus)])
+    return ray
+
+
+def _pid() -> int:
+    """A task that only starts its worker process (and says which)."""
+    return os.getpid()
+
+
+@contextlib.contextmanager
+def ray_reports(settle_s: float = 1.0) -> Iterator[list[str]]:
+    """Collect the lines Ray's error channel publishes to this driver while the block runs
+    (and for ``settle_s`` after it, as they arrive asynchronously) instead of printing them.
+    Other output of Ray passes through unchanged."""
+    from ray._private import worker
+
+    original = worker.print_to_stdstream
+    seen: list[str] = []
+
+    def collect(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            seen.extend(str(line) for line in data.get("lines", []))
+        else:
+            original(data, ignore_prefix)
+
+    worker.print_to_stdstream = collect
+    try:
+        yield seen
+        deadline, count = time.monotonic() + settle_s, -1
+        while time.monotonic() < deadline and count != len(seen):
+            count = len(seen)
+            time.sleep(settle_s / 4)
+    finally:
+        worker.print_to_stdstream = original
+
+
+def reports_text(lines: Sequence[str]) -> str:
+    """One sentence for what Ray reported while processes were killed on purpose."""
+    if not lines:
+        return "Ray reported nothing on its error channel this time"
+    died = sum("died" in line or "killed" in line for line in lines)
+    retried = sum("retried" in line or "retries remaining" in line for line in lines)
+    first = lines[0].strip().split(". ")[0]
+    return (f"Ray reported {len(lines)} line(s) on its error channel, kept out of the way: "
+            f"{died} about a process that died (the ones we killed), {retried} about a task "
+            f"being retried; the first reads \"{first}.\"")
+
+
+def tasks_text(elapsed_s: float, results: Sequence[dict[str, Any]], delay_s: float = 0.2
+               ) -> str:
+    """The task timing the lesson states, from the run: serial, parallel on the CPUs, measured."""
+    n, cpus = len(results), int(cpu_count())
+    waves = -(-n // max(cpus, 1))
+    pids = sorted({r["pid"] for r in results})
+    line = (f"{n} tasks of {delay_s:g} s on {cpus} CPUs: {elapsed_s:.2f} s measured; one at a "
+            f"time would take {n * delay_s:.1f} s, {cpus} at a time {waves * delay_s:.1f} s; "
+            f"they ran in {len(pids)} worker processes {pids}")
+    if elapsed_s > 1.5 * waves * delay_s:
+        line += ("\nslower than the waves of tasks: Ray's scheduler and the worker processes "
+                 "waited for cores other programs were using (run the cell again)")
+    return line
+
+
+def launchers_text(ours: Any, via_ray: Any) -> str:
+    """Both launchers' times, and how much of each run came before its first step."""
+    out = []
+    for name, r in (("labkit", ours), ("Ray Train", via_ray)):
+        steps = r.config.steps
+        before = max(0.0, r.wall_s - steps * r.step_time_s)
+        out.append(f"{name:<10} whole run {r.wall_s:6.1f} s, {steps} steps of "
+                   f"{r.step_time_s * 1e3:.0f} ms, so about {before:.1f} s before and around "
+                   f"the steps (start-up, process group, end of run)")
+    ratio = via_ray.wall_s / max(ours.wall_s, 1e-9)
+    out.append(f"Ray Train took {ratio:.0f}x labkit's time for the same steps and the same "
+               f"weights ({'same' if ours.params_sha256 == via_ray.params_sha256 else 'DIFFERENT'}"
+               f" sha256)")
+    return "\n".join(out)
+
+
+def _descendants(root: int) -> set[int]:
+    """Every live process below ``root`` (read from /proc)."""
+    from pathlib import Path
+
+    parent: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1]
+                                             .split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = set(), [root]
+    while frontier:
+        pid = frontier.pop()
+        kids = [p for p, pp in parent.items() if pp == pid and p not in found]
+        found.update(kids)
+        frontier.extend(kids)
+    return found
+
+
+def stop_ray() -> list[tuple[int, str]]:
+    """Stop this kernel's Ray and return the Ray processes *it* started that are still
+    alive (other programs on the machine may run Ray sessions of their own: they are not
+    this lesson's)."""
+    from pathlib import Path
+
+    from labkit.launchers.ray import ray_processes, shutdown_ray
+
+    mine = _descendants(os.getpid())
+    ours = [(pid, name) for pid, name in ray_processes() if pid in mine]
+    shutdown_ray()
+    return [(pid, name) for pid, name in ours if Path(f"/proc/{pid}").exists()]

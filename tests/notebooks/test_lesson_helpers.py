@@ -1,0 +1,172 @@
+"""The lessons' own arithmetic, without processes: the numbers and sentences a lesson prints
+beside its runs, computed from hand-made timelines and rows.
+
+Pinned here: predictions across a link never fall below the step measured inside a node (no
+negative link cost); contention is named where communication took many times what its wire
+needs; lesson 11's gradient rate counts only the window in which every worker computed; the
+sentences say when a run contradicts the rule, and why; Ray's reports are summed up.
+"""
+
+from __future__ import annotations
+
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Lane, Op
+from labkit.lessons import async_ps, cluster_predict, cluster_text, dp_lesson, machine, ray_lesson
+from labkit.theory.interconnect import Interconnect
+
+LOOP = Interconnect("loopback", 150e-6, 1.4e9, "intra-node")
+SLOW = Interconnect("25g", 30e-6, 6.25e6, "inter-node")
+
+
+def test_a_slower_wire_only_adds_time() -> None:
+    """What the link adds beyond loopback is its latency and the difference of the transfer
+    times; a link faster than loopback adds no bandwidth cost, never a negative one."""
+    extra = cluster_predict.extra_link(SLOW, LOOP)
+    assert extra.alpha_s == SLOW.alpha_s
+    assert 1 / extra.bandwidth_Bps == pytest.approx(1 / SLOW.bandwidth_Bps - 1 / LOOP.bandwidth_Bps)
+    fast = Interconnect("fast", 0.0, 10e9, "inter-node")
+    assert cluster_predict.extra_link(fast, LOOP).bandwidth_Bps == cluster_predict.FREE_BPS
+    for link in (SLOW, fast):
+        for size in (0, 4096, 32768, 1e6):
+            assert cluster_predict.allreduce_s(size, 2, cluster_predict.extra_link(link, LOOP)) >= 0
+
+
+def test_tp_across_the_link_is_never_predicted_below_tp_inside() -> None:
+    """Lesson 10: the TP prediction is the in-node step plus TP's communication priced on the
+    link beyond loopback; for 4 blocks of 32 KB activations over 25 GbE that is 16
+    all-reduces of about 5.3 ms, added, never subtracted."""
+    from labkit.lessons.cluster_comm import _comm_cost, placement_configs
+
+    tp_cfg, pp_cfg = placement_configs("ethernet_25g")
+    extra = cluster_predict.extra_link(SLOW, LOOP)
+    tp_added, pp_added = _comm_cost(tp_cfg, extra), _comm_cost(pp_cfg, extra)
+    per_allreduce = 2 * SLOW.alpha_s + 32768 * (1 / SLOW.bandwidth_Bps - 1 / LOOP.bandwidth_Bps)
+    assert tp_added == pytest.approx(16 * per_allreduce)
+    assert tp_added > pp_added > 0
+
+
+def test_contention_is_named_only_far_beyond_the_wire() -> None:
+    """Communication 3x (or more) what the wire needs is waiting for a core; less is not."""
+    assert cluster_predict.contention(0.031, 0.004) == pytest.approx(7.75)
+    assert cluster_predict.contention(0.010, 0.004) is None
+    assert cluster_predict.contention(0.010, 0.0) is None
+
+
+def _ps_run(arrivals: dict[int, list[int]], pull_at: int = 0) -> SimpleNamespace:
+    """A ps run whose server received each worker's gradients at the given ns."""
+    events = [Event(0, Lane.COMM, Op.RECV, t - 10, 10, step=i, peer=w, name="push")
+              for w, ts in arrivals.items() for i, t in enumerate(ts)]
+    events += [Event(w, Lane.COMM, Op.RECV, pull_at, 5, step=0, peer=0, name="pull")
+               for w in arrivals]
+    return SimpleNamespace(timeline=Timeline(events, 3),
+                           config=SimpleNamespace(options=SimpleNamespace(servers=1)))
+
+
+def test_gradient_rate_counts_while_every_worker_computes() -> None:
+    """Under ASP the fast worker (1 gradient per 10 ms) finishes at 100 ms; the straggler
+    (1 per 40 ms) goes on alone. The rate counts the 10 + 2 gradients in by 100 ms, not the
+    whole run's, which would end at the straggler's pace."""
+    ms = 1_000_000
+    asp = _ps_run({1: [10 * ms * (i + 1) for i in range(10)],
+                   2: [40 * ms * (i + 1) for i in range(10)]})
+    rate = async_ps.gradient_rate(asp)
+    assert rate["gradients"] == 12 and rate["window_s"] == pytest.approx(0.1)
+    assert rate["rate"] == pytest.approx(120.0)
+    exp = async_ps.PSExperiment({"asp, straggler": asp}, 2.1,
+                                {"factor": 4.0, "straggler_rank": 2, "world_size": 3})
+    assert async_ps.realized_factor(exp) == pytest.approx(4.0)
+
+
+def _race(bsp_s: float, asp_s: float) -> async_ps.PSExperiment:
+    def run(c: str, t: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            metrics={"updates": 40, "updates_per_s": 10.0, "mean_staleness": 0.0,
+                     "max_staleness": 0, "consistency": c, "workers": 2,
+                     "loss_vs_time": [[t / 2, 2.3]] * 12 + [[t, 2.0]] * 12,
+                     "max_abs_diff_vs_reference": 1e-8},
+            losses=[2.0] * 8, timeline=Timeline([], 3),
+            config=SimpleNamespace(options=SimpleNamespace(servers=1)))
+    runs = {"bsp, straggler": run("bsp", bsp_s), "asp, straggler": run("asp", asp_s)}
+    return async_ps.PSExperiment(runs, 2.1, {"world_size": 3, "bound": 2},
+                                 machine.Load(3.0, 2))
+
+
+def test_the_race_sentence_follows_the_run() -> None:
+    """ASP first: the rule holds, with the measured ratio. BSP first: the sentence says the
+    run contradicts the rule, how many ranks shared how many cores and how busy it was."""
+    assert "the rule holds here: with the straggler ASP got there 2.0x sooner" in \
+        async_ps.race_text(_race(2.0, 1.0))
+    text = async_ps.race_text(_race(0.73, 0.75))
+    assert "BSP reached loss 2.1 first" in text and "contradicts the rule" in text
+    assert "3 ranks shared 2 cores" in text and "load average 3.0 on 2 cores" in text
+
+
+def test_sharing_cores_silences_only_the_oversubscription_warning() -> None:
+    """Inside ``sharing_cores`` the launcher's 'ranks share cores' warning is left out (the
+    lesson says it in words); every other warning still shows."""
+    from labkit.launchers.jobs import warn_oversubscribed
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with machine.sharing_cores():
+            warn_oversubscribed(10_000, "gloo", stacklevel=1)
+            warnings.warn("something else", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["something else"]
+
+
+def test_placement_sentence_checks_the_rule() -> None:
+    """TP slowed more than the pipeline: the rule holds; the other way round: contradicted,
+    with why; a contended in-node measurement is named."""
+    def rows(tp: float, pp: float) -> dict:
+        return {"rows": [
+            {"strategy": "tp", "where": "inside one node", "link_bytes_per_step": 5.24e5,
+             "contention": 6.5, "exposed_s": 0.033, "wire_comm_s": 0.005},
+            {"strategy": "tp", "where": "across ethernet_25g", "slowdown": tp,
+             "predicted_slowdown": 3.0},
+            {"strategy": "pipeline", "where": "inside one node", "link_bytes_per_step": 1.31e5,
+             "contention": None, "step_s": 0.027},
+            {"strategy": "pipeline", "where": "across ethernet_25g", "slowdown": pp,
+             "predicted_slowdown": 2.0, "step_s": 0.027 * pp, "predicted_step_s": 0.054}]}
+    text = cluster_text.placement_text(rows(3.1, 1.6))
+    assert "TP sends 4.0x the pipeline's bytes" in text and "the rule holds here" in text
+    assert "tp's communication took 33.0 ms per step where the wire needs 5.0 ms" in text
+    assert "contradicts the rule" in cluster_text.placement_text(rows(1.2, 1.6))
+    assert "the run added 1.6 ms -- its messages travelled while other microbatches computed" \
+        in cluster_text.placement_text(rows(3.1, 1.06))
+
+
+def test_weak_scaling_sentences_split_what_left_the_model() -> None:
+    """Within 1.5x the model holds; far above it, the compute and communication per step are
+    given beside what the wire needs, and ranks beyond the cores are named."""
+    def run(step_ms: float, compute_ms: float, comm_ms: float, ranks: int) -> SimpleNamespace:
+        ev = []
+        for r in range(ranks):
+            for s in (0, 1):
+                t0 = s * 10**9
+                ev += [Event(r, Lane.STEP, Op.STEP, t0, int(step_ms * 1e6), step=s),
+                       Event(r, Lane.COMPUTE, Op.FORWARD, t0, int(compute_ms * 1e6), step=s),
+                       Event(r, Lane.COMM, Op.ALL_REDUCE, t0 + int(compute_ms * 1e6),
+                             int(comm_ms * 1e6), step=s)]
+        return SimpleNamespace(timeline=Timeline(ev, ranks), step_time_s=step_ms / 1e3)
+
+    runs = {1: run(4.0, 4.0, 0.0, 1), 2: run(6.0, 4.0, 2.0, 2), 64: run(120.0, 9.0, 100.0, 64)}
+    text = dp_lesson.scaling_text(runs, {1: 0.004, 2: 0.005, 64: 0.006})
+    assert "2 ranks: measured 6.0 ms, predicted 5.0 ms: the model holds" in text
+    assert "64 ranks: measured 120.0 ms, predicted 6.0 ms; compute 9.0 ms per rank (2.2x" in text
+    assert "64 ranks on" in text and "take turns" in text
+
+
+def test_ray_reports_are_summed_up_in_one_sentence() -> None:
+    """Two deaths and a retry become one line; nothing reported says so."""
+    lines = ["A worker died or was killed while executing a task by an unexpected system "
+             "error. To troubleshoot ...", "A worker died or was killed ...",
+             "Task flaky_task failed. There are 2 retries remaining, so the task will be retried."]
+    text = ray_lesson.reports_text(lines)
+    assert "3 line(s)" in text and "2 about a process that died" in text
+    assert "1 about a task being retried" in text
+    assert "nothing" in ray_lesson.reports_text([])
