@@ -31,9 +31,15 @@ YOUNG_S = 600.0
 
 
 def hold(run_dir: Path) -> IO[bytes]:
-    """Lock ``run_dir`` as alive for as long as the returned file stays open."""
-    handle = open(run_dir / OWNER, "wb")  # noqa: SIM115 - held for the run's life
+    """Lock ``run_dir`` as alive for as long as the returned file stays open.
+
+    The lock file appears under its name already locked (locked under a private name, then
+    renamed: the lock belongs to the file, not the name), so another run's ``sweep`` never
+    sees it unlocked, and never holds it while this run tries to take it."""
+    private = run_dir / f".{OWNER}.{os.getpid()}"
+    handle = open(private, "wb")  # noqa: SIM115 - held for the run's life
     fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.replace(private, run_dir / OWNER)
     return handle
 
 

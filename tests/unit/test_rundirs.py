@@ -30,3 +30,44 @@ def test_a_run_directory_is_alive_while_its_lock_is_held(tmp_path) -> None:
     assert not rundirs.is_dead(tmp_path)
     held.close()
     assert rundirs.is_dead(tmp_path)
+
+
+def test_a_run_starting_beside_sweeps_is_never_taken_for_dead(tmp_path, monkeypatch) -> None:
+    """Many students start runs at once, and every run sweeps first: a run whose lock file
+    exists is locked already (found by six concurrent DDP runs, one of whose fresh run
+    directory another run's sweep removed), and a sweep never makes the owner's lock fail.
+    The moment between creating a file and locking it is widened to make the race show."""
+    import builtins
+    import threading
+
+    def slow_open(path, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
+        handle = builtins.open(path, mode, *args, **kwargs)
+        if "w" in mode:
+            time.sleep(0.002)
+        return handle
+
+    monkeypatch.setattr(rundirs, "open", slow_open, raising=False)
+    stop, errors = threading.Event(), []
+
+    def sweeper() -> None:
+        while not stop.is_set():
+            rundirs.sweep(str(tmp_path))
+
+    threads = [threading.Thread(target=sweeper) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(200):
+            run_dir = tmp_path / f"{rundirs.PREFIX}{i}"
+            run_dir.mkdir()
+            try:
+                with rundirs.hold(run_dir):
+                    if not run_dir.exists():
+                        errors.append(f"{run_dir.name} removed while its run held it")
+            except OSError as exc:
+                errors.append(f"{run_dir.name}: {exc!r}")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert errors == [], errors[:5]
