@@ -228,7 +228,7 @@ def plot_overlap(rows: Sequence[dict[str, Any]]) -> Figure:
     for y, r in enumerate(rows):
         ax.text(hidden[y] + exposed[y], y, f" {r['overlap_fraction']:.0%} hidden", va="center",
                 fontsize=7)
-    ax.set(xlabel="communication per rank, steady-state steps (ms, measured)",
+    ax.set(xlabel="communication per rank and step (ms, measured)",
            title="What hides and what does not")
     ax.legend(fontsize=7)
     fig.tight_layout()
