@@ -78,16 +78,18 @@ def compare_compression(methods: Sequence[str] = ("none", "fp16", "powersgd", "t
 
 
 def overlap_row(name: str, timeline: Any) -> dict[str, Any]:
-    """Hidden vs exposed communication of a run (mean over ranks, steady-state steps)."""
+    """Hidden vs exposed communication of a run, per step (mean over ranks and over the
+    steady-state steps), so it adds up with ``step_time_s`` and feeds a one-step model."""
     from labkit.base.events import Lane
 
     w = timeline.window()
-    comm = w.comm_s()
+    steps = max(len(w.steps()), 1)  # the window sums its steps; a prediction is per step
+    comm = w.comm_s() / steps
     frac = w.overlap_fraction()
-    step_comm_spans = sum(1 for e in w.events if e.lane == Lane.COMM and e.rank == 0)
+    step_comm_spans = sum(1 for e in w.events if e.lane == Lane.COMM and e.rank == 0) / steps
     return {"name": name, "comm_s": comm, "hidden_s": comm * frac,
             "exposed_s": comm * (1 - frac), "overlap_fraction": frac,
-            "compute_s": w.compute_s(), "step_time_s": timeline.median_step_s(),
+            "compute_s": w.compute_s() / steps, "step_time_s": timeline.median_step_s(),
             "comm_spans_rank0": step_comm_spans}
 
 

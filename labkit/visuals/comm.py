@@ -228,8 +228,11 @@ def plot_overlap(rows: Sequence[dict[str, Any]]) -> Figure:
     for y, r in enumerate(rows):
         ax.text(hidden[y] + exposed[y], y, f" {r['overlap_fraction']:.0%} hidden", va="center",
                 fontsize=7)
-    ax.set(xlabel="communication per rank, steady-state steps (ms, measured)",
+    ax.set(xlabel="communication per rank and step (ms, measured)",
            title="What hides and what does not")
-    ax.legend(fontsize=7)
+    # room for the "N% hidden" labels right of the longest bar; the legend goes under the
+    # axes, where no bar or label can sit behind it
+    ax.set_xlim(0, 1.18 * max((h + e for h, e in zip(hidden, exposed)), default=1.0))
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     fig.tight_layout()
     return fig

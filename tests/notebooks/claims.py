@@ -12,6 +12,102 @@ from collections.abc import Callable
 from typing import Any
 
 
+def lesson_00(ns: dict[str, Any]) -> None:
+    """Two and four DDP ranks end with one process's weights (float rounding, < 1e-6), and
+    the printed comparison covers both runs."""
+    for name in ("result", "result4"):
+        diff = ns[name].metrics["max_abs_diff_vs_reference"]
+        assert diff < 1e-6, f"{name}: |w - one process| = {diff:g} >= 1e-6"
+    text = ns["welcome_text"](ns["result"], ns["result4"])
+    assert text.startswith("2 ranks:") and "\n4 ranks:" in text, text
+
+
+def lesson_03(ns: dict[str, Any]) -> None:
+    """The naive pipeline idles at least 0.4 of its step (predicted 0.5) and 8 microbatches
+    shrink that by at least 0.1; every rank held exactly its plan's activations, 1F1B fewer
+    than GPipe on rank 0; interleaving sends (v*p-1)/(p-1) times 1F1B's messages; zero bubble
+    ran I and W apart; balancing by cost took layers off the heavy last stage."""
+    from labkit.strategies.pipeline.metrics import op_times_ms
+
+    naive, gpipe, gpipe8 = ns["naive"].metrics, ns["gpipe"].metrics, ns["gpipe8"].metrics
+    one_f, inter = ns["one_f"].metrics, ns["inter"].metrics
+    assert naive["bubble_fraction"] >= 0.4, f"naive bubble {naive['bubble_fraction']:.2f} < 0.4"
+    assert gpipe8["bubble_fraction"] < naive["bubble_fraction"] - 0.1, (
+        f"the bubble did not shrink: m=1 {naive['bubble_fraction']:.2f}, "
+        f"m=8 {gpipe8['bubble_fraction']:.2f}")
+    for m in (gpipe, one_f):
+        assert m["peak_activations"] == m["peak_activations_predicted"], m["schedule"]
+    assert one_f["peak_activations"][0] < gpipe["peak_activations"][0]
+    p, v = inter["stages"], inter["virtual"]
+    ratio = inter["p2p_messages_per_step"] / one_f["p2p_messages_per_step"]
+    assert ratio == (v * p - 1) / (p - 1), f"interleaved / 1F1B messages {ratio}"
+    ops = op_times_ms(ns["zb"].timeline.events)
+    assert {"backward_input", "backward_weight"} <= set(ops) and "backward" not in ops, ops
+    bounds = {k: r.metrics["stage_bounds"] for k, r in ns["runs"].items()}
+    last = {k: b[-1] - b[-2] for k, b in bounds.items()}
+    assert last["by measured cost"] < last["by layer count"], bounds
+
+
+def lesson_04(ns: dict[str, Any]) -> None:
+    """The sharded blocks compute the unsharded function (< 1e-5); each rank keeps 1/2 of
+    the parameters plus the replicated few (under 52%); the bytes of every layer equal the
+    prediction; under 15% of the all-reduce time hides; DTensor's MLP issues one all-reduce
+    forward and one backward."""
+    m = ns["tp"].metrics
+    diffs = {k: m[k] for k in ("max_abs_diff_output", "max_abs_diff_loss",
+                               "max_abs_diff_vs_reference")}
+    assert max(diffs.values()) < 1e-5, diffs
+    share = m["params_per_rank"] / m["params_full"]
+    assert 0.5 <= share < 0.52, f"each rank keeps {share:.3f} of the parameters"
+    want = m["comm_bytes_per_layer_predicted"]
+    assert m["comm_bytes_match"] and all(
+        layer == want for layer in m["comm_bytes_per_layer_measured"]), m
+    assert m["overlap_fraction"] < 0.15, f"TP hid {m['overlap_fraction']:.0%} of its comm"
+    assert m["dtensor"]["comm_counts"] == {"all_reduce": 2}, m["dtensor"]
+
+
+def lesson_05(ns: dict[str, Any]) -> None:
+    """Each ZeRO stage keeps fewer model-state bytes per rank than the one before, within
+    0.1% of the formula, stage 3 half of DDP's on 2 ranks; stages 0-2 send what DDP sends and
+    stage 3 1.5x; every stage and FSDP2 train one process's weights; bf16 saves at most 0.55x
+    fp32's activations and checkpointing at most 0.75x bf16's; the seed run fits its GPU."""
+    from labkit.lessons.zero_text import model_states
+
+    runs = ns["runs"]
+    states = {k: model_states(r.metrics) for k, r in runs.items()}
+    for name, (got, want) in states.items():
+        assert abs(got - want) <= 1e-3 * want, f"{name}: measured {got:.0f} B, formula {want:.0f}"
+    kept = [got for got, _ in states.values()]
+    assert all(b < a for a, b in zip(kept, kept[1:])), kept
+    assert abs(kept[3] / kept[0] - 0.5) < 0.01, f"stage 3 / DDP = {kept[3] / kept[0]:.3f}"
+    comm = [r.metrics["comm_ratio_vs_ddp"] for r in runs.values()]
+    assert [round(c, 3) for c in comm] == [1.0, 1.0, 1.0, 1.5], comm
+    for name, r in {**runs, "FSDP2": ns["fsdp"]}.items():  # Adam: 3 steps, lr 0.01
+        assert r.metrics["max_abs_diff_vs_reference"] < 5e-4, name
+    act = {k: r.metrics["saved_activation_bytes"][0] for k, r in ns["mp"].items()}
+    assert act["bf16"] <= 0.55 * act["fp32"] and act["bf16+ckpt"] <= 0.75 * act["bf16"], act
+    capacity = 24e9 * ns["psi"] / 3e9
+    per_rank = [sum(v for k, v in r.items() if k in ("params", "grads", "optimizer"))
+                for r in ns["seed_run"].metrics["per_rank_bytes"]]
+    assert max(per_rank) <= capacity, (per_rank, capacity)
+
+
+def lesson_06(ns: dict[str, Any]) -> None:
+    """Every compressor sends exactly its predicted bytes, fp16 2x and int8 about 4x fewer
+    than none; DDP's smallest buckets hide at least 0.1 more of their communication than one
+    big bucket, and tensor parallelism hides under 15%."""
+    rows = {r["method"]: r for r in ns["comp"]["rows"]}
+    for name, r in rows.items():
+        assert r["wire_bytes"] == r["predicted_wire_bytes"], (name, r)
+    assert rows["fp16"]["ratio"] == 2.0 and 3.9 < rows["int8"]["ratio"] <= 4.0, rows
+    ddp = [r for r in ns["rows"] if not r["name"].startswith("tp")]
+    small, big = (min(ddp, key=lambda r: r["bucket_cap_mb"]),
+                  max(ddp, key=lambda r: r["bucket_cap_mb"]))
+    assert small["overlap_fraction"] > big["overlap_fraction"] + 0.1, (small, big)
+    tp = next(r for r in ns["rows"] if r["name"].startswith("tp"))
+    assert tp["overlap_fraction"] < 0.15, tp
+
+
 def lesson_11(ns: dict[str, Any]) -> None:
     """With a straggler, ASP handles at least 1.5x BSP's gradients per second while every
     worker computes (predicted 2.5), reaches the target loss first, and the printed race says
@@ -110,6 +206,9 @@ def lesson_12(ns: dict[str, Any]) -> None:
 
 
 CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "00_welcome": lesson_00, "03_pipeline_parallelism": lesson_03,
+    "04_tensor_parallelism": lesson_04, "05_memory_and_zero": lesson_05,
+    "06_communication": lesson_06,
     "01_data_parallelism": lesson_01, "02_batch_size_and_lr": lesson_02,
     "07_fault_tolerance": lesson_07, "09_3d_parallelism": lesson_09,
     "10_multi_node": lesson_10, "11_async_training": lesson_11, "12_ray": lesson_12,

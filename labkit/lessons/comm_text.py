@@ -1,0 +1,112 @@
+"""Lesson 06's sentences: what this run showed about the alpha-beta fit, compression and
+overlap, each beside its rule.
+
+The rules: the alpha-beta model (Hockney 1994; the ring all-reduce cost of Thakur et al.
+2005) fitted on a few sizes predicts the others; a compressor cuts the wire bytes by the
+factor its shapes give (fp16 2x, int8 4x, PowerSGD per Vogels et al. 2019, top-k / random-k
+per Stich et al. 2018); DDP's small buckets hide communication under backward (Li et al.
+2020) while tensor parallelism's all-reduces cannot hide. Bytes are exact and do not depend
+on the machine; times do, and on two shared cores a millisecond all-reduce can wait for a
+core as long as it transfers, so a time that contradicts a rule is explained, not trusted.
+Torch-free: reads the rows of ``labkit.lessons.compression``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from labkit.lessons.machine import load_now, why_not
+
+FIT_HOLDS = 0.3
+"""Largest relative error on a held-out size for which the fit still predicts it."""
+HIDES = 0.1
+"""Share of communication under compute that counts as hidden (more than timing noise)."""
+
+
+def fit_text(report: Mapping[str, Any], world_size: int = 2) -> str:
+    """The fitted alpha and bandwidth, and how well they predicted the held-out sizes."""
+    fit = report["fit"]
+    held = [r for r in report["rows"] if not r["used_for_fit"]]
+    lines = [f"fit: alpha {fit.alpha_s * 1e6:.0f} us per message, bandwidth "
+             f"{fit.bandwidth_Bps / 1e9:.2f} GB/s"]
+    worst = max(held, key=lambda r: r["rel_error"])
+    if worst["rel_error"] <= FIT_HOLDS:
+        lines.append(f"every held-out size is predicted within {worst['rel_error']:.0%}: the "
+                     f"model holds on sizes it never saw")
+    else:
+        lines.append(f"the fit missed the held-out {worst['bytes'] / 1e6:.0f} MB by "
+                     f"{worst['rel_error']:.0%} (measured {worst['measured_s'] * 1e3:.2f} ms, "
+                     f"predicted {worst['predicted_s'] * 1e3:.2f}): at a few ms an all-reduce "
+                     f"that waited for a core once is off by that much; "
+                     + why_not(load_now(), world_size))
+    return "\n".join(lines)
+
+
+def compression_text(comp: Mapping[str, Any]) -> str:
+    """Per method: bytes against the prediction (exact or not), then which methods saved
+    time over ``none`` on this run, and the loss each ended at."""
+    rows = {r["method"]: r for r in comp["rows"]}
+    exact = [m for m, r in rows.items() if r["wire_bytes"] == r["predicted_wire_bytes"]]
+    off = [m for m in rows if m not in exact]
+    lines = [("every method sent exactly the predicted bytes" if not off else
+              f"bytes differ from the prediction for {', '.join(off)}: report this run")]
+    if "none" in rows:
+        base = rows["none"]
+        faster = [m for m, r in rows.items() if m != "none"
+                  and r["step_time_s"] < base["step_time_s"]]
+        slower = [m for m, r in rows.items() if m != "none" and m not in faster]
+        comm = _comm_ms(comp.get("results", {}).get("none"))
+        lines.append(f"faster than no compression on this run: {', '.join(faster) or 'none'}; "
+                     f"not faster: {', '.join(slower) or 'none'} -- the uncompressed step "
+                     f"took {base['step_time_s'] * 1e3:.1f} ms"
+                     + (f", its all-reduce {comm:.1f} ms of it: compression can save at most "
+                        f"that, and compressing costs compute" if comm is not None else ""))
+        worst = max(rows.values(), key=lambda r: r["final_loss"] - base["final_loss"])
+        lines.append(f"final losses stay within {worst['final_loss'] - base['final_loss']:+.3f} "
+                     f"of no compression (largest: {worst['method']})")
+    return "\n".join(lines)
+
+
+def _comm_ms(result: Any) -> float | None:
+    """Communication per step of a run (steady-state steps, mean over ranks), ms."""
+    if result is None:
+        return None
+    w = result.timeline.window()
+    return w.comm_s() / max(len(w.steps()), 1) * 1e3
+
+
+def overlap_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The hidden share of each run's communication; the rule is that DDP's smallest bucket
+    hides more than its single big bucket, and TP (a row named ``tp...``) hides nothing."""
+    ddp = [r for r in rows if not str(r["name"]).startswith("tp")]
+    tp = [r for r in rows if str(r["name"]).startswith("tp")]
+    lines = ["  ".join(f"{r['name']}: {r['overlap_fraction']:.0%} hidden" for r in rows)]
+    small, big = min(ddp, key=lambda r: r["bucket_cap_mb"]), max(ddp, key=lambda r: r["bucket_cap_mb"])
+    if small["overlap_fraction"] > big["overlap_fraction"] + HIDES:
+        lines.append(f"small buckets started communicating during backward and hid "
+                     f"{small['overlap_fraction']:.0%}; one big bucket waited for the whole "
+                     f"backward and hid {big['overlap_fraction']:.0%}")
+    else:
+        lines.append("this run contradicts the rule: small buckets hid no more than one big "
+                     "one -- gloo's threads and the backward took turns on the same cores; "
+                     + why_not(load_now(), 2))
+    for r in tp:
+        lines.append(f"{r['name']}: {r['overlap_fraction']:.0%} hidden -- "
+                     + ("each all-reduce sat between dependent matmuls" if r["overlap_fraction"]
+                        < HIDES else "more than the rule allows; " + why_not(load_now(), 2)))
+    return "\n".join(lines)
+
+
+def step_text(predicted: Any, row: Mapping[str, Any]) -> str:
+    """The alpha-beta step prediction (no overlap) against the measured step of ``row``."""
+    got, want = row["step_time_s"] * 1e3, predicted.total_s * 1e3
+    wire, comm = predicted.comm_s * 1e3, row["comm_s"] * 1e3
+    line = f"measured {got:.1f} ms, predicted {want:.1f} ms ({got / want:.2f}x)"
+    if want / 1.5 <= got <= 1.5 * want:
+        return line + ": the model holds"
+    if got > want:
+        return (line + f": the all-reduce took {comm:.1f} ms where the fitted wire needs "
+                f"{wire:.1f} -- " + why_not(load_now(), 2))
+    return (line + f": the run beat the no-overlap model -- {row['overlap_fraction']:.0%} of "
+            f"its communication hid under compute")

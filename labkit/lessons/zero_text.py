@@ -1,0 +1,71 @@
+"""Lesson 05's sentences: what this run's ZeRO stages, bf16 and checkpointing showed.
+
+ZeRO (Rajbhandari et al. 2020) divides the optimizer state (stage 1), then the gradients
+(2), then the parameters (3) by N_d, at DDP's communication for stages 1-2 and 1.5x for
+stage 3; mixed precision halves the saved activations and activation checkpointing (Chen et
+al. 2016) keeps only segment inputs, paying a second forward. Each rule is read here from
+the runs' counted bytes (tensor storages between steps; saved-tensor hooks) and set beside
+the formula. Bytes do not depend on how busy the machine is; times do, so a time that
+contradicts a rule is explained rather than trusted. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from labkit.lessons.machine import load_now
+
+STATES = ("params", "grads", "optimizer")
+
+
+def model_states(metrics: Mapping[str, Any], rank: int = 0) -> tuple[float, float]:
+    """Measured and predicted model-state bytes (params + grads + optimizer) of one rank."""
+    got = sum(float(metrics["per_rank_bytes"][rank][k]) for k in STATES)
+    want = sum(float(metrics["predicted_bytes"][k]) for k in STATES)
+    return got, want
+
+
+def zero_text(runs: Mapping[str, Any]) -> str:
+    """Per ZeRO run: rank 0's model states against the first run's (stage 0, DDP), measured
+    and predicted, its communication against DDP's, and its difference from one process."""
+    base = model_states(next(iter(runs.values())).metrics)
+    lines = []
+    for label, r in runs.items():
+        m = r.metrics
+        got, want = model_states(m)
+        diff = m.get("max_abs_diff_vs_reference")
+        lines.append(f"{label}: {got / 1e6:.2f} MB per rank = {got / base[0]:.2f} of DDP's "
+                     f"(predicted {want / base[1]:.2f}), comm {m['comm_ratio_vs_ddp']:.2f}x DDP"
+                     + (f", |w - one process| {diff:.1g}" if diff is not None else ""))
+    ratios = [model_states(r.metrics)[0] for r in runs.values()]
+    if all(b < a for a, b in zip(ratios, ratios[1:])):
+        lines.append("each stage kept fewer bytes than the one before, as ZeRO says")
+    else:
+        lines.append("a stage kept no fewer bytes than the one before: with SGD (no optimizer "
+                     "state) stage 1 has nothing to shard; otherwise report this run")
+    return "\n".join(lines)
+
+
+def precision_text(runs: Mapping[str, Any]) -> str:
+    """fp32, bf16 and bf16 + checkpointing (keys of ``runs``, in that order): the saved
+    activations (counted, beside the formula) and the step times (measured)."""
+    (n32, r32), (n16, r16), (nck, rck) = list(runs.items())[:3]
+    act = {k: float(r.metrics["saved_activation_bytes"][0]) for k, r in runs.items()}
+    step = {k: r.step_time_s * 1e3 for k, r in runs.items()}
+    lines = [f"{n16} saved {act[n16] / act[n32]:.2f} of {n32}'s activations (predicted "
+             f"{r16.metrics['predicted_activation_bytes'] / r32.metrics['predicted_activation_bytes']:.2f}); "
+             f"checkpointing kept {act[nck] / act[n16]:.2f} of {n16}'s (predicted "
+             f"{rck.metrics['predicted_activation_bytes'] / r16.metrics['predicted_activation_bytes']:.2f})"]
+    line = f"step: {n16} {step[n16]:.1f} ms, {nck} {step[nck]:.1f} ms"
+    if step[nck] > step[n16]:
+        lines.append(line + f": the recomputed forward cost {step[nck] - step[n16]:.1f} ms "
+                     f"per step")
+    else:
+        load = load_now()
+        lines.append(line + ": this run contradicts the rule (checkpointing pays a second "
+                     "forward) -- one forward of this small model is a few ms, less than "
+                     "step times vary between runs on a shared machine"
+                     + (f" ({load.text()})" if load.busy else "")
+                     + "; the bytes above do not depend on that")
+    return "\n".join(lines)

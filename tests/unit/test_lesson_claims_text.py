@@ -1,0 +1,279 @@
+"""The sentences lessons 00, 03, 04, 05 and 06 print beside their runs, from hand-made runs.
+
+Pinned here: each sentence carries the run's numbers; where the run shows the rule it says
+so, and where it contradicts the rule it says so and why (cores shared, fixed costs of tiny
+actions, overlap the model leaves out), never silently. No processes.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Lane, Op
+from labkit.lessons import comm_text, pipeline_text, tp_text, welcome, zero_text
+from labkit.lessons.machine import Load
+from labkit.theory.comm import AlphaBeta
+
+MS = 1_000_000
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sentences read the load average; a fixed one keeps the tests about the runs."""
+    for mod in (comm_text, pipeline_text, tp_text, welcome, zero_text):
+        if hasattr(mod, "load_now"):
+            monkeypatch.setattr(mod, "load_now", lambda: Load(0.1, 2))
+
+
+def _pipe(schedule: str = "1f1b", bubble: float = 0.2, predicted: float = 0.2, *,
+          peak: list[int] | None = None, peak_pred: list[int] | None = None,
+          messages: float = 8.0, stages: int = 2, microbatches: int = 4, virtual: int = 1,
+          ops: dict[Op, float] | None = None, send_ms: float = 0.5) -> SimpleNamespace:
+    """A pipeline run: its metrics, and a timeline with two steps of the given action
+    durations (ms) and one send per step."""
+    events = []
+    for step in (0, 1):
+        t = step * 1000 * MS
+        for op, ms in (ops or {Op.FORWARD: 5.0, Op.BACKWARD: 10.0}).items():
+            events.append(Event(0, Lane.COMPUTE, op, t, int(ms * MS), step=step, microbatch=0,
+                                stage=0))
+            t += int(ms * MS)
+        events.append(Event(0, Lane.COMM, Op.SEND, t, int(send_ms * MS), step=step, peer=1))
+        events.append(Event(0, Lane.STEP, Op.STEP, step * 1000 * MS, 900 * MS, step=step))
+    metrics = {"schedule": schedule, "stages": stages, "microbatches": microbatches,
+               "virtual": virtual, "bubble_fraction": bubble,
+               "bubble_fraction_predicted": predicted, "peak_activations": peak or [2, 1],
+               "peak_activations_predicted": peak_pred or peak or [2, 1],
+               "p2p_messages_per_step": messages}
+    return SimpleNamespace(metrics=metrics, timeline=Timeline(events, 2))
+
+
+def test_1f1b_holds_fewer_activations_and_a_different_bubble_is_explained() -> None:
+    """Counts equal to the plans are said to be; bubbles 0.1 apart are called different,
+    with the reason (noise of ms actions, the cores)."""
+    gpipe = _pipe("gpipe", 0.30, peak=[4, 4])
+    one_f = _pipe("1f1b", 0.20, peak=[2, 1])
+    text = pipeline_text.activations_text(gpipe, one_f)
+    assert "4 under GPipe" not in text and "held at most 4" in text and "2 under 1F1B" in text
+    assert "exactly what the plans predict" in text
+    assert "differ by 0.10" in text and "cores" in text
+    same = pipeline_text.activations_text(_pipe("gpipe", 0.21, peak=[4, 4]), one_f)
+    assert "the same bubble" in same
+    wrong = pipeline_text.activations_text(_pipe("gpipe", 0.2, peak=[3, 4], peak_pred=[4, 4]),
+                                           one_f)
+    assert "report this run" in wrong
+
+
+def test_the_sweep_says_whether_the_bubble_shrank_and_names_a_rise() -> None:
+    """m = 1, 4, 8 at 0.5, 0.3, 0.2 is the rule; a bubble that rose from m = 4 to 8 is named
+    with its cause (short actions, fixed costs), and a flat sweep contradicts the rule."""
+    ok = pipeline_text.sweep_text({1: _pipe(bubble=0.5, predicted=0.5),
+                                   4: _pipe(bubble=0.3), 8: _pipe(bubble=0.2, predicted=0.11)})
+    assert "shrank from 0.50 to 0.20" in ok and "the rule holds here" in ok
+    assert "m=8: 0.20 (predicted 0.11)" in ok
+    rose = pipeline_text.sweep_text({1: _pipe(bubble=0.5, predicted=0.5),
+                                     4: _pipe(bubble=0.25), 8: _pipe(bubble=0.35)})
+    assert "from m=4 to m=8 it grew" in rose and "fixed cost" in rose
+    flat = pipeline_text.sweep_text({1: _pipe(bubble=0.5, predicted=0.5),
+                                     8: _pipe(bubble=0.48)})
+    assert "contradicts the rule" in flat and "cores" in flat
+
+
+def test_interleaving_counts_its_messages_and_explains_a_bigger_bubble() -> None:
+    """p = 2, v = 2: 3x the messages (v*p - 1 cuts over p - 1); a bubble no smaller than
+    1F1B's is blamed on messages measured from the sends (0.8 ms here)."""
+    one_f = _pipe(bubble=0.25)
+    inter = _pipe("interleaved", 0.28, 0.11, messages=24.0, virtual=2, send_ms=0.8)
+    text = pipeline_text.interleave_text(one_f, inter)
+    assert "(3.0x; predicted 3x" in text and "v*p - 1 = 3 cuts" in text
+    assert "contradicts the prediction" in text and "at 0.8 ms each" in text
+    assert pipeline_text.message_ms(inter.timeline) == pytest.approx(0.8)
+    good = pipeline_text.interleave_text(one_f, _pipe("interleaved", 0.15, 0.11,
+                                                      messages=24.0, virtual=2))
+    assert "shrank the bubble, as predicted" in good
+
+
+def test_zero_bubble_says_whether_i_and_w_were_halves() -> None:
+    """I = 6, W = 13 ms is not halves (W 2.2x I); I = W = 5 is; a smaller bubble than
+    1F1B's is the plan's, a larger one contradicts it."""
+    one_f = _pipe(bubble=0.25)
+    uneven = _pipe("zb", 0.3, 0.077, ops={Op.FORWARD: 5, Op.BACKWARD_INPUT: 6,
+                                          Op.BACKWARD_WEIGHT: 13})
+    text = pipeline_text.zero_bubble_text(one_f, uneven)
+    assert "not halves: W is 2.2x I" in text and "contradicts the plan" in text
+    even = _pipe("zb", 0.1, 0.077, ops={Op.FORWARD: 5, Op.BACKWARD_INPUT: 5,
+                                        Op.BACKWARD_WEIGHT: 5})
+    text = pipeline_text.zero_bubble_text(one_f, even)
+    assert "(about halves)" in text and "filled bubbles" in text
+
+
+def _balanced(stage_ms: list[float], bounds: list[int], step_s: float) -> SimpleNamespace:
+    return SimpleNamespace(step_time_s=step_s, metrics={"stage_time_ms": stage_ms,
+                                                        "stage_bounds": bounds, "stages": 2})
+
+
+def test_balancing_reports_the_slowest_stage_and_a_run_that_did_not_gain() -> None:
+    """The slowest stage from 40 to 30 ms is the rule showing; 40 to 38 contradicts it."""
+    count = _balanced([20.0, 40.0], [0, 4, 8], 0.4)
+    good = {"by layer count": count, "by measured cost": _balanced([28.0, 30.0], [0, 6, 8], 0.3)}
+    pred = {"by layer count": 1.4, "by measured cost": 1.6}
+    text = pipeline_text.balance_text(good, pred)
+    assert "[6, 2] layers" in text and "40.0 to 30.0 ms" in text and "set the pace" in text
+    bad = {"by layer count": count, "by measured cost": _balanced([38.0, 30.0], [0, 6, 8], 0.4)}
+    assert "contradicts the rule" in pipeline_text.balance_text(bad, pred)
+
+
+def _tp(overlap: float, diff: float = 1e-7) -> SimpleNamespace:
+    events = [Event(r, Lane.COMPUTE, Op.FORWARD, s * 100 * MS, 60 * MS, step=s)
+              for r in (0, 1) for s in (0, 1)]
+    events += [Event(r, Lane.COMM, Op.ALL_REDUCE, s * 100 * MS + 60 * MS, 30 * MS, step=s)
+               for r in (0, 1) for s in (0, 1)]
+    events += [Event(r, Lane.STEP, Op.STEP, s * 100 * MS, 90 * MS, step=s)
+               for r in (0, 1) for s in (0, 1)]
+    metrics = {"max_abs_diff_output": diff, "max_abs_diff_loss": 0.0,
+               "max_abs_diff_vs_reference": 1e-9, "params_per_rank": 505,
+               "params_full": 1000, "comm_bytes_match": True, "overlap_fraction": overlap,
+               "dtensor": {"comm_counts": {"all_reduce": 2}}}
+    return SimpleNamespace(metrics=metrics, timeline=Timeline(events, 2),
+                           config=SimpleNamespace(world_size=2))
+
+
+def test_tp_sentences_carry_the_run_and_flag_what_breaks_a_rule() -> None:
+    """A faithful run: same function, 50.5% of the parameters, exact bytes, 2% hidden, the
+    exposed share read from the timeline (30 of 90 ms), DTensor's 2 all-reduces. A large
+    difference is reported, and an overlap above 15% is explained."""
+    text = tp_text.tp_text(_tp(0.02))
+    assert "same function" in text and "(50.5%; 1/2 = 50.0%" in text
+    assert "measured equals predicted exactly" in text
+    assert "2% of the all-reduce time hid" in text and "took 33% of each rank's step" in text
+    assert "on the critical path" in text and "issued 2 all-reduces" in text
+    assert "NOT the same function" in tp_text.tp_text(_tp(0.02, diff=1e-3))
+    assert "more than the rule allows" in tp_text.tp_text(_tp(0.4))
+
+
+def _zero(states: tuple[float, float, float], predicted: tuple[float, float, float],
+          comm: float = 1.0) -> SimpleNamespace:
+    keys = ("params", "grads", "optimizer")
+    return SimpleNamespace(metrics={"per_rank_bytes": [dict(zip(keys, states))],
+                                    "predicted_bytes": dict(zip(keys, predicted)),
+                                    "comm_ratio_vs_ddp": comm,
+                                    "max_abs_diff_vs_reference": 6e-5})
+
+
+def test_zero_stages_are_set_against_ddp_measured_and_predicted() -> None:
+    """Stage 3 on 2 ranks keeps half of DDP's 16 B/param (measured and predicted); stages
+    that do not shrink are flagged."""
+    runs = {"stage 0": _zero((4, 4, 8.1), (4, 4, 8)), "stage 3": _zero((2, 2, 4.05), (2, 2, 4),
+                                                                        1.5)}
+    assert zero_text.model_states(runs["stage 0"].metrics) == (pytest.approx(16.1), 16.0)
+    text = zero_text.zero_text(runs)
+    assert "stage 3: 0.00 MB per rank = 0.50 of DDP's (predicted 0.50), comm 1.50x" in text
+    assert "as ZeRO says" in text
+    flat = zero_text.zero_text({"a": _zero((4, 4, 8), (4, 4, 8)), "b": _zero((4, 4, 8),
+                                                                             (4, 4, 4))})
+    assert "no fewer bytes" in flat
+
+
+def _act(saved: float, predicted: float, step_ms: float) -> SimpleNamespace:
+    return SimpleNamespace(step_time_s=step_ms / 1e3, metrics={
+        "saved_activation_bytes": [saved], "predicted_activation_bytes": predicted})
+
+
+def test_precision_says_what_checkpointing_saved_and_what_it_cost() -> None:
+    """bf16 halves, checkpointing keeps about half of bf16's; a slower checkpointed step is
+    the recompute, a faster one contradicts the rule and is explained."""
+    runs = {"fp32": _act(1000, 1000, 60), "bf16": _act(500, 500, 30),
+            "bf16+ckpt": _act(260, 250, 35)}
+    text = zero_text.precision_text(runs)
+    assert "bf16 saved 0.50 of fp32's" in text and "kept 0.52 of bf16's (predicted 0.50)" in text
+    assert "recomputed forward cost 5.0 ms" in text
+    runs["bf16+ckpt"] = _act(260, 250, 25)
+    assert "contradicts the rule" in zero_text.precision_text(runs)
+
+
+def test_the_fit_sentence_says_when_a_held_out_size_was_missed() -> None:
+    """Held-out errors of 10% hold; 84% is named with its size and the reason."""
+    fit = AlphaBeta(100e-6, 2e9)
+
+    def report(err: float) -> dict[str, Any]:
+        return {"fit": fit, "rows": [
+            {"bytes": 1e6, "measured_s": 1e-3, "predicted_s": 1e-3, "rel_error": 0.0,
+             "used_for_fit": True},
+            {"bytes": 2e6, "measured_s": 2e-3, "predicted_s": 2e-3 * (1 + err),
+             "rel_error": err, "used_for_fit": False}]}
+    assert "within 10%" in comm_text.fit_text(report(0.1))
+    missed = comm_text.fit_text(report(0.84))
+    assert "missed the held-out 2 MB by 84%" in missed and "cores" in missed
+    assert "alpha 100 us" in missed and "2.00 GB/s" in missed
+
+
+def test_compression_sentences_check_bytes_and_name_the_faster_methods() -> None:
+    """Exact bytes are said to be; fp16 slower and int8 faster than none are listed as such,
+    beside the uncompressed run's all-reduce time (the most compression could save)."""
+    def row(method: str, wire: float, step_ms: float, loss: float, pred: float | None = None
+            ) -> dict[str, Any]:
+        return {"method": method, "wire_bytes": wire, "predicted_wire_bytes": pred or wire,
+                "step_time_s": step_ms / 1e3, "final_loss": loss}
+    comp = {"rows": [row("none", 400, 10, 2.0), row("fp16", 200, 12, 2.0),
+                     row("int8", 100, 8, 2.01)]}
+    comp["results"] = {"none": _ddp(2, 1.0, 4.0)}
+    text = comm_text.compression_text(comp)
+    assert "exactly the predicted bytes" in text and "its all-reduce 4.0 ms of it" in text
+    assert "on this run: int8; not faster: fp16" in text and "+0.010" in text
+    comp["rows"].append(row("topk", 5, 9, 2.1, pred=4))
+    assert "differ from the prediction for topk" in comm_text.compression_text(comp)
+
+
+def _ov(name: str, frac: float, cap: float | None = None) -> dict[str, Any]:
+    return {"name": name, "overlap_fraction": frac, "bucket_cap_mb": cap}
+
+
+def test_overlap_sentence_compares_small_and_big_buckets_and_tp() -> None:
+    """Small buckets hiding 40% against one big bucket's 5% is the rule; equal shares
+    contradict it; TP hiding 1% sits between dependent matmuls."""
+    rows = [_ov("ddp bucket 0.05 MB", 0.4, 0.05), _ov("ddp bucket 25 MB", 0.05, 25.0),
+            _ov("tp x2", 0.01)]
+    text = comm_text.overlap_text(rows)
+    assert "hid 40%" in text and "hid 5%" in text and "dependent matmuls" in text
+    rows[0]["overlap_fraction"] = 0.08
+    assert "contradicts the rule" in comm_text.overlap_text(rows)
+
+
+def test_step_sentence_names_overlap_or_waiting() -> None:
+    """Within 1.5x the model holds; below it the run hid communication; above it the
+    all-reduce took longer than the wire needs."""
+    pred = SimpleNamespace(total_s=0.050, comm_s=0.010)
+    row = {"step_time_s": 0.055, "comm_s": 0.012, "overlap_fraction": 0.0}
+    assert comm_text.step_text(pred, row).endswith("the model holds")
+    assert "hid under compute" in comm_text.step_text(pred, {**row, "step_time_s": 0.030,
+                                                              "overlap_fraction": 0.6})
+    slow = comm_text.step_text(pred, {**row, "step_time_s": 0.100, "comm_s": 0.060})
+    assert "took 60.0 ms where the fitted wire needs 10.0" in slow
+
+
+def _ddp(n: int, compute_ms: float, comm_ms: float) -> SimpleNamespace:
+    events = []
+    for r in range(n):
+        for s in (0, 1):
+            t = s * 100 * MS
+            events.append(Event(r, Lane.COMPUTE, Op.BACKWARD, t, int(compute_ms * MS), step=s))
+            events.append(Event(r, Lane.COMM, Op.ALL_REDUCE, t + int(compute_ms * MS),
+                                int(comm_ms * MS), step=s))
+            events.append(Event(r, Lane.STEP, Op.STEP, t, 90 * MS, step=s))
+    return SimpleNamespace(timeline=Timeline(events, n), config=SimpleNamespace(world_size=n),
+                           metrics={"max_abs_diff_vs_reference": 1e-8})
+
+
+def test_welcome_says_which_took_longer_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 ms of compute against 4 ms of all-reduce is communication 4x; with compute longer on
+    more ranks than cores, the sentence says the ranks shared cores."""
+    monkeypatch.setattr(welcome, "cpu_count", lambda: 2)
+    text = welcome.welcome_text(_ddp(2, 1.0, 4.0), _ddp(4, 8.0, 2.0))
+    first, second = text.splitlines()
+    assert first.startswith("2 ranks: compute 1.0 ms") and "took 4.0x the compute" in first
+    assert "equal one process's up to 1e-08" in first
+    assert second.startswith("4 ranks:") and "4 ranks shared 2 cores" in second
