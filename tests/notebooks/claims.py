@@ -4,12 +4,34 @@
 in the same kernel: the checks read the very objects the cells printed and plotted, so they
 pin what the student saw. They assert the *phenomenon* each lesson teaches, with a margin
 (a ratio, an order, a split), never a time. A check fails with the measured numbers.
+
+Phenomena made of timings (a bubble, an overlap, a speedup, a race) are held to their margin
+on a quiet machine. On a busy one (other programs wanted half the cores or more: the tests'
+other worker, two CPU hogs, a student's browser) a timing may miss its margin: then the check
+asks that the lesson said so in its own words where it prints a verdict
+(``labkit.lessons.machine.why_not``) -- a lesson may be slow or noisy, never silently wrong.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from labkit.lessons.machine import load_now
+
+SAID = "Run the cell again on a quieter machine"
+"""The end of ``why_not``'s sentence: the lesson told the student its run missed the rule."""
+
+
+def timed(holds: bool, detail: str, said: str | None = None) -> None:
+    """A timing phenomenon: it holds with its margin, or the machine is busy and (where the
+    lesson prints a verdict, ``said``) the lesson told the student why its run missed."""
+    if holds:
+        return
+    load = load_now()
+    assert load.busy, f"{detail} on a quiet machine ({load.text()})"
+    assert said is None or SAID in said, (f"{detail} ({load.text()}), and the lesson did not "
+                                          f"say why: {said}")
 
 
 def lesson_00(ns: dict[str, Any]) -> None:
@@ -32,9 +54,9 @@ def lesson_03(ns: dict[str, Any]) -> None:
     naive, gpipe, gpipe8 = ns["naive"].metrics, ns["gpipe"].metrics, ns["gpipe8"].metrics
     one_f, inter = ns["one_f"].metrics, ns["inter"].metrics
     assert naive["bubble_fraction"] >= 0.4, f"naive bubble {naive['bubble_fraction']:.2f} < 0.4"
-    assert gpipe8["bubble_fraction"] < naive["bubble_fraction"] - 0.1, (
-        f"the bubble did not shrink: m=1 {naive['bubble_fraction']:.2f}, "
-        f"m=8 {gpipe8['bubble_fraction']:.2f}")
+    timed(gpipe8["bubble_fraction"] < naive["bubble_fraction"] - 0.1,
+          f"the bubble did not shrink: m=1 {naive['bubble_fraction']:.2f}, "
+          f"m=8 {gpipe8['bubble_fraction']:.2f}")
     for m in (gpipe, one_f):
         assert m["peak_activations"] == m["peak_activations_predicted"], m["schedule"]
     assert one_f["peak_activations"][0] < gpipe["peak_activations"][0]
@@ -103,7 +125,9 @@ def lesson_06(ns: dict[str, Any]) -> None:
     ddp = [r for r in ns["rows"] if not r["name"].startswith("tp")]
     small, big = (min(ddp, key=lambda r: r["bucket_cap_mb"]),
                   max(ddp, key=lambda r: r["bucket_cap_mb"]))
-    assert small["overlap_fraction"] > big["overlap_fraction"] + 0.1, (small, big)
+    timed(small["overlap_fraction"] > big["overlap_fraction"] + 0.1,
+          f"small buckets hid {small['overlap_fraction']:.2f}, one big bucket "
+          f"{big['overlap_fraction']:.2f}")
     tp = next(r for r in ns["rows"] if r["name"].startswith("tp"))
     assert tp["overlap_fraction"] < 0.15, tp
 
@@ -115,11 +139,12 @@ def lesson_11(ns: dict[str, Any]) -> None:
     ps, exp = ns["ps"], ns["exp"]
     rows = {r["quantity"]: r for r in ps.straggler_predictions(exp)}
     ratio = rows["ASP / BSP gradients per second"]["measured"]
-    assert ratio >= 1.5, f"ASP / BSP gradients per second {ratio:.2f} < 1.5 (predicted 2.5)"
+    timed(ratio >= 1.5, f"ASP / BSP gradients per second {ratio:.2f} < 1.5 (predicted 2.5)")
     table = {r["run"]: r for r in exp.table()}
     asp, bsp = (table[f"{c}, straggler"]["time_to_target_s"] for c in ("asp", "bsp"))
-    assert asp is not None and (bsp is None or asp < bsp), f"ASP {asp} s, BSP {bsp} s"
-    assert "the rule holds here" in ps.race_text(exp), ps.race_text(exp)
+    race = ps.race_text(exp)
+    timed(asp is not None and (bsp is None or asp < bsp), f"ASP {asp} s, BSP {bsp} s", race)
+    assert ("the rule holds here" in race) == (asp is not None and (bsp is None or asp < bsp))
     assert all(table[n]["max_staleness"] == 0 for n in table if n.startswith("bsp"))
     for n in (n for n in table if n.startswith("ssp")):  # Ho et al.: the clock gap, if reported
         m = exp.runs[n].metrics
@@ -173,10 +198,11 @@ def lesson_09(ns: dict[str, Any]) -> None:
     count, cost = (ns["bal"][k].metrics for k in ("by block count", "by measured cost"))
     last = lambda m: m["stage_bounds"][-1] - m["stage_bounds"][-2]
     assert last(cost) < last(count), (count["stage_bounds"], cost["stage_bounds"])
-    from labkit.lessons.parallel3d import stage_ms
+    from labkit.lessons.parallel3d import balance_text, stage_ms
 
     before, after = (max(stage_ms(ns["bal"][k])) for k in ("by block count", "by measured cost"))
-    assert after < 0.9 * before, f"slowest stage {before:.1f} -> {after:.1f} ms"
+    timed(after < 0.9 * before, f"slowest stage {before:.1f} -> {after:.1f} ms",
+          balance_text(ns["bal"]))
 
 
 def lesson_10(ns: dict[str, Any]) -> None:
@@ -190,7 +216,7 @@ def lesson_10(ns: dict[str, Any]) -> None:
         assert across[name]["predicted_step_s"] >= inside[name]["step_s"], name
     if across["tp"]["slowdown"] is not None:  # an emulated cluster ran here
         tp, pp = across["tp"]["slowdown"], across["pipeline"]["slowdown"]
-        assert tp > 1.2 * pp, f"the link slowed TP {tp:.2f}x, the pipeline {pp:.2f}x"
+        timed(tp > 1.2 * pp, f"the link slowed TP {tp:.2f}x, the pipeline {pp:.2f}x")
         assert all(abs(r["rate_error"]) < 0.1 for r in ns["links"]), ns["links"]
 
 

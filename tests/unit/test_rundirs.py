@@ -41,7 +41,7 @@ def test_a_run_starting_beside_sweeps_is_never_taken_for_dead(tmp_path, monkeypa
     import threading
 
     def slow_open(path, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
-        handle = builtins.open(path, mode, *args, **kwargs)
+        handle = builtins.open(path, mode, *args, **kwargs)  # noqa: SIM115 - returned open, like open()
         if "w" in mode:
             time.sleep(0.002)
         return handle
