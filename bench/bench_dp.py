@@ -44,5 +44,8 @@ def bench_ddp() -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     bench_ring()
     bench_ddp()

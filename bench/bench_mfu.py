@@ -44,6 +44,9 @@ def labkit(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def main() -> None:
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     env = dict(os.environ, LABKIT_CACHE=tempfile.mkdtemp(prefix="bench-mfu-"),
                PYTHONPATH=str(ROOT))
     print(f"load before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
