@@ -49,6 +49,10 @@ TARGET_LOSS = 2.1
 """The loss the lesson races to (from about 2.3 at the start): BSP gets there about half-way
 through its run, so ASP's fast worker, 4x quicker, gets there while it still runs (after it
 finishes its 40 steps the straggler trains alone, at the straggler's pace)."""
+SYNC_TOLERANCE = 1e-4
+"""|w - w_sync| below which BSP counts as synchronous SGD: the server sums 2 x 4096 samples'
+gradients in another order than one process does, and 40 steps of that float rounding
+reach about 1e-5 (1.6e-5 measured); a wrong update rule is off by 1e-3 or more."""
 
 
 @dataclass
@@ -213,7 +217,7 @@ def staleness_text(exp: PSExperiment) -> str:
         worst = max(r["diff_vs_sync"] for r in bsp)
         stale = max(r["max_staleness"] for r in bsp)
         out.append(f"BSP: largest staleness {stale}, |w - w_sync| at most {worst:.1g}"
-                   + (" -- synchronous SGD up to float rounding" if stale == 0 and worst < 1e-4
+                   + (" -- synchronous SGD up to float rounding" if stale == 0 and worst < SYNC_TOLERANCE
                       else " -- NOT synchronous SGD: report this run"))
     ssp = [exp.runs[n].metrics for n in rows if n.startswith("ssp")]
     if ssp:
