@@ -127,15 +127,13 @@ def tp(b: Bench) -> list[Row]:
 
 
 def mfu(b: Bench) -> list[Row]:
-    from labkit.analysis.calibrate import calibrate
-
     r = b.run("ddp", b.sizes.mfu)
     m, model = r.metrics, r.config.model
-    cached = calibrate("cuda" if b.backend == "nccl" else "cpu") or {}
-    age_min = (time.time() - cached["measured_at"]) / 60 if "measured_at" in cached else None
-    age = ("" if age_min is None else f", {age_min:.0f} min ago" if age_min < 120 else
-           f", {age_min / 60:.0f} h ago")
-    source = f"labkit calibrate: {cached.get('matrix', '?')}^2 matmul{age}"
+    # the peak this run divided by, as the run reports it (labkit.analysis.throughput)
+    age_min = m.get("peak_age_s", 0.0) / 60
+    age = f"{age_min:.0f} min ago" if age_min < 120 else f"{age_min / 60:.0f} h ago"
+    source = (f"{m.get('peak_source', 'labkit calibrate')}, best shape "
+              f"{m.get('peak_shape') or '?'}, {age}")
     return [judge.mfu(b.backend, m.get("mfu"), m["flops_per_step"],
                       mlp_weights(model.in_dim, model.width, model.depth, model.out_dim),
                       r.config.batch_size * b.world_size, m.get("peak_flops_per_s"), source)]
