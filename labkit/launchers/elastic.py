@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -107,19 +109,25 @@ def run_elastic(*, checkpoint_dir: str | Path, steps: int = 12, nproc: int = 2,
            "--timeout", str(_attempt_budget(timeout_s, max_restarts))]
     if inject_fault:
         cmd += ["--inject-fault", inject_fault]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+    # torchrun's agent keeps a torchelastic_* dir per run (and torch a torchinductor_<user>
+    # dir) in TMPDIR: a private one, removed afterwards, so nothing piles up in /tmp
+    tmp = tempfile.mkdtemp(prefix="labkit-elastic-")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "TMPDIR": tmp,
            "GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo")}
-    # 1. own process group, so a timeout can stop torchrun and every worker it started
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
     try:
-        log, _ = proc.communicate(timeout=timeout_s)
-    except BaseException as exc:  # timeout, or Ctrl-C / the notebook's stop button
-        log = _stop(proc)
-        if not isinstance(exc, subprocess.TimeoutExpired):
-            raise
-        raise RunFailed(RankFailure(None, "timeout", f"torchrun did not finish in {timeout_s} s",
-                                    log[-4000:])) from None
+        # 1. own process group, so a timeout can stop torchrun and every worker it started
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, start_new_session=True)
+        try:
+            log, _ = proc.communicate(timeout=timeout_s)
+        except BaseException as exc:  # timeout, or Ctrl-C / the notebook's stop button
+            log = _stop(proc)
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                raise
+            raise RunFailed(RankFailure(None, "timeout", f"torchrun did not finish in "
+                                        f"{timeout_s} s", log[-4000:])) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     if proc.returncode != 0 or not report.is_file():
         raise RunFailed(RankFailure(None, "exit", f"torchrun exited with {proc.returncode}",
                                     log[-4000:]))

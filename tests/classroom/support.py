@@ -10,6 +10,7 @@ world-readable folder and layers a venv on the running environment's site-packag
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import secrets
@@ -19,6 +20,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,6 +127,15 @@ class Users:
             userdel = shutil.which("userdel", path="/usr/sbin:/sbin:/usr/bin:/bin")
             subprocess.run([userdel or "userdel", "--remove", name], capture_output=True,
                            timeout=60, check=False)
+        # what their kernels left in the shared temp dir (torch's torchinductor_<user>)
+        tmp = Path(tempfile.gettempdir())
+        for entry in tmp.iterdir():
+            with contextlib.suppress(OSError):
+                if entry.lstat().st_uid in uids and entry.lstat().st_uid != 0:
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry, ignore_errors=True)
+                    else:
+                        entry.unlink()
         return uids
 
 

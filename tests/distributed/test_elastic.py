@@ -12,7 +12,16 @@ from labkit.launchers.elastic import run_elastic
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson07]
 
 
-def test_torchrun_restarts_and_resumes_to_the_same_weights(tmp_path: Path) -> None:
+def test_torchrun_restarts_and_resumes_to_the_same_weights(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """... and leaves nothing in the caller's temp dir (torchrun's torchelastic_* dirs went
+    to /tmp, one per run, before issue 25)."""
+    import tempfile
+
+    caller_tmp = tmp_path / "tmp"
+    caller_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(caller_tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     report = run_elastic(checkpoint_dir=tmp_path / "ck", steps=10, nproc=2, max_restarts=2,
                          checkpoint_every=2, inject_fault="1:5:kill", timeout_s=240)
     assert report["attempt"] >= 1, report["log"][-2000:]
@@ -20,3 +29,4 @@ def test_torchrun_restarts_and_resumes_to_the_same_weights(tmp_path: Path) -> No
     ref = labkit.run(strategy="ddp", world_size=2, steps=10, progress=False,
                      threads_per_rank=1, timeout_s=90)
     assert report["params_sha256"] == ref.params_sha256
+    assert sorted(p.name for p in caller_tmp.iterdir()) == [], "temp files left behind"

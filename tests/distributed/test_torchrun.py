@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -46,8 +48,11 @@ def _env() -> dict[str, str]:
 
 def _run_agents(commands: list[list[str]]) -> list[tuple[int, str, str]]:
     """Start every agent, wait for all (under a timeout), kill all their processes on failure."""
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # the agents' torchelastic_* dirs go to a private TMPDIR, removed below, not to /tmp
+    tmp = tempfile.mkdtemp(prefix="labkit-torchrun-test-")
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env={**_env(), "TMPDIR": tmp},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
              for cmd in commands]
     results: list[tuple[int, str, str]] = []
     try:
@@ -59,6 +64,7 @@ def _run_agents(commands: list[list[str]]) -> list[tuple[int, str, str]]:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
     return results
 
 
