@@ -35,10 +35,12 @@ import tempfile
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from labkit.base.errors import RankFailure, RunFailed, RunTimeout
 from labkit.config.run import RunConfig
+from labkit.launchers import rundirs
 from labkit.launchers.ray.session import ensure_ray
 from labkit.rank.job import Job
 
@@ -180,7 +182,10 @@ def run_on_ray(job: Job) -> Any:
     if backend == "nccl":
         per_worker["GPU"] = 1.0
     inbox = ray.remote(num_cpus=0)(Inbox).remote()
-    storage = tempfile.mkdtemp(prefix="labkit-raytrain-")
+    # Ray Train's storage: a run directory like the supervisor's, locked while this driver
+    # lives, so a driver killed outright (no finally) leaves it to the next run's sweep
+    storage = tempfile.mkdtemp(prefix=f"{rundirs.PREFIX}raytrain-")
+    owner = rundirs.hold(Path(storage))
     trainer = TorchTrainer(  # 2.
         rank_on_ray, train_loop_config={"job": job, "inbox": inbox},
         torch_config=TorchConfig(backend=backend, timeout_s=int(config.timeout_s + 30)),
@@ -194,6 +199,7 @@ def run_on_ray(job: Job) -> Any:
         reports, errors, logs = ray.get(inbox.contents.remote())  # 3.
     finally:
         ray.kill(inbox)
+        owner.close()
         shutil.rmtree(storage, ignore_errors=True)
     if fit_error is not None or len(reports) < config.world_size:
         raise _failure(config, fit_error, reports, errors)  # 4.
