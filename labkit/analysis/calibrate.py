@@ -74,10 +74,15 @@ def _torch_build() -> str:
     return f"{dist.version}@{where}#{stamp}"
 
 
-def _key(device: str, threads: int) -> str:
+DTYPES = ("fp32", "bf16")
+"""The precisions a peak is measured in: fp32 (labkit's default training) and bf16 (mixed
+precision, ``--precision bf16``: on a GPU the tensor-core rate a datasheet quotes)."""
+
+
+def _key(device: str, threads: int, dtype: str = "fp32") -> str:
     checkout = Path(__file__).resolve().parents[2]
     return (f"{platform.node()}|{sys.executable}|torch {_torch_build()}|labkit {checkout}|"
-            f"{device}|{threads} threads")
+            f"{device}|{threads} threads" + ("" if dtype == "fp32" else f"|{dtype}"))
 
 
 # ---- 3. how busy the machine is while we measure -------------------------------------------
@@ -115,9 +120,12 @@ def busy_reason(others: float, spread: float, cores: int) -> str | None:
 
 # ---- 1-2. the measurement (in a fresh process) ---------------------------------------------
 def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape] | None = None,
-            rounds: int = ROUNDS, seconds: float = 0.1) -> dict[str, Any]:
-    """Best-of-``rounds`` fp32 FLOP/s of every shape (m, k, n), and how busy the machine was."""
+            rounds: int = ROUNDS, seconds: float = 0.1, dtype: str = "fp32") -> dict[str, Any]:
+    """Best-of-``rounds`` FLOP/s of every shape (m, k, n) in ``dtype`` (fp32 or bf16), and
+    how busy the machine was."""
     import torch
+
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
 
     dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
     if dev.type == "cpu":
@@ -127,7 +135,7 @@ def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape]
     spreads: dict[str, float] = {}
     before = cpu_sample()
     for m, k, n in shapes or []:
-        a, b = torch.randn(m, k, device=dev), torch.randn(k, n, device=dev)
+        a, b = torch.randn(m, k, device=dev, dtype=dt), torch.randn(k, n, device=dev, dtype=dt)
         seen = []  # the first round pays the warm-up (allocator, threads, cuBLAS): best-of
         for _ in range(rounds):
             count, t0 = 0, time.perf_counter()
@@ -143,7 +151,7 @@ def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape]
     return {"rates": rates, "spreads": spreads, "others_cores": others,
             "load": os.getloadavg()[0], "device": device, "name": name or platform.machine(),
             "threads": torch.get_num_threads() if dev.type == "cpu" else None,
-            "dtype": "float32", "measured_at": time.time()}
+            "dtype": "bfloat16" if dtype == "bf16" else "float32", "measured_at": time.time()}
 
 
 def square(device: str) -> list[Shape]:
@@ -187,12 +195,13 @@ def judge(measured: dict[str, Any]) -> str | None:
     return busy_reason(measured.get("others_cores", 0.0), spread, cores)
 
 
-def _run_measurement(device: str, threads: int, shapes: list[Shape], timeout_s: float
-                     ) -> dict[str, Any] | None:
+def _run_measurement(device: str, threads: int, shapes: list[Shape], timeout_s: float,
+                     dtype: str = "fp32") -> dict[str, Any] | None:
     spec = ";".join(f"{m},{k},{n}" for m, k, n in shapes)
     try:
         proc = subprocess.run([sys.executable, "-m", "labkit.analysis.calibrate", "--device",
-                               device, "--threads", str(threads), "--shapes", spec, "--json"],
+                               device, "--threads", str(threads), "--shapes", spec, "--dtype",
+                               dtype, "--json"],
                               capture_output=True, text=True, timeout=timeout_s, check=False)
         return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
     except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
@@ -215,8 +224,8 @@ def merge(old: dict[str, Any] | None, fresh: dict[str, Any]) -> dict[str, Any]:
 
 
 def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shape] | None = None,
-              refresh: bool = False, tries: int = 1, timeout_s: float = 180.0
-              ) -> dict[str, Any] | None:
+              refresh: bool = False, tries: int = 1, timeout_s: float = 180.0,
+              dtype: str = "fp32") -> dict[str, Any] | None:
     """The peak for ``device`` with ``threads``: cached shapes reused, missing ones (every
     shape with ``refresh``) measured in a subprocess, up to ``tries`` times while the machine
     is busy. ``"fresh"``: measured in this call; ``"now_busy"``: why this call's measurement
@@ -224,7 +233,9 @@ def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shap
     import fcntl
 
     threads = threads or devices.cpu_count()
-    key = _key(device, threads)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} must be one of {', '.join(DTYPES)}")
+    key = _key(device, threads, dtype)
     wanted = sorted(set(square(device)) | set(shapes or []))
     cache_dir().mkdir(parents=True, exist_ok=True)
     with open(cache_dir() / "peak_flops.lock", "w") as lock:
@@ -241,7 +252,7 @@ def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shap
         for attempt in range(tries):
             if attempt:
                 time.sleep(2.0)
-            fresh = _run_measurement(device, threads, missing, timeout_s)
+            fresh = _run_measurement(device, threads, missing, timeout_s, dtype)
             if fresh is None:
                 return summarize(old) if old is not None else None
             fresh["busy"] = judge(fresh)
@@ -259,14 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m labkit.analysis.calibrate")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--dtype", choices=DTYPES, default="fp32")
     p.add_argument("--shapes", default="", help="M,K,N;M,K,N... (default: the square sizes)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s]
-    result = measure(args.device, args.threads, shapes or square(args.device))  # type: ignore[arg-type]
+    result = measure(args.device, args.threads, shapes or square(args.device),  # type: ignore[arg-type]
+                     dtype=args.dtype)
     peak = summarize(result)
     print(json.dumps(result) if args.json else
-          f"{result['name']}: {peak['peak_flops_per_s'] / 1e9:.1f} GFLOP/s fp32 matmul "
+          f"{result['name']}: {peak['peak_flops_per_s'] / 1e9:.1f} GFLOP/s {args.dtype} matmul "
           f"({peak['shape']}, {result['threads'] or 1} threads)")
     return 0
 

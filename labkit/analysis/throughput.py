@@ -47,17 +47,18 @@ def gemm_shapes(config: Any, world_size: int) -> list[Shape]:
 
 
 def machine_peak(backend: str, world_size: int, threads: int, shapes: list[Shape],
-                 refresh: bool = False) -> dict[str, Any] | None:
-    """The peak a run could use and where it came from (``calibrate.summarize``'s fields)."""
+                 refresh: bool = False, dtype: str = "fp32") -> dict[str, Any] | None:
+    """The peak a run could use and where it came from (``calibrate.summarize``'s fields),
+    in the run's precision (``dtype``: fp32, or bf16 for a mixed-precision run)."""
     from labkit.analysis.calibrate import calibrate
 
     if backend == "nccl":
-        one = calibrate("cuda", shapes=shapes, refresh=refresh)
+        one = calibrate("cuda", shapes=shapes, refresh=refresh, dtype=dtype)
         if not one:
             return None
         return {**one, "peak_flops_per_s": one["peak_flops_per_s"] * world_size}
     total = max(1, min(devices.cpu_count(), world_size * threads))
-    return calibrate("cpu", threads=total, shapes=shapes, refresh=refresh)
+    return calibrate("cpu", threads=total, shapes=shapes, refresh=refresh, dtype=dtype)
 
 
 def _peak_fields(peak: dict[str, Any], source: str) -> dict[str, Any]:
@@ -68,17 +69,17 @@ def _peak_fields(peak: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def mfu_fields(achieved: float, backend: str, world_size: int, threads: int,
-               shapes: list[Shape]) -> dict[str, Any]:
+               shapes: list[Shape], dtype: str = "fp32") -> dict[str, Any]:
     """``mfu`` and the peak it used; a peak below ``achieved`` is measured again first."""
-    peak = machine_peak(backend, world_size, threads, shapes)
+    peak = machine_peak(backend, world_size, threads, shapes, dtype=dtype)
     if not peak or peak["peak_flops_per_s"] <= 0:
         return {}
-    what = f"fp32 torch.mm, best of {len(peak.get('rates') or {})} shapes"
+    what = f"{dtype} torch.mm, best of {len(peak.get('rates') or {})} shapes"
     source = f"{what}, " + ("measured now" if peak.get("fresh") else "cached") + \
         (" (on a busy machine)" if peak.get("busy") else "")
     if achieved > peak["peak_flops_per_s"]:
         low = peak["peak_flops_per_s"]
-        again = machine_peak(backend, world_size, threads, shapes, refresh=True)
+        again = machine_peak(backend, world_size, threads, shapes, refresh=True, dtype=dtype)
         if again and again["peak_flops_per_s"] > 0:
             peak = again
             source = f"{what}, measured again: the model ran at {achieved / 1e9:.1f} GFLOP/s, " \
@@ -114,6 +115,7 @@ def throughput(metrics: dict[str, Any], step_time_s: float, config: Any, backend
     if flops:
         achieved = flops / step_time_s
         out["model_flops_per_s"] = achieved
+        dtype = str(getattr(config.options, "precision", "fp32"))
         out.update(mfu_fields(achieved, backend, config.world_size, threads,
-                              gemm_shapes(config, config.world_size)))
+                              gemm_shapes(config, config.world_size), dtype=dtype))
     return out

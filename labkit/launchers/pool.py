@@ -57,6 +57,28 @@ GROUP_TIMEOUT_S = MAX_TIMEOUT_S + 30
 CLOSE_GRACE_S = 2.0  # a closed pool's ranks leave by themselves within this, else are killed
 
 
+def pool_problems(config: RunConfig, world_size: int, backend: str) -> list[str]:
+    """Why ``config`` cannot run on a pool of ``world_size`` ranks on ``backend`` (empty: it
+    can): its ranks and backend are the pool's, started by labkit, on this one machine."""
+    problems = []
+    if config.world_size != world_size:
+        problems.append(f"world_size ({config.world_size}) must equal this pool's "
+                        f"({world_size}); e.g. labkit.Pool({config.world_size})"
+                        f".run(...) or world_size={world_size}")
+    if config.resolved_backend() != backend:
+        problems.append(f"backend {config.resolved_backend()!r} must be this pool's "
+                        f"({backend!r}); e.g. backend={backend!r}")
+    if config.launcher != "labkit":
+        problems.append(f"launcher {config.launcher!r} starts its own ranks; a pool's are "
+                        f"labkit's: use labkit.run(..., launcher={config.launcher!r}) or "
+                        f"drop launcher")
+    if config.nodes != 1:
+        problems.append(f"nodes ({config.nodes}) start one torchrun agent per emulated "
+                        f"node; a pool's ranks share this machine's loopback: use "
+                        f"labkit.run(..., nodes={config.nodes}) or drop nodes")
+    return problems
+
+
 class PoolSupervisor(Supervisor):
     """The supervisor of ranks that stay up between jobs (``labkit.launchers.pool_main``)."""
 
@@ -200,22 +222,7 @@ class Pool:
     def run(self, config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
         """``labkit.run`` on this pool's ranks: same arguments, same ``RunResult``."""
         config = make_config(config, kwargs)
-        problems = []
-        if config.world_size != self.world_size:
-            problems.append(f"world_size ({config.world_size}) must equal this pool's "
-                            f"({self.world_size}); e.g. labkit.Pool({config.world_size})"
-                            f".run(...) or world_size={self.world_size}")
-        if config.resolved_backend() != self.backend:
-            problems.append(f"backend {config.resolved_backend()!r} must be this pool's "
-                            f"({self.backend!r}); e.g. backend={self.backend!r}")
-        if config.launcher != "labkit":
-            problems.append(f"launcher {config.launcher!r} starts its own ranks; a pool's are "
-                            f"labkit's: use labkit.run(..., launcher={config.launcher!r}) or "
-                            f"drop launcher")
-        if config.nodes != 1:
-            problems.append(f"nodes ({config.nodes}) start one torchrun agent per emulated "
-                            f"node; a pool's ranks share this machine's loopback: use "
-                            f"labkit.run(..., nodes={config.nodes}) or drop nodes")
+        problems = pool_problems(config, self.world_size, self.backend)
         if problems:
             raise ConfigError(problems)
         return run_config(config, self._execute)

@@ -1,5 +1,10 @@
 """The GPU's own rows: its allocator's peak around a ZeRO run, a timed matmul beside the
-datasheet (fp32 and bf16), CUDA events against the host clock, and ``nvidia-smi topo -m``.
+datasheet (fp32 and bf16), CUDA events against the host clock, the MFU of a GPT trained in
+bf16 on one GPU, and ``nvidia-smi topo -m``.
+
+With fewer GPUs than ranks (one GPU, two ranks: NCCL refuses two ranks on one device) the
+rank rows run on gloo on the CPU cores, and the rows one GPU can run run on a one-rank NCCL
+pool: the matmuls, the events, the GPT's MFU and ZeRO's allocator peak at N_d = 1.
 
 The functions named ``*_on_rank`` run on the ranks (``Pool.launch``), where the GPU is: the
 process that runs the self-test never creates a CUDA context (a forked rank could not use
@@ -159,6 +164,36 @@ def device_rows(pool: Pool | None, gpus: int) -> list[Row]:
             events = judge_devices.cuda_event_timing(got["event_s"], got["host_s"])
     rows.append(events)
     return rows
+
+
+GPT_MFU_MODEL: dict[str, Any] = {"kind": "gpt", "width": 2048, "depth": 4, "heads": 16, "seq_len": 512}
+"""The GPT one GPU trains for the MFU row: 12 L h^2 = 201M matmul weights (under labkit's
+250M cap), 128-wide heads, 512 tokens: big enough for the tensor cores to dominate."""
+
+
+def gpt_mfu(pool: Pool | None, steps: int = 8) -> list[Row]:
+    """A 1-rank GPT run in bf16 mixed precision (``labkit.run ddp --precision bf16``) on one
+    GPU: its model FLOPs against PaLM's count and its MFU against the bf16 matmul peak
+    measured on this GPU (``labkit calibrate --device cuda --dtype bf16``)."""
+    from labkit.analysis.calibrate import calibrate
+    from labkit.selftest.sizes import batch_for
+
+    if pool is None:
+        return [skipped("gpt_mfu_bf16", "09", "MFU of a 1-rank GPT (bf16) vs the measured bf16 "
+                        "peak", "cuda", no_gpu_reason())]
+
+    model = dict(GPT_MFU_MODEL)
+    h, layers, seq = int(model["width"]), int(model["depth"]), int(model["seq_len"])
+    weights = 12 * layers * h * h + 96 * h  # the blocks' matmuls, and the 96-character head
+    peak = calibrate("cuda", dtype="bf16")
+    batch = batch_for(weights * seq, peak["peak_flops_per_s"] if peak else 400e12, lo=8, hi=256)
+    r = pool.run(strategy="ddp", world_size=pool.world_size, backend=pool.backend,
+                 model=model, batch_size=batch, steps=steps, progress=False,
+                 optimizer="adam", options={"precision": "bf16"}, timeout_s=300)
+    m = r.metrics
+    return [judge_devices.gpt_mfu(m.get("mfu"), m["flops_per_step"], weights, layers, h, seq,
+                                  batch * pool.world_size, m.get("peak_flops_per_s"),
+                                  m.get("peak_source", "?"), m.get("mfu_note"))]
 
 
 def topology_row(gpus: int) -> Row:

@@ -75,6 +75,40 @@ def datasheet_peak(dtype: str, device_name: str, measured: float, sheet: Datashe
                        "model": sheet.model})
 
 
+def gpt_mfu(mfu: float | None, flops_per_step: float, weights: int, layers: int, hidden: int,
+            seq: int, samples: int, peak: float | None, peak_source: str,
+            note: str | None = None) -> Row:
+    """A GPT's MFU on one GPU in bf16: its FLOPs must be PaLM's count (appendix B: 6 N +
+    12 L h s per token, N the matmul weights), and its MFU inside ``judge.MFU_RANGE`` of the
+    bf16 peak measured on the same GPU."""
+    tokens = samples * seq
+    paper = 6 * weights * tokens + 12 * layers * hidden * seq * tokens
+    problems = []
+    if abs(flops_per_step - paper) > judge.FLOPS_TOL * paper:
+        problems.append(f"model FLOPs {flops_per_step:.4g} per step, PaLM's (6 N + 12 L h s) x "
+                        f"tokens = {paper:.4g}")
+    lo, hi = judge.MFU_RANGE
+    if mfu is None or not peak:
+        problems.append(note or "no bf16 peak: `labkit calibrate --device cuda --dtype bf16` "
+                        "failed")
+    elif mfu > hi:
+        problems.append("MFU above 1: the bf16 peak was measured too low")
+    elif mfu < lo:
+        problems.append(f"MFU below {lo}: the GPT waits on something other than its matmuls "
+                        f"(data on the host, small kernels, a busy GPU)")
+    return Row(key="gpt_mfu_bf16", lesson="09", check="MFU of a 1-rank GPT (bf16) vs the "
+               "measured bf16 peak", backend="cuda", status=FAIL if problems else PASS,
+               measured="-" if mfu is None else f"MFU {mfu:.2f}",
+               expected=f"{lo}-{hi} of the peak" + ("" if not peak else
+                                                    f", {peak / 1e12:.0f} TFLOP/s ({peak_source})"),
+               off_by="" if mfu is None or not peak else
+               f"model work {mfu * peak / 1e12:.0f} TFLOP/s",
+               note="; ".join(problems) or f"GPT h={hidden}, L={layers}, s={seq}, {samples} "
+               f"samples a step; FLOPs = PaLM's count",
+               values={"mfu": mfu, "peak_flops_per_s": peak, "flops_per_step": flops_per_step,
+                       "paper_flops_per_step": paper})
+
+
 def cuda_event_timing(event_s: float, host_s: float) -> Row:
     diff = event_s / host_s - 1
     ok = abs(diff) <= judge.EVENTS_TOL

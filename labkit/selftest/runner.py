@@ -71,12 +71,18 @@ def machine(backend: str, world_size: int, gpus: int) -> dict[str, Any]:
             "world_size": world_size, "load_before": os.getloadavg()[0]}
 
 
+ONE_GPU_NOTE = "ran on gloo on the CPU cores: NCCL needs one GPU per rank, {gpus} visible"
+"""Why a rank row beside a GPU ran on gloo. gloo's CUDA tensors are no way out: two ranks
+on one GPU would share its time, and gloo has no CUDA reduce-scatter."""
+
+
 def run_selftest(on_row: Callable[[Row], None] | None = None) -> SelftestReport:
     """Every lesson's point checked on this machine; ``on_row`` sees each row as it lands."""
     t0 = time.perf_counter()
     gpus = devices.gpu_count()
     backend = "nccl" if gpus >= WORLD_SIZE else "gloo"
-    sizes = gpu_sizes(_gpu_peak()) if backend == "nccl" else cpu_sizes()
+    sizes = gpu_sizes(_gpu_peak()) if gpus else cpu_sizes()
+    rank_sizes = sizes if backend == "nccl" else cpu_sizes()
     report = SelftestReport(rows=[], machine=machine(backend, WORLD_SIZE, gpus))
 
     def add(rows: list[Row]) -> None:
@@ -85,16 +91,30 @@ def run_selftest(on_row: Callable[[Row], None] | None = None) -> SelftestReport:
             if on_row is not None:
                 on_row(row)
 
+    def on_gloo(rows: list[Row]) -> list[Row]:
+        """Rank rows that ran on gloo beside a GPU say why (one GPU, two ranks)."""
+        if 0 < gpus < WORLD_SIZE:
+            for row in rows:
+                if row.backend == "gloo":
+                    why = ONE_GPU_NOTE.format(gpus=gpus)
+                    row.note = f"{row.note}; {why}" if row.note else why
+        return rows
+
     usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     add([judge_devices.cpu_topology(numa_nodes(), usable, WORLD_SIZE)])
     add([gpu.topology_row(gpus)])
     with Pool(WORLD_SIZE, backend=backend) as pool:
-        bench = checks.Bench(pool, sizes, gpus)
+        bench = checks.Bench(pool, rank_sizes, gpus)
         for check in checks.RANK_CHECKS:
-            add(_guarded(check, bench))
+            add(on_gloo(_guarded(check, bench)))
         with _gpu_pool(pool, gpus) as gpu_pool:
             add(_guarded(gpu.device_rows, gpu_pool, gpus))
+            if gpu_pool is not None and gpu_pool is not pool:  # one GPU: N_d = 1 on it
+                add(_guarded(checks.zero_one_gpu, checks.Bench(gpu_pool, sizes, gpus)))
+            add(_guarded(gpu.gpt_mfu, gpu_pool))
     report.machine["load_after"] = os.getloadavg()[0]
-    report.machine["sizes"] = sizes.device
+    report.machine["sizes"] = rank_sizes.device
+    if gpus:
+        report.machine["gpu_sizes"] = sizes.device
     report.wall_s = time.perf_counter() - t0
     return report

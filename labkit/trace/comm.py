@@ -34,6 +34,26 @@ _REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.R
                "product": dist.ReduceOp.PRODUCT}
 
 
+def tensor_collective(name: str, module: Any = dist) -> Callable[..., Any]:
+    """``torch.distributed``'s one-tensor collective ``name`` ("reduce_scatter" or
+    "all_gather"), whichever spelling this torch has: torch 2.13 calls them
+    ``reduce_scatter_single`` / ``all_gather_single``; the torch releases pyproject allows
+    before that (2.4 on) only ``reduce_scatter_tensor`` / ``all_gather_into_tensor`` (same
+    arguments). A GPU server's image often ships an older torch than the CPU pin."""
+    spellings = {"reduce_scatter": ("reduce_scatter_single", "reduce_scatter_tensor"),
+                 "all_gather": ("all_gather_single", "all_gather_into_tensor")}[name]
+    for spelling in spellings:
+        fn = getattr(module, spelling, None)
+        if fn is not None:
+            return fn  # type: ignore[no-any-return]
+    raise RuntimeError(f"this torch ({getattr(torch, '__version__', '?')}) has none of "
+                       f"torch.distributed.{' / '.join(spellings)}: labkit needs torch >= 2.4")
+
+
+_REDUCE_SCATTER = tensor_collective("reduce_scatter")
+_ALL_GATHER = tensor_collective("all_gather")
+
+
 def wire_bytes(op: Op, payload: int, world_size: int) -> float:
     """Bytes one rank sends for a collective implemented as a ring (nccl-tests convention)."""
     n = world_size
@@ -220,14 +240,14 @@ class Comm:
         then = (lambda: output.div_(self.world_size)) if avg else None
         meta.setdefault("bytes", _nbytes(input))
         return self._run(Op.REDUCE_SCATTER,
-                         lambda o, i, **kw: dist.reduce_scatter_single(o, i, op=red, **kw),
+                         lambda o, i, **kw: _REDUCE_SCATTER(o, i, op=red, **kw),
                          (output, input), async_op, meta, then)
 
     def all_gather(self, output: torch.Tensor, input: torch.Tensor, *, async_op: bool = False,
                    **meta: Any) -> Handle | None:
         """Concatenate every rank's ``input`` into ``output`` (world_size x input)."""
         meta.setdefault("bytes", _nbytes(output))
-        return self._run(Op.ALL_GATHER, dist.all_gather_single, (output, input), async_op, meta)
+        return self._run(Op.ALL_GATHER, _ALL_GATHER, (output, input), async_op, meta)
 
     def broadcast(self, tensor: torch.Tensor, src: int, *, async_op: bool = False,
                   **meta: Any) -> Handle | None:

@@ -25,6 +25,7 @@ one replica see the same samples (``labkit.base.grid``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar, cast
@@ -109,9 +110,22 @@ class TrainLoop(Generic[R]):
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.task.loss(out, y)
 
+    @property
+    def precision(self) -> str:
+        """fp32, or bf16 where the strategy's options ask for mixed precision."""
+        return str(getattr(self.cfg.options, "precision", "fp32"))
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """The forward's precision: bf16 under ``torch.autocast`` (fp32 weights and
+        gradients, bf16 matmuls), else nothing. A strategy that stores its weights in bf16
+        itself (ZeRO's mixed precision) overrides this with a no-op."""
+        if self.precision != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(self.ctx.device.type, dtype=torch.bfloat16)
+
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> Any:
         """2. Forward and backward on this rank's data; returns the loss (tensor or float)."""
-        with self.ctx.tracer.span(Op.FORWARD, step=step):
+        with self.ctx.tracer.span(Op.FORWARD, step=step), self.autocast():
             loss = self.loss(self.model(x), y)
         traced_backward(self.ctx, loss, self.clock, step)
         return loss

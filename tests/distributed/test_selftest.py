@@ -28,7 +28,7 @@ COUNTED = ("ranks", "ddp_reference", "tp_bytes", "zero_1_bytes", "zero_2_bytes",
 """Rows decided by counts and weights, not by timing: they pass whatever the load."""
 TIMED = ("ring_busbw", "bucketed_overlap", "bubble_gpipe", "bubble_1f1b", "mfu")
 GPU_ONLY = ("topology", "zero_1_gpu_memory", "zero_2_gpu_memory", "zero_3_gpu_memory",
-            "zero_2_bf16_gpu_memory", "datasheet_fp32", "datasheet_bf16", "cuda_events")
+            "zero_2_bf16_gpu_memory", "datasheet_fp32", "datasheet_bf16", "cuda_events", "gpt_mfu_bf16")
 
 
 def test_selftest_json_reports_every_lesson_row_on_the_cpu(contained: Any) -> None:

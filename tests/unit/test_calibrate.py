@@ -30,7 +30,7 @@ def fake_machine(tmp_path, monkeypatch):
     queue: list[dict[str, Any]] = []
     asked: list[list[tuple[int, int, int]]] = []
 
-    def run(device, threads, shapes, timeout_s):
+    def run(device, threads, shapes, timeout_s, dtype="fp32"):
         asked.append(list(shapes))
         out = queue.pop(0)
         spread = next(iter(out["spreads"].values()), 0.0)
@@ -106,7 +106,7 @@ def test_a_model_faster_than_its_peak_recalibrates_and_never_reports_mfu_above_1
     peaks = iter([{"peak_flops_per_s": 54e9, "rates": {"a": 54e9}, "busy": "load 7"},
                   {"peak_flops_per_s": 120e9, "rates": {"a": 120e9}, "fresh": True}])
 
-    def fake_peak(backend, world_size, threads, shapes, refresh=False):
+    def fake_peak(backend, world_size, threads, shapes, refresh=False, dtype="fp32"):
         calls.append(refresh)
         return next(peaks)
 
@@ -124,3 +124,17 @@ def test_a_model_faster_than_even_a_new_peak_gets_no_mfu(monkeypatch) -> None:
     with pytest.warns(UserWarning):
         out = tp.mfu_fields(59e9, "gloo", 2, 1, [])
     assert "mfu" not in out and "too busy" in out["mfu_note"]
+
+
+def test_a_bf16_peak_is_its_own_entry_and_never_feeds_the_fp32_one(fake_machine):
+    """--precision bf16 runs divide by the bf16 matmul peak (a GPU's tensor-core rate is 15x
+    its fp32 one): it is measured with dtype bf16 and cached under its own key."""
+    queue, asked = fake_machine
+    queue.append(_measured({"2048x2048x2048": 9e11}))
+    queue.append(_measured({"2048x2048x2048": 5e10}))
+    bf16 = cal.calibrate("cpu", threads=2, shapes=[(2048, 2048, 2048)], dtype="bf16")
+    fp32 = cal.calibrate("cpu", threads=2, shapes=[(2048, 2048, 2048)])
+    assert bf16["peak_flops_per_s"] == 9e11 and fp32["peak_flops_per_s"] == 5e10
+    assert len(asked) == 2  # two keys, two measurements
+    with pytest.raises(ValueError, match="dtype 'fp16' must be one of fp32, bf16"):
+        cal.calibrate("cpu", dtype="fp16")

@@ -306,25 +306,37 @@ def test_selftest_reads_the_allocator_peak_after_resetting_it(monkeypatch):
 class _FakeNcclPool:
     """Answers like a 2-GPU NCCL pool with FIXTURE metrics consistent with each config."""
 
-    backend, world_size = "nccl", 2
     MiB = 2**20
 
-    def __init__(self, overhead_mib: int = 80):
+    def __init__(self, overhead_mib: int = 80, world_size: int = 2, backend: str = "nccl"):
         self.overhead = overhead_mib * self.MiB
+        self.world_size, self.backend = world_size, backend
         self.last: dict = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
     def run(self, **kw):
         from types import SimpleNamespace
 
+        from labkit.launchers.pool import pool_problems
         from labkit.selftest.judge import paper_zero_bytes
 
-        cfg = RunConfig(world_size=2, **kw)
+        n = self.world_size
+        cfg = RunConfig(**kw)
+        if pool_problems(cfg, n, self.backend):  # what a real pool refuses (the H200's run)
+            raise ConfigError(pool_problems(cfg, n, self.backend))
         o, m, b = cfg.options, cfg.model, cfg.batch_size
         metrics = {
-            "ddp": lambda: {"max_abs_diff_vs_reference": 3e-6} if cfg.check_reference else {
+            "ddp": lambda: {"max_abs_diff_vs_reference": 3e-6} if cfg.check_reference else
+            self._gpt(m, b * n) if m.kind == "gpt" else {
                 "mfu": 0.55, "peak_flops_per_s": 100e12, "flops_per_step": 6 * (
                     m.in_dim * m.width + (m.depth - 1) * m.width**2 + m.width * m.out_dim) * 2 * b},
-            "allreduce-bench": lambda: {"results": [{"time_s": t, "busbw_gbps": 2.56e8 / t / 1e9}
+            "allreduce-bench": lambda: {"results": [{"time_s": t, "busbw_gbps":
+                                                     o.sizes[0] / t / 1e9 * 2 * (n - 1) / n}
                                                     for t in [2.6e-3 if o.impl == "ring" else 1.9e-3]]},
             "ddp-bucketed": lambda: {"overlap_fraction": 0.62, "buckets": 19},
             "pipeline": lambda: {"microbatches": o.microbatches, "bubble_fraction": 0.215,
@@ -332,27 +344,37 @@ class _FakeNcclPool:
             "tp": lambda: {"comm_bytes_per_layer_measured": [
                 {"forward": 2 * b * o.seq * o.hidden * 4, "backward": 2 * b * o.seq * o.hidden * 4}
             ] * o.layers},
-            "zero": lambda: self._zero(paper_zero_bytes(m.parameters(), 2, o.stage, o.precision),
+            "zero": lambda: self._zero(paper_zero_bytes(m.parameters(), n, o.stage, o.precision),
                                        b, o.precision),
         }[cfg.strategy]()
         self.last, self.model, self.batch = metrics, m, b
-        return SimpleNamespace(config=cfg, metrics=metrics, backend="nccl")
+        return SimpleNamespace(config=cfg, metrics=metrics, backend=self.backend)
 
     def _zero(self, paper, batch, precision):
-        states = {k: int(v) for k, v in paper.items()}
-        return {"precision": precision, "per_rank_bytes": [states] * 2,
-                "peak_model_state_bytes": [sum(states.values()) + 128 * self.MiB] * 2,
-                "saved_activation_bytes": [batch * 4096 * 4 * 8] * 2}
+        states, n = {k: int(v) for k, v in paper.items()}, self.world_size
+        return {"precision": precision, "per_rank_bytes": [states] * n,
+                "peak_model_state_bytes": [sum(states.values()) + 128 * self.MiB] * n,
+                "saved_activation_bytes": [batch * 4096 * 4 * 8] * n}
+
+    @staticmethod
+    def _gpt(m, samples):
+        from labkit.theory import training_flops
+
+        weights = 12 * m.depth * m.width**2 + 96 * m.width
+        return {"mfu": 0.45, "peak_flops_per_s": 700e12, "peak_source": "bf16 torch.mm",
+                "flops_per_step": training_flops(weights, samples, seq=m.seq_len,
+                                                 attention_layers=m.depth, hidden=m.width)}
 
     def launch(self, fn, *args, **kw):
         from types import SimpleNamespace
 
         base = 512 * self.MiB
+        n = self.world_size
         if fn.__name__ == "whoami":
-            out = [{"rank": r, "world_size": 2, "pid": 100 + r, "device": f"cuda:{r}"}
-                   for r in range(2)]
+            out = [{"rank": r, "world_size": n, "pid": 100 + r, "device": f"cuda:{r}"}
+                   for r in range(n)]
         elif fn.__name__ == "reset_peak_on_rank":
-            out = [base, base]
+            out = [base] * n
         elif fn.__name__ == "peak_on_rank":
             from labkit.selftest.gpu import zero_phases
 
@@ -360,11 +382,11 @@ class _FakeNcclPool:
             phases = zero_phases(self.model, self.batch, m["peak_model_state_bytes"][0] - states,
                                  m["saved_activation_bytes"][0],
                                  2 if m["precision"] == "bf16" else 4)
-            out = [base + states + int(max(phases.values())) + self.overhead] * 2
+            out = [base + states + int(max(phases.values())) + self.overhead] * n
         else:  # matmul_on_rank(dtype, n)
             flops = 52e12 if args[0] == "fp32" else 720e12
             out = [{"flops": flops, "event_s": 0.5, "host_s": 0.503, "count": 200,
-                    "name": "NVIDIA H100 80GB HBM3", "allow_tf32": False}] * 2
+                    "name": "NVIDIA H100 80GB HBM3", "allow_tf32": False}] * n
         return SimpleNamespace(results=out)
 
 
@@ -403,3 +425,123 @@ def test_selftest_table_fails_the_memory_row_when_the_gpu_holds_far_more(monkeyp
     mem = rows["zero_3_gpu_memory"]
     assert mem.status == "fail" and "more than the allocator" in mem.note
     assert mem.off_by.startswith("+4000 MiB")
+
+
+# ---- torch releases older than the CPU pin (a GPU image's own torch) ---------------------
+def test_one_tensor_collectives_fall_back_to_the_older_spelling():
+    """torch 2.13 spells them reduce_scatter_single / all_gather_single; 2.4-2.12 only
+    reduce_scatter_tensor / all_gather_into_tensor. The H200's image had torch 2.11, where
+    ZeRO and TP died with "module 'torch.distributed' has no attribute
+    'reduce_scatter_single'": both spellings must resolve, the new one first."""
+    from types import SimpleNamespace
+
+    from labkit.trace.comm import tensor_collective
+
+    def old_rs(o, i, op=None, group=None, async_op=False):
+        return "tensor"
+
+    def new_rs(o, i, op=None, group=None, async_op=False):
+        return "single"
+
+    older = SimpleNamespace(reduce_scatter_tensor=old_rs, all_gather_into_tensor=old_rs)
+    assert tensor_collective("reduce_scatter", older) is old_rs
+    assert tensor_collective("all_gather", older) is old_rs
+    both = SimpleNamespace(reduce_scatter_single=new_rs, reduce_scatter_tensor=old_rs)
+    assert tensor_collective("reduce_scatter", both) is new_rs
+    with pytest.raises(RuntimeError, match="reduce_scatter_single / reduce_scatter_tensor"):
+        tensor_collective("reduce_scatter", SimpleNamespace())
+
+
+def test_selftest_with_one_gpu_runs_every_row_one_gpu_can(monkeypatch):
+    """One GPU, two ranks (the H200 lent here): NCCL refuses two ranks on one device, so the
+    rank rows run on gloo and say why, and the rows one GPU can run do run on a one-rank NCCL
+    pool -- ZeRO's allocator peak at N_d = 1 and a bf16 GPT's MFU -- instead of being
+    skipped (before, the table skipped every max_memory_allocated row and had no GPU MFU)."""
+    from labkit.analysis import calibrate
+    from labkit.selftest import gpu, runner
+
+    pools = []
+
+    def fake_pool(world_size, backend="auto"):
+        pools.append(_FakeNcclPool(world_size=world_size, backend=backend))
+        return pools[-1]
+
+    monkeypatch.setattr(devices, "gpu_count", lambda: 1)
+    monkeypatch.setattr(runner, "Pool", fake_pool)
+    monkeypatch.setattr(runner, "_gpu_peak", lambda: 50e12)
+    monkeypatch.setattr(gpu, "gpu_names", lambda: [{"index": 0, "name": "NVIDIA H200"}])
+    monkeypatch.setattr(gpu, "nvidia_smi_topo", lambda: "\tGPU0\tCPU Affinity\nGPU0\t X \t0-15\n")
+    monkeypatch.setattr(calibrate, "calibrate", lambda device="cpu", **kw: {
+        "peak_flops_per_s": 700e12 if kw.get("dtype") == "bf16" else 50e12, "measured_at": 0.0})
+    report = runner.run_selftest()
+    rows = {r.key: r for r in report.rows}
+    assert [(p.world_size, p.backend) for p in pools] == [(2, "gloo"), (1, "nccl")]
+    assert [k for k, r in rows.items() if r.status != "pass"] == [], report.markdown()
+    for key in ("ranks", "ddp_reference", "zero_2_bytes"):
+        assert rows[key].backend == "gloo" and "NCCL needs one GPU per rank, 1 visible" in rows[key].note
+    for key in ("zero_1_gpu_memory", "zero_2_gpu_memory", "zero_3_gpu_memory",
+                "zero_2_bf16_gpu_memory"):
+        assert rows[key].backend == "nccl" and rows[key].check.endswith("one GPU, N_d = 1")
+    mfu = rows["gpt_mfu_bf16"]
+    assert mfu.measured == "MFU 0.45" and "700 TFLOP/s" in mfu.expected
+    assert report.count("skipped") == 0
+
+
+def test_gpt_mfu_row_fails_when_the_flops_are_not_palms_count():
+    """The GPU's MFU row checks the run's FLOPs against PaLM's (6 N + 12 L h s) x tokens."""
+    from labkit.selftest.judge_devices import gpt_mfu
+
+    h, layers, seq, samples = 2048, 4, 512, 32
+    weights = 12 * layers * h * h + 96 * h
+    paper = 6 * weights * samples * seq + 12 * layers * h * seq * samples * seq
+    good = gpt_mfu(0.4, paper, weights, layers, h, seq, samples, 700e12, "bf16 torch.mm")
+    assert good.status == "pass" and good.off_by == "model work 280 TFLOP/s"
+    wrong = gpt_mfu(0.4, 6 * weights * samples * seq, weights, layers, h, seq, samples, 700e12, "x")
+    assert wrong.status == "fail" and "PaLM" in wrong.note
+    none = gpt_mfu(None, paper, weights, layers, h, seq, samples, None, "?", "too busy")
+    assert none.status == "fail" and none.note == "too busy"
+
+
+FACTORIES = {"zeros", "empty", "ones", "full", "randn", "rand", "arange", "tensor"}
+AUTOGRAD_MODULES = ("labkit/train/parallel/zero_units.py", "labkit/train/parallel/zero.py",
+                    "labkit/train/parallel/tensor.py")
+"""Rank code whose functions run inside backward (ZeRO's and TP's autograd Functions and
+hooks): on a GPU those run on autograd's device thread."""
+
+
+@pytest.mark.parametrize("path", AUTOGRAD_MODULES)
+def test_buffers_made_in_backward_name_their_device(path):
+    """``torch.set_default_device`` is thread-local, and on a GPU autograd runs backward on a
+    thread of its own, where a bare ``torch.zeros(n)`` lands on the CPU: on the H200 every
+    ZeRO run on NCCL died with "CUDAGuardImpl initialized with non-CUDA DeviceType: cpu".
+    So every tensor factory in code that backward calls names its device."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / path).read_text())
+    bare = [f"line {node.lineno}: torch.{node.func.attr}(...)" for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in FACTORIES and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "torch"
+            and not any(k.arg == "device" for k in node.keywords)]
+    assert not bare, f"{path}: tensors made without device=: {bare}"
+
+
+def test_powersgd_on_cpu_ranks_of_a_gpu_machine_sees_no_cuda(monkeypatch):
+    """torch's PowerSGD hook calls torch.cuda.synchronize(bucket device) whenever CUDA is
+    available: lesson 06's gloo (CPU) PowerSGD run died on the H200 with "Expected a cuda
+    device, but got: cpu". On CPU ranks the hook's ``torch`` reports no CUDA, everything else
+    passes through, and the module is restored afterwards."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    from labkit.strategies.compression.hooks import traced_torch_hooks
+    from labkit.strategies.ddp.torch_ddp import StepRef
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU machine
+    with traced_torch_hooks(object(), StepRef(), on_cpu=True):
+        assert powerSGD_hook.torch.cuda.is_available() is False
+        assert powerSGD_hook.torch.zeros is torch.zeros
+    assert powerSGD_hook.torch is torch
+    with traced_torch_hooks(object(), StepRef(), on_cpu=False):  # GPU ranks keep CUDA
+        assert powerSGD_hook.torch.cuda.is_available() is True

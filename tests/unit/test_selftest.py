@@ -194,3 +194,16 @@ def test_a_check_that_raises_becomes_a_fail_row_and_the_table_goes_on():
     (row,) = _guarded(zero, None)
     assert row.status == FAIL and row.key == "zero" and "KeyError: 'per_rank_bytes'" in row.note
     assert _guarded(lambda bench: [skipped("k", "01", "c", "gloo", "why")], None)[0].status == SKIP
+
+
+def test_the_bubble_row_judges_the_least_of_its_runs_and_shows_the_spread():
+    """The H200's 16 cores read GPipe's bubble at 0.238, 0.254 and 0.256 against 0.200 in
+    three single runs: noise only adds idle time, so the least run is judged (0.238 passes)
+    and the spread is shown; runs that all miss still fail."""
+    from labkit.selftest.judge import pipeline_bubble
+
+    row = pipeline_bubble("gloo", "gpipe", 2, 4, [0.256, 0.238, 0.254], 0.2)
+    assert row.status == "pass" and row.values["measured"] == 0.238
+    assert row.measured == "0.238 (least of 3; spread 0.018)"
+    assert pipeline_bubble("gloo", "gpipe", 2, 4, [0.31, 0.30], 0.2).status == "fail"
+    assert pipeline_bubble("gloo", "gpipe", 2, 4, 0.21, 0.2).measured == "0.210"

@@ -80,18 +80,36 @@ class TracedDist:
         return None
 
 
+class _TorchWithoutCuda:
+    """``torch`` as torch's PowerSGD hook sees it on a CPU rank: without CUDA. The hook calls
+    ``torch.cuda.synchronize(device)`` whenever CUDA is available, and with a CPU bucket on a
+    GPU machine that raises ("Expected a cuda device, but got: cpu": lesson 06's gloo runs on
+    the H200, torch 2.11). Everything else is torch's own."""
+
+    class cuda:  # stands in for the torch.cuda module
+        @staticmethod
+        def is_available() -> bool:
+            return False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
 @contextlib.contextmanager
-def traced_torch_hooks(comm: Any, step: StepRef) -> Iterator[None]:
-    """While active, torch's default and PowerSGD hooks all-reduce through ``comm``."""
+def traced_torch_hooks(comm: Any, step: StepRef, on_cpu: bool = False) -> Iterator[None]:
+    """While active, torch's default and PowerSGD hooks all-reduce through ``comm``; with
+    ``on_cpu`` (the ranks' buckets live on the CPU) PowerSGD sees no CUDA."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     shim = TracedDist(comm, step)
-    saved = (default_hooks.dist, powerSGD_hook.dist)
+    saved = (default_hooks.dist, powerSGD_hook.dist, powerSGD_hook.torch)
     default_hooks.dist = powerSGD_hook.dist = shim  # type: ignore[assignment]
+    if on_cpu:
+        powerSGD_hook.torch = _TorchWithoutCuda()  # type: ignore[assignment]
     try:
         yield
     finally:
-        default_hooks.dist, powerSGD_hook.dist = saved  # type: ignore[assignment]
+        default_hooks.dist, powerSGD_hook.dist, powerSGD_hook.torch = saved  # type: ignore[assignment]
 
 
 class _FeedbackHook:

@@ -77,7 +77,8 @@ class CompressedDDPLoop(TorchDDPLoop[CompressionMetrics]):
             ddp.register_comm_hook(None, self.feedback.__call__)
 
     def run(self) -> RankOutput:
-        with traced_torch_hooks(self.ctx.dp_comm, self.step_ref):
+        with traced_torch_hooks(self.ctx.dp_comm, self.step_ref,
+                                on_cpu=self.ctx.device.type == "cpu"):
             return super().run()
 
     def fill_record(self) -> None:

@@ -84,7 +84,11 @@ class FlatUnit:
         self.padded = self.numel if stage == 0 or not pad else math.ceil(self.numel / n) * n
         self.shard = self.padded // n
         self.lo, self.hi = rank * self.shard, (rank + 1) * self.shard
-        full32 = torch.zeros(self.padded)
+        # every buffer on the parameters' device, named explicitly: ``torch.set_default_device``
+        # is thread-local, and on a GPU backward hooks run on autograd's device thread, where
+        # a bare torch.zeros lands on the CPU (NCCL then refuses it)
+        self.device = tensors[0].device if tensors else torch.get_default_device()
+        full32 = torch.zeros(self.padded, device=self.device)
         if tensors:
             full32[:self.numel] = torch.cat([t.detach().reshape(-1).float() for t in tensors])
         # 2. parameters: the whole buffer (stages 0-2) or only this rank's shard (stage 3)
@@ -96,7 +100,7 @@ class FlatUnit:
             self.full = full32.to(dtype).clone()
         # 3. gradients: the whole buffer (stages 0-1) or only this rank's shard (stages 2-3)
         self.grad = torch.zeros((self.padded if stage <= 1 else self.shard) if trainable else 0,
-                                dtype=dtype)
+                                dtype=dtype, device=self.device)
         # 4. the tensor the optimizer updates: fp32 master copy under bf16, else the params
         #    (a frozen unit's "master" is its own parameters: only read, for the final state)
         owned = full32 if stage == 0 else full32[self.lo:self.hi]
@@ -109,7 +113,7 @@ class FlatUnit:
         else:
             self.master = self.param_shard  # type: ignore[assignment]
         # autograd calls the unit's backward only if some input requires grad
-        self.anchor = torch.empty(0, requires_grad=True)
+        self.anchor = torch.empty(0, requires_grad=True, device=self.device)
 
     # ---- parameters ------------------------------------------------------------------
     def views(self, full: torch.Tensor) -> list[torch.Tensor]:
@@ -125,7 +129,7 @@ class FlatUnit:
         """The full flat parameters; in stage 3 all-gathered now (free with ``release``)."""
         if self.full is not None:
             return self.full
-        gathered = torch.empty(self.padded, dtype=self.dtype)
+        gathered = torch.empty(self.padded, dtype=self.dtype, device=self.device)
         self.meter.alloc(gathered)
         assert self.param_shard is not None  # stage 3 keeps only its shard between uses
         self.comm.all_gather(gathered, self.param_shard, step=step, bucket=self.index,
@@ -151,7 +155,7 @@ class FlatUnit:
         """Average this unit's fresh gradients over ranks, keeping what the stage keeps
         (deferred units only add them up; ``flush`` reduces once per step). A unit used
         several times in the step adds each use's gradients up and reduces after the last."""
-        flat = torch.zeros(self.padded, dtype=self.dtype)
+        flat = torch.zeros(self.padded, dtype=self.dtype, device=self.device)
         offset = 0
         for g, shape in zip(grads, self.shapes):
             size = math.prod(shape)
@@ -208,7 +212,7 @@ class FlatUnit:
         if self.stage == 0:
             return self.grad.float() if self.dtype != torch.float32 else self.grad
         if self.stage == 1:
-            shard = torch.empty(self.shard, dtype=self.dtype)
+            shard = torch.empty(self.shard, dtype=self.dtype, device=self.device)
             self.meter.alloc(shard)
             self.comm.reduce_scatter(shard, self.grad, op="avg", step=step, bucket=self.index,
                                      name=f"RS{self.index}")
@@ -247,7 +251,7 @@ class FlatUnit:
         """The whole fp32 flat parameters (a collective over the unit's ranks in stages 1-3)."""
         if self.stage == 0:
             return self.master.float()
-        full = torch.empty(self.padded)
+        full = torch.empty(self.padded, device=self.device)
         self.comm.all_gather(full, self.master.float().clone(), name=name)
         return full
 
