@@ -102,6 +102,16 @@ def test_gpu_memory_row_names_the_phase_that_sets_the_peak_and_the_overhead():
     assert "states 1400 + end-of-run gather 470" in row.expected
 
 
+
+def test_a_passing_memory_row_does_not_call_a_large_leftover_rounding():
+    """The H200's ZeRO-2 bf16 run: +385 MiB (+17 %) over 2308 MiB predicted passes inside the
+    slack, but rounding cannot explain it, so the row says an unnamed buffer did."""
+    states, phases = 1_795 * MiB, {"end-of-run gather": 513 * MiB}
+    row = jd.gpu_memory(2, "bf16", int((1_795 + 513 + 385) * MiB), states, phases)
+    assert row.status == PASS and "more than rounding" in row.note
+    assert "512-byte rounding" not in row.note
+
+
 def test_gpu_memory_row_fails_below_the_states_or_far_from_the_prediction():
     states, phases = 1_000 * MiB, {"forward/backward": 100 * MiB}
     under = jd.gpu_memory(3, "fp32", 900 * MiB, states, phases)

@@ -84,10 +84,11 @@ class FlatUnit:
         self.padded = self.numel if stage == 0 or not pad else math.ceil(self.numel / n) * n
         self.shard = self.padded // n
         self.lo, self.hi = rank * self.shard, (rank + 1) * self.shard
-        # every buffer on the parameters' device, named explicitly: ``torch.set_default_device``
-        # is thread-local, and on a GPU backward hooks run on autograd's device thread, where
-        # a bare torch.zeros lands on the CPU (NCCL then refuses it)
-        self.device = tensors[0].device if tensors else torch.get_default_device()
+        # every buffer on the rank's device (the default device while the unit is built: the
+        # model itself may have been initialised on the CPU), named explicitly from then on:
+        # ``torch.set_default_device`` is thread-local, and on a GPU backward hooks run on
+        # autograd's device thread, where a bare torch.zeros lands on the CPU (NCCL refuses it)
+        self.device = torch.get_default_device()
         full32 = torch.zeros(self.padded, device=self.device)
         if tensors:
             full32[:self.numel] = torch.cat([t.detach().reshape(-1).float() for t in tensors])
