@@ -92,7 +92,7 @@ def _selftest(args: argparse.Namespace) -> int:
 def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
     from labkit.analysis.calibrate import TRIES, cache_dir, calibrate
 
-    result = calibrate(args.device, refresh=True, tries=TRIES)
+    result = calibrate(args.device, refresh=True, tries=TRIES, dtype=args.dtype)
     if result is None:
         print("labkit: error: the calibration run failed (is torch installed?)", file=sys.stderr)
         return 1
@@ -107,7 +107,7 @@ def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
               f"{' (from busy measurements only)' if result.get('busy') else ''}. Close "
               f"other programs and run `labkit calibrate` again", file=sys.stderr)
         return 1
-    print(f"{result['name']}: peak {gflops:.1f} GFLOP/s fp32 matmul (best of "
+    print(f"{result['name']}: peak {gflops:.1f} GFLOP/s {args.dtype} matmul (best of "
           f"{len(result['rates'])} shapes: {result['shape']}, {result.get('threads') or 1} "
           f"threads); cached in {cache_dir() / 'peak_flops.json'} as the denominator of MFU")
     return 0
@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("calibrate", help="measure this machine's peak matmul FLOP/s again "
                                          "(the denominator of MFU; run it on a quiet machine)")
     c.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    c.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                   help="the precision: bf16 is the peak a --precision bf16 run's MFU uses")
     c.add_argument("--json", action="store_true")
     c.set_defaults(handler=_calibrate_command)
     for module in _PLUGINS:
