@@ -38,6 +38,7 @@ from labkit.lessons.async_ps_rates import (
 )
 from labkit.lessons.machine import Load, load_now, sharing_cores, why_not
 from labkit.strategies.ps.records import time_to_loss
+from labkit.theory.rounding import same_weights_tolerance
 
 LESSON_MODEL = ModelConfig(width=128, depth=2)
 LESSON_RUN: dict[str, Any] = {"strategy": "ps", "world_size": 3, "steps": 40, "lr": 0.4,
@@ -49,10 +50,11 @@ TARGET_LOSS = 2.1
 """The loss the lesson races to (from about 2.3 at the start): BSP gets there about half-way
 through its run, so ASP's fast worker, 4x quicker, gets there while it still runs (after it
 finishes its 40 steps the straggler trains alone, at the straggler's pace)."""
-SYNC_TOLERANCE = 1e-4
-"""|w - w_sync| below which BSP counts as synchronous SGD: the server sums 2 x 4096 samples'
-gradients in another order than one process does, and 40 steps of that float rounding
-reach about 1e-5 (1.6e-5 measured); a wrong update rule is off by 1e-3 or more."""
+SYNC_TOLERANCE = same_weights_tolerance("sgd", 0.4, 40)
+"""|w - w_sync| below which BSP counts as synchronous SGD (1.6e-4, the lab's one tolerance:
+``labkit.theory.rounding``): the server sums 2 x 4096 samples' gradients in another order
+than one process does, and 40 steps of that float rounding reach about 1e-5 (1.6e-5
+measured); a wrong update rule is off by 1e-3 or more."""
 
 
 @dataclass

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.lessons.machine import load_now, why_not
+from labkit.theory.rounding import same_weights_tolerance
 from labkit.visuals.comm import rank_shares
 
 SAME_FUNCTION = 1e-5
@@ -28,13 +29,19 @@ def tp_text(tp: Any) -> str:
     lines = []
     diffs = {k: m[k] for k in ("max_abs_diff_output", "max_abs_diff_loss",
                                "max_abs_diff_vs_reference")}
-    worst = max(diffs, key=lambda k: diffs[k])
-    if diffs[worst] < SAME_FUNCTION:
+    c = tp.config  # the trained weights: the lab's rounding tolerance (labkit.theory.rounding)
+    bars = {k: SAME_FUNCTION for k in diffs}
+    bars["max_abs_diff_vs_reference"] = max(SAME_FUNCTION,
+                                            same_weights_tolerance(c.optimizer, c.lr, c.steps))
+    worst = max(diffs, key=lambda k: diffs[k] / bars[k])
+    if all(diffs[k] < bars[k] for k in diffs):
         lines.append(f"same function: every difference from the unsharded blocks is below "
-                     f"{SAME_FUNCTION:g} (largest {diffs[worst]:.1g}, {worst})")
+                     f"{SAME_FUNCTION:g}, the trained weights' below rounding's "
+                     f"{bars['max_abs_diff_vs_reference']:.0e} (largest {diffs[worst]:.1g}, "
+                     f"{worst})")
     else:
         lines.append(f"NOT the same function: {worst} = {diffs[worst]:.2g} >= "
-                     f"{SAME_FUNCTION:g}: report this run")
+                     f"{bars[worst]:g}: report this run")
     share = m["params_per_rank"] / m["params_full"]
     lines.append(f"each rank keeps {m['params_per_rank']:,} of {m['params_full']:,} parameters "
                  f"({share:.1%}; 1/{n} = {1 / n:.1%} plus the replicated LayerNorms and "

@@ -15,9 +15,7 @@ from typing import Any
 from labkit.base.devices import cpu_count
 from labkit.lessons.dp_lesson import step_split_ms
 from labkit.lessons.machine import load_now, why_not
-
-SAME_WEIGHTS = 1e-6
-"""Largest difference from one process that is float rounding for this fp32 MLP."""
+from labkit.theory.rounding import same_weights_tolerance
 
 
 def welcome_text(*runs: Any) -> str:
@@ -38,7 +36,11 @@ def welcome_text(*runs: Any) -> str:
                      "memory copies between ranks, or a slow core)")
         diff = r.metrics.get("max_abs_diff_vs_reference")
         if diff is not None:
-            line += (f"; weights equal one process's up to {diff:.0e}" if diff < SAME_WEIGHTS
-                     else f"; weights differ from one process's by {diff:.1g}: report this run")
+            c = r.config
+            tol = same_weights_tolerance(c.optimizer, c.lr, c.steps)
+            line += (f"; weights equal one process's up to {diff:.0e} (rounding reaches "
+                     f"{tol:.0e}: labkit.theory.rounding)" if diff < tol
+                     else f"; weights differ from one process's by {diff:.1g}, more than "
+                     f"rounding's {tol:.0e}: report this run")
         lines.append(line)
     return "\n".join(lines)

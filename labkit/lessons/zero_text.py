@@ -37,7 +37,8 @@ def zero_text(runs: Mapping[str, Any]) -> str:
         diff = m.get("max_abs_diff_vs_reference")
         lines.append(f"{label}: {got / 1e6:.2f} MB per rank = {got / base[0]:.2f} of DDP's "
                      f"(predicted {want / base[1]:.2f}), comm {m['comm_ratio_vs_ddp']:.2f}x DDP"
-                     + (f", |w - one process| {diff:.1g}" if diff is not None else ""))
+                     + (f", |w - one process| {diff:.1g} (rounding reaches "
+                        f"{_rounding(r):.0e})" if diff is not None else ""))
     ratios = [model_states(r.metrics)[0] for r in runs.values()]
     if all(b < a for a, b in zip(ratios, ratios[1:])):
         lines.append("each stage kept fewer bytes than the one before, as ZeRO says")
@@ -69,3 +70,11 @@ def precision_text(runs: Mapping[str, Any]) -> str:
                      + (f" ({load.text()})" if load.busy else "")
                      + "; the bytes above do not depend on that")
     return "\n".join(lines)
+
+
+def _rounding(run: Any) -> float:
+    """The lab's tolerance for "equals one process" for this run (``labkit.theory.rounding``)."""
+    from labkit.theory.rounding import same_weights_tolerance
+
+    c = run.config
+    return same_weights_tolerance(c.optimizer, c.lr, c.steps)

@@ -14,6 +14,8 @@ call from a quiz, a grader or the CLI. Modules:
 * ``compute``: model FLOPs of a training step (the numerator of MFU)
 * ``parallel3d``: per-rank parameters, memory and per-axis traffic of a dp x pp x tp grid
 * ``deepspeed``: a DeepSpeed ZeRO config read field by field, with labkit's predictions
+* ``rounding``: how far float rounding alone moves weights (the lab's tolerance for "equals
+  one process")
 * ``cli``: the ``labkit calc`` command
 """
 
@@ -71,6 +73,7 @@ from labkit.theory.pipeline import (
     pipeline_speedup,
     stage_balance_speedup,
 )
+from labkit.theory.rounding import rounding_text, same_weights_tolerance
 
 __all__ = [
     "INTERCONNECTS",
@@ -109,6 +112,8 @@ __all__ = [
     "predict_step_time",
     "ring_allreduce_bytes",
     "ring_allreduce_time",
+    "rounding_text",
+    "same_weights_tolerance",
     "scaled_lr",
     "scaling_efficiency",
     "stage_balance_speedup",

@@ -84,3 +84,18 @@ def test_bf16_mixed_precision_trains_and_divides_by_the_bf16_peak(tmp_path, monk
     assert fp32.metrics["max_abs_diff_vs_reference"] < 1e-5
     with pytest.raises(labkit.ConfigError, match="precision"):
         labkit.run(strategy="ddp", options={"precision": "fp16"})
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "lars", "lamb"])
+def test_rounding_stays_inside_the_labs_one_tolerance(optimizer, no_leftover_ranks):
+    """labkit.theory.rounding's tolerance holds for every optimizer over 40 steps (measured:
+    SGD-like 1.5e-8 to 3e-8, LAMB 7.6e-6, Adam 1.5e-4 against 2e-3), and SGD-like ones leave
+    at least 10x room below it."""
+    from labkit.theory import same_weights_tolerance
+
+    r = labkit.run(strategy="ddp", world_size=2, steps=40, optimizer=optimizer,
+                   check_reference=True, progress=False)
+    tol = same_weights_tolerance(optimizer, r.config.lr, 40)
+    assert r.metrics["max_abs_diff_vs_reference"] < tol
+    if optimizer in ("sgd", "momentum", "lars"):
+        assert r.metrics["max_abs_diff_vs_reference"] < tol / 10

@@ -197,3 +197,17 @@ def test_stage_message_matches_the_house_style_exactly() -> None:
     with pytest.raises(ConfigError, match=r"^stage \(4\) must be 0, 1, 2 or 3 \(ZeRO stages\); "
                                           r"e\.g\. stage=2$"):
         zero_memory(1e9, 8, 4)
+
+
+def test_the_rounding_tolerance_is_per_optimizer_and_scales_with_lr_times_steps():
+    """labkit.theory.rounding: SGD-like updates stay near 1e-8 (tolerance 1e-5 x lr x steps,
+    floor 1e-6), Adam-like ones can reach a fraction of lr (1e-3 x lr x steps)."""
+    from labkit.theory import rounding_text, same_weights_tolerance
+
+    assert same_weights_tolerance("sgd", 0.05, 10) == pytest.approx(5e-6)
+    assert same_weights_tolerance("sgd", 0.001, 1) == 1e-6  # the floor
+    assert same_weights_tolerance("adam", 0.05, 40) == pytest.approx(2e-3)
+    assert same_weights_tolerance("sgd", 0.4, 40) == pytest.approx(1.6e-4)  # lesson 11's server
+    assert "5e-04 after 10 steps of adam" in rounding_text("adam", 0.05, 10)
+    with pytest.raises(ValueError, match="optimizer 'rmsprop'"):
+        same_weights_tolerance("rmsprop", 0.1, 1)

@@ -1,0 +1,66 @@
+"""The measurement protocol behind every timed claim of the lessons (issue 32).
+
+A laptop's timings swing with whatever else runs; a claim judged on one run of each variant
+flips between two runs. So a lesson that times something:
+
+1. runs the variants **alternated** -- A B A B ... -- for ``repeats`` rounds, so a busy
+   moment hits both sides of a comparison, and discards ``warmup`` rounds;
+2. reduces each run to **one number** that no single rank's outlier makes: by default the
+   median over steps of the step time (a synchronous step lasts as long as its slowest rank;
+   the first step, which pays for warm-up, is skipped: ``Timeline.median_step_s``);
+3. keeps every run's number, so the claim gets the statistic it needs and the **noise**
+   (``labkit.analysis.claims.Sample``: the least for a time or a bubble, the median of
+   pair-by-pair ratios for a comparison, half the spread as the noise);
+4. hands (effect, prediction, noise) to ``labkit.analysis.claims.judge``, whose verdict is the
+   lesson's sentence.
+
+``alternate`` takes plain callables, so it times ``labkit.run`` calls, ``Pool.run`` calls or
+anything else; the lesson shows progress through ``on_run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from labkit.analysis.claims import Sample
+
+
+def step_seconds(result: Any) -> float:
+    """One run's number: its median step time (seconds), first step skipped."""
+    return float(result.step_time_s)
+
+
+def alternate(variants: Mapping[str, Callable[[], Any]], repeats: int = 3, *, warmup: int = 0,
+              measure: Callable[[Any], float] = step_seconds,
+              on_run: Callable[[str, int, float], None] | None = None
+              ) -> tuple[dict[str, list[float]], dict[str, list[Any]]]:
+    """Run every variant once per round, in the order given, for ``warmup + repeats`` rounds;
+    return each variant's numbers (``measure`` of each kept run) and the kept results.
+    ``on_run(name, round, number)`` sees each run as it lands (a lesson's progress line)."""
+    if not variants:
+        raise ValueError("alternate needs at least one variant")
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats ({repeats}) must be >= 1 and warmup ({warmup}) >= 0")
+    numbers: dict[str, list[float]] = {name: [] for name in variants}
+    results: dict[str, list[Any]] = {name: [] for name in variants}
+    for round_ in range(warmup + repeats):
+        for name, run in variants.items():
+            result = run()
+            value = measure(result)
+            if round_ >= warmup:
+                numbers[name].append(value)
+                results[name].append(result)
+            if on_run is not None:
+                on_run(name, round_ - warmup, value)
+    return numbers, results
+
+
+def ratio(numbers: Mapping[str, Sequence[float]], top: str, bottom: str) -> Sample:
+    """``top`` / ``bottom`` pair by pair (the runs of one round shared its load)."""
+    return Sample.ratio(numbers[top], numbers[bottom])
+
+
+def least(numbers: Mapping[str, Sequence[float]], name: str) -> Sample:
+    """A time or an idle share: noise only adds to it, so the least run is the variant's own."""
+    return Sample.of(numbers[name], "min")
