@@ -31,10 +31,10 @@ def step_seconds(result: Any) -> float:
     return float(result.step_time_s)
 
 
-def alternate(variants: Mapping[str, Callable[[], Any]], repeats: int = 3, *, warmup: int = 0,
+def alternate(variants: Mapping[Any, Callable[[], Any]], repeats: int = 3, *, warmup: int = 0,
               measure: Callable[[Any], float] = step_seconds,
-              on_run: Callable[[str, int, float], None] | None = None
-              ) -> tuple[dict[str, list[float]], dict[str, list[Any]]]:
+              on_run: Callable[[Any, int, float], None] | None = None
+              ) -> tuple[dict[Any, list[float]], dict[Any, list[Any]]]:
     """Run every variant once per round, in the order given, for ``warmup + repeats`` rounds;
     return each variant's numbers (``measure`` of each kept run) and the kept results.
     ``on_run(name, round, number)`` sees each run as it lands (a lesson's progress line)."""
@@ -42,8 +42,8 @@ def alternate(variants: Mapping[str, Callable[[], Any]], repeats: int = 3, *, wa
         raise ValueError("alternate needs at least one variant")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats ({repeats}) must be >= 1 and warmup ({warmup}) >= 0")
-    numbers: dict[str, list[float]] = {name: [] for name in variants}
-    results: dict[str, list[Any]] = {name: [] for name in variants}
+    numbers: dict[Any, list[float]] = {name: [] for name in variants}
+    results: dict[Any, list[Any]] = {name: [] for name in variants}
     for round_ in range(warmup + repeats):
         for name, run in variants.items():
             result = run()

@@ -9,18 +9,49 @@ millisecond per message) and a busy core can move a measured bubble by as much a
 does. These functions read the runs and say, with the numbers, whether the rule showed here,
 and when it did not, which of those reasons applies. Torch-free: reads ``RunResult`` metrics
 and timelines.
+
+Each function takes a run or a list of repeats of it (``labkit.lessons.pipeline.
+repeat_pipeline``: variants alternated); every timed sentence is a verdict computed from the
+repeats (``labkit.analysis.claims``): holds, contradicted, or inconclusive on this machine
+with the noise it measured. A single run can never "hold".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from labkit.analysis.claims import Claim, Sample, Verdict, judge
 from labkit.lessons.machine import load_now, why_not
 from labkit.strategies.pipeline.metrics import op_times_ms
 
 SAME = 0.05
-"""Two measured bubbles closer than this (share of the step) count as the same."""
+"""Two measured bubbles closer than this (share of the step) count as the same; a bubble
+this close to the formula agrees with it (the self-test's margin, ``BUBBLE_TOL``)."""
+
+
+def _runs(x: Any) -> list[Any]:
+    """A run or its repeats, as a list."""
+    return list(x) if isinstance(x, Sequence) else [x]
+
+
+def _least(x: Any, key: str = "bubble_fraction") -> Any:
+    """The repeat a lesson's table shows (``labkit.lessons.pipeline.least``)."""
+    return min(_runs(x), key=lambda r: r.metrics[key])
+
+
+def bubbles(x: Any) -> list[float]:
+    return [r.metrics["bubble_fraction"] for r in _runs(x)]
+
+
+def _pairs(a: Any, b: Any, key: str = "bubble_fraction") -> Sample:
+    """a - b run by run (repeats alternated: each pair shared its moment's load)."""
+    return Sample.of([x.metrics[key] - y.metrics[key] for x, y in zip(_runs(a), _runs(b))])
+
+
+def _tail(v: Verdict, ranks: int) -> str:
+    """What a lesson adds after a verdict that is not "holds": the cores, the load."""
+    return "" if v.holds else "; " + _why(ranks)
 
 
 def _why(ranks: int) -> str:
@@ -39,98 +70,124 @@ def message_ms(timeline: Any) -> float:
 def activations_text(gpipe: Any, one_f: Any) -> str:
     """GPipe against 1F1B at the same p and m: activations each rank held at its peak
     (counted by the executor) and the two bubbles, each beside the plan's number."""
-    g, o = gpipe.metrics, one_f.metrics
+    g, o = _runs(gpipe)[0].metrics, _runs(one_f)[0].metrics
     p, m = g["stages"], g["microbatches"]
     lines = [f"rank 0 held at most {g['peak_activations'][0]} microbatches' activations under "
              f"GPipe and {o['peak_activations'][0]} under 1F1B (predicted {m} = m and "
              f"{o['peak_activations_predicted'][0]} = p - rank)"]
-    held = g["peak_activations"] == g["peak_activations_predicted"] \
-        and o["peak_activations"] == o["peak_activations_predicted"]
+    held = all(r.metrics["peak_activations"] == r.metrics["peak_activations_predicted"]
+               for r in _runs(gpipe) + _runs(one_f))
     lines.append("every rank held exactly what the plans predict" if held else
                  "a rank held a different count than its plan: report this run")
-    gb, ob = g["bubble_fraction"], o["bubble_fraction"]
-    line = (f"bubbles: GPipe {gb:.2f}, 1F1B {ob:.2f} (both predicted "
-            f"{g['bubble_fraction_predicted']:.2f}, share of total)")
-    if abs(gb - ob) < SAME:
-        lines.append(line + ": the same bubble, as the plans say")
-    else:
-        lines.append(line + f": they differ by {abs(gb - ob):.2f} although both plans leave "
-                     f"p - 1 = {p - 1} idle slots per rank -- at a few ms per action, timing "
-                     f"noise moves a bubble that much; " + _why(p))
+    diff = _pairs(gpipe, one_f)
+    v = judge(diff, Claim.near(0.0, SAME, f"both plans leave p - 1 = {p - 1} idle slots per rank, "
+                               f"so GPipe's and 1F1B's bubbles are the same"),
+              "GPipe's bubble minus 1F1B's", fmt=".2f")
+    lines.append(f"bubbles: GPipe {min(bubbles(gpipe)):.2f}, 1F1B {min(bubbles(one_f)):.2f} "
+                 f"(least of {len(_runs(gpipe))}; both predicted "
+                 f"{g['bubble_fraction_predicted']:.2f}, share of total)")
+    lines.append(v.sentence() + _tail(v, p))
     return "\n".join(lines)
 
 
+def _replayed(run: Any) -> float:
+    """The run's plan re-timed with the durations its actions really took, messages free:
+    what this algorithm does with these actions on a core of its own and a free wire."""
+    from labkit.schedules import build_plan
+    from labkit.strategies.pipeline.metrics import replayed_bubble
+
+    m = run.metrics
+    plan = build_plan(m["schedule"], m["stages"], m["microbatches"], m["virtual"])
+    return replayed_bubble(run.timeline, plan)
+
+
+def formula_verdict(runs: Any, what: str) -> Verdict:
+    """The least measured bubble of the repeats against (p-1)/(m+p-1) +- ``SAME``."""
+    first = _runs(runs)[0].metrics
+    return judge(Sample.of(bubbles(runs), "min"),
+                 Claim.near(first["bubble_fraction_predicted"], SAME,
+                            "the bubble is the plan's (p-1)/(m+p-1)"), what, fmt=".2f")
+
+
 def sweep_text(runs: Mapping[int, Any]) -> str:
-    """The measured bubble per microbatch count (GPipe runs keyed by m), beside the formula;
-    whether it shrank as m grew, and why it sits above the curve."""
+    """The measured bubble per microbatch count (GPipe runs, or their repeats, keyed by m)
+    beside the formula, each judged; whether it shrank as m grew; and, where a bubble misses
+    the formula, the same plan replayed with the run's own action times and free messages."""
     ms = sorted(runs)
-    got = {m: runs[m].metrics["bubble_fraction"] for m in ms}
-    want = {m: runs[m].metrics["bubble_fraction_predicted"] for m in ms}
-    p = runs[ms[0]].metrics["stages"]
-    lines = ["  ".join(f"m={m}: {got[m]:.2f} (predicted {want[m]:.2f})" for m in ms)]
-    first, last = got[ms[0]], got[ms[-1]]
-    if last < first - SAME:
-        lines.append(f"the bubble shrank from {first:.2f} to {last:.2f} as m grew from "
-                     f"{ms[0]} to {ms[-1]}: the rule holds here")
-    else:
-        lines.append(f"this run contradicts the rule: the bubble did not shrink from m={ms[0]} "
-                     f"to m={ms[-1]}; " + _why(p))
-    steps = list(zip(ms, ms[1:]))
-    stalls = [(a, b) for a, b in steps if got[b] > got[a] + SAME]
-    for a, b in stalls:
-        lines.append(f"from m={a} to m={b} it grew ({got[a]:.2f} -> {got[b]:.2f}): each "
-                     f"microbatch is 1/{b} of the batch, so its actions are short and the "
-                     f"fixed cost of every action and message weighs more (the breakdown "
-                     f"below splits it)")
-    above = sum(got[m] - want[m] for m in ms) / len(ms)
-    lines.append(f"on average the dots sit {above:+.2f} from the curve: the formula prices "
-                 f"neither messages nor uneven actions")
+    p = _runs(runs[ms[0]])[0].metrics["stages"]
+    want = {m: _runs(runs[m])[0].metrics["bubble_fraction_predicted"] for m in ms}
+    got = {m: min(bubbles(runs[m])) for m in ms}
+    lines = ["  ".join(f"m={m}: {got[m]:.2f} (predicted {want[m]:.2f})" for m in ms)
+             + f"  (least of {len(_runs(runs[ms[0]]))} runs each)"]
+    missed = []
+    for m in ms:
+        v = formula_verdict(runs[m], f"the bubble at m={m}")
+        lines.append(v.sentence())
+        if not v.holds:
+            missed.append(m)
+    shrink = judge(_pairs(runs[ms[0]], runs[ms[-1]]),
+                   Claim.above(SAME, f"going from m={ms[0]} to m={ms[-1]} microbatches shrinks "
+                                     f"the bubble"), f"m={ms[0]} minus m={ms[-1]}", fmt=".2f")
+    lines.append(shrink.sentence() + _tail(shrink, p))
+    for m in missed:
+        replay = _replayed(_runs(runs[m])[0])
+        lines.append(f"m={m} replayed with this run's own action times and free messages: "
+                     f"{replay:.2f} (formula {want[m]:.2f}): {replay - want[m]:+.2f} is uneven "
+                     f"actions, {got[m] - replay:+.2f} is what messages and waiting for a core "
+                     f"added")
     return "\n".join(lines)
 
 
 def interleave_text(one_f: Any, inter: Any) -> str:
-    """What interleaving cost (messages per step, counted) and what it bought (the bubble)."""
-    o, i = one_f.metrics, inter.metrics
+    """What interleaving cost (messages per step, counted) and what it bought (the bubble,
+    judged over the repeats)."""
+    o, i = _runs(one_f)[0].metrics, _runs(inter)[0].metrics
     p, v = i["stages"], i["virtual"]
     ratio = i["p2p_messages_per_step"] / max(o["p2p_messages_per_step"], 1)
     cuts = (v * p - 1) / (p - 1)
     lines = [f"messages per step: 1F1B {o['p2p_messages_per_step']:.0f}, interleaved "
              f"{i['p2p_messages_per_step']:.0f} ({ratio:.1f}x; predicted {cuts:.0f}x: a "
              f"microbatch crosses v*p - 1 = {v * p - 1} cuts instead of p - 1 = {p - 1})"]
-    ob, ib = o["bubble_fraction"], i["bubble_fraction"]
-    line = (f"bubble: 1F1B {ob:.2f}, interleaved {ib:.2f} (predicted "
-            f"{o['bubble_fraction_predicted']:.2f} and {i['bubble_fraction_predicted']:.2f})")
-    if ib < ob - SAME:
-        lines.append(line + ": interleaving shrank the bubble, as predicted")
-    else:
-        ms = op_times_ms(inter.timeline.events)
-        lines.append(line + f": this run contradicts the prediction -- each chunk's forward "
-                     f"took {ms.get('forward', 0.0):.1f} ms, and {cuts:.0f}x the messages "
-                     f"at {message_ms(inter.timeline):.1f} ms each ate what the shorter fill "
-                     f"and drain saved; interleaving pays when actions are long next to a "
-                     f"message. Also: " + _why(p))
+    lines.append(f"bubble: 1F1B {min(bubbles(one_f)):.2f}, interleaved "
+                 f"{min(bubbles(inter)):.2f} (predicted {o['bubble_fraction_predicted']:.2f} "
+                 f"and {i['bubble_fraction_predicted']:.2f})")
+    verdict = judge(_pairs(one_f, inter), Claim.above(0.0, "interleaving shrinks the bubble"),
+                    "1F1B's bubble minus interleaved's", fmt=".2f")
+    lines.append(verdict.sentence())
+    if not verdict.holds:
+        first = _least(inter)
+        ms = op_times_ms(first.timeline.events)
+        lines.append(f"each chunk's forward took {ms.get('forward', 0.0):.1f} ms, and {cuts:.0f}x "
+                     f"the messages at {message_ms(first.timeline):.1f} ms each ate what the "
+                     f"shorter fill and drain saved: interleaving pays when actions are long "
+                     f"next to a message (replayed with free messages: "
+                     f"{_replayed(first):.2f}); " + _why(p))
     return "\n".join(lines)
 
 
 def zero_bubble_text(one_f: Any, zb: Any) -> str:
-    """Zero bubble against 1F1B: the bubbles, and whether splitting B into I and W gave two
-    halves (the assumption behind the plan's number)."""
-    o, z = one_f.metrics, zb.metrics
-    ob, zbub = o["bubble_fraction"], z["bubble_fraction"]
-    ops = op_times_ms(zb.timeline.events)
-    b = op_times_ms(one_f.timeline.events).get("backward", 0.0)
+    """Zero bubble against 1F1B: whether splitting B into I and W gave two halves (the
+    assumption behind the plan's number), and whether the pipeline got shorter, judged over
+    the repeats (pipeline window: first action to last, per step)."""
+    fast_o, fast_z = _least(one_f, "pipeline_ms"), _least(zb, "pipeline_ms")
+    o, z = fast_o.metrics, fast_z.metrics
+    ops = op_times_ms(fast_z.timeline.events)
+    b = op_times_ms(fast_o.timeline.events).get("backward", 0.0)
     i, w = ops.get("backward_input", 0.0), ops.get("backward_weight", 0.0)
     lines = [f"1F1B's backward took {b:.1f} ms; split, I took {i:.1f} ms and W {w:.1f} ms "
              + ("(about halves)" if abs(i - w) <= 0.25 * max(i, w) else
                 f"(not halves: W is {w / max(i, 1e-9):.1f}x I here)")]
-    line = (f"bubble: 1F1B {ob:.2f}, zero bubble {zbub:.2f} (predicted "
-            f"{o['bubble_fraction_predicted']:.2f} and {z['bubble_fraction_predicted']:.3f})")
-    if zbub < ob - SAME:
-        lines.append(line + ": the W's filled bubbles, as planned")
-    else:
-        lines.append(line + ": this run contradicts the plan -- the plan assumes F = I = W, "
-                     "and a W slid into a bubble only fills it when it is as long as the "
-                     "gap; " + _why(z["stages"]))
+    lines.append(f"bubble: 1F1B {min(bubbles(one_f)):.2f}, zero bubble {min(bubbles(zb)):.2f} "
+                 f"(predicted {o['bubble_fraction_predicted']:.2f} and "
+                 f"{z['bubble_fraction_predicted']:.3f})")
+    verdict = judge(Sample.ratio([r.metrics["pipeline_ms"] for r in _runs(one_f)],
+                                 [r.metrics["pipeline_ms"] for r in _runs(zb)]),
+                    Claim.above(1.0, "W's slid into the bubbles shorten the pipeline"),
+                    "1F1B's pipeline time / zero bubble's", fmt=".2f")
+    lines.append(verdict.sentence())
+    if not verdict.holds:
+        lines.append("the plan assumes F = I = W, and a W slid into a bubble only fills it "
+                     "when it is as long as the gap; " + _why(z["stages"]))
     return "\n".join(lines)
 
 

@@ -93,3 +93,22 @@ def test_hardcoded_seed_answer_passes_visible_fails_hidden() -> None:
     q.check(grader.cases("global_batch"))
     assert q.earned == 0  # every part also holds hidden cases
     assert "expected" not in q.feedback()  # hidden keys are never shown
+
+
+def test_a_dead_graders_empty_box_cgroups_are_swept(tmp_path, monkeypatch):
+    """A grader stopped mid-grading (SIGTERM, a killed test run) left its boxes' cgroups
+    behind; the next box sweeps the empty ones whose grader is gone, never a live grader's or
+    one that still holds a process."""
+    from labkit.grading.sandbox import limits
+
+    live, dead = 111, 222
+    monkeypatch.setattr(limits, "_alive", lambda pid: pid == live)
+    (tmp_path / f"labkit-box-{dead}-0a1b2c3d").mkdir()
+    (tmp_path / f"labkit-box-{live}-0a1b2c3d").mkdir()
+    busy = tmp_path / f"labkit-box-{dead}-ffffffff"
+    busy.mkdir()
+    (busy / "cgroup.procs").write_text("4242\n")  # stands in for a folder rmdir refuses
+    (tmp_path / "someone-else").mkdir()
+    assert limits.sweep_dead_boxes(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"labkit-box-{live}-0a1b2c3d", f"labkit-box-{dead}-ffffffff", "someone-else"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -114,6 +115,38 @@ def _place(mount: str, own: str, parent: str | None) -> Path:
     return Path(mount) / rel.lstrip("/")
 
 
+_BOX = re.compile(r"labkit-box-(\d+)-[0-9a-f]{8}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_dead_boxes(folder: Path) -> int:
+    """Remove the empty box cgroups in ``folder`` whose grader died before removing them (a
+    grader stopped by SIGTERM or SIGKILL mid-grading); returns how many went. A live
+    grader's boxes, and any box that still holds a process, stay."""
+    gone = 0
+    try:
+        children = list(folder.iterdir())
+    except OSError:
+        return 0
+    for child in children:
+        m = _BOX.fullmatch(child.name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        with contextlib.suppress(OSError):  # not empty: something still runs in it
+            child.rmdir()
+            gone += 1
+    return gone
+
+
 class BoxCgroup:
     """One box's cgroup: v1 (a folder per controller, pids + memory) or v2 (one folder)."""
 
@@ -134,6 +167,7 @@ class BoxCgroup:
             if "pids" in v1 and "memory" in v1:
                 for controller, mount in sorted(v1.items()):
                     folder = _place(mount, own.get(controller, "/"), parent) / name
+                    sweep_dead_boxes(folder.parent)
                     try:
                         folder.mkdir(parents=parent is not None)
                     except OSError:
@@ -150,6 +184,7 @@ class BoxCgroup:
                     (base.parent / "cgroup.subtree_control").write_text("+pids +memory +cpu")
                     (base / "cgroup.subtree_control").write_text("+pids +memory +cpu")
                 folder = base / name
+                sweep_dead_boxes(base)
                 folder.mkdir()
                 made.append(folder)
                 box = cls(made, 2)
