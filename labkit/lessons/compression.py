@@ -52,6 +52,28 @@ def fit_and_validate(sizes: Sequence[float], times: Sequence[float], world_size:
     return {"fit": fit, "rows": rows, "max_holdout_error": max(held) if held else 0.0}
 
 
+def repeat_fit(sizes: Sequence[str | int] = ("1MB", "2MB", "4MB", "8MB", "16MB", "32MB"),
+               world_size: int = 2, repeats: int = 3, iters: int = 3, show: bool = True,
+               **run_kw: Any) -> list[dict[str, Any]]:
+    """``repeats`` measurements of every size, each fitted and validated on its own
+    (``fit_and_validate``): the lesson judges the fit over the repeats, never one run."""
+    reports = []
+    for k in range(repeats):
+        got, times = measure_allreduce(sizes, world_size, iters, **run_kw)
+        reports.append(fit_and_validate(got, times, world_size))
+        if show:
+            print(f"  measurement {k + 1} of {repeats}: worst held-out error "
+                  f"{reports[-1]['max_holdout_error']:.0%}", flush=True)
+    return reports
+
+
+def median_report(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The repeat whose worst held-out error is the median: the one a figure shows beside
+    the verdict (which reads the median)."""
+    ranked = sorted(reports, key=lambda r: r["max_holdout_error"])
+    return ranked[(len(ranked) - 1) // 2]
+
+
 def compare_compression(methods: Sequence[str] = ("none", "fp16", "powersgd", "topk"), *,
                         world_size: int = 2, steps: int = 8, options: dict[str, Any] | None = None,
                         **run_kw: Any) -> dict[str, Any]:
