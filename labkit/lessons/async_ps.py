@@ -11,7 +11,8 @@ last worker computing ``factor`` times slower. For each run the table gives
 * how stale the gradients were (mean and max);
 * the **time to reach the target loss** (``records.time_to_loss``: the loss averaged over
   the last dozen gradients, so every model is smoothed over the same samples);
-* the **price of staleness**: the loss at the end (mean of the last eighth of the steps,
+* the **price of staleness**: the loss at the end (the loss figure's last point: the mean of
+  the last 12 gradients the server applied,
   the same samples for every run) and how far the final weights are from synchronous SGD
   on the same data (``max_abs_diff_vs_reference``: 0 up to rounding for BSP).
 
@@ -39,6 +40,7 @@ from labkit.lessons.async_ps_rates import (
 from labkit.lessons.machine import Load, load_now, sharing_cores, why_not
 from labkit.strategies.ps.records import time_to_loss
 from labkit.theory.rounding import same_weights_tolerance
+from labkit.visuals.ps import loss_curve
 
 LESSON_MODEL = ModelConfig(width=128, depth=2)
 LESSON_RUN: dict[str, Any] = {"strategy": "ps", "world_size": 3, "steps": 40, "lr": 0.4,
@@ -69,13 +71,14 @@ class PSExperiment:
     def row(self, name: str) -> dict[str, Any]:
         res = self.runs[name]
         m = res.metrics
-        tail = res.losses[-max(1, len(res.losses) // 8):]
+        curve = loss_curve(m)[1] if m.get("loss_vs_time") else []
+        tail = curve[-1:] or res.losses[-max(1, len(res.losses) // 8):]
         rate = gradient_rate(res)
         return {"run": name, "updates": m["updates"], "updates_per_s": m["updates_per_s"],
                 "gradients_per_s": rate["rate"], "mean_staleness": m["mean_staleness"],
                 "max_staleness": m["max_staleness"],
                 "time_to_target_s": time_to_loss(m, self.target),
-                "final_loss": sum(tail) / len(tail),
+                "final_loss": sum(tail) / len(tail),  # the loss figure's last point
                 "diff_vs_sync": m.get("max_abs_diff_vs_reference", math.nan)}
 
     def fast_worker_done_s(self, name: str) -> float | None:

@@ -94,7 +94,10 @@ def tasks_text(elapsed_s: float, results: Sequence[dict[str, Any]], delay_s: flo
 
 
 def launchers_text(ours: Any, via_ray: Any) -> str:
-    """Both launchers' times, and how much of each run came before its first step."""
+    """Both launchers' times, how much of each run came before its first step, and whether a
+    step cost the same under both (judged step by step: ``labkit.analysis.claims``)."""
+    from labkit.analysis.claims import Claim, Sample, judge
+
     out = []
     for name, r in (("labkit", ours), ("Ray Train", via_ray)):
         steps = r.config.steps
@@ -106,6 +109,18 @@ def launchers_text(ours: Any, via_ray: Any) -> str:
     out.append(f"Ray Train took {ratio:.0f}x labkit's time for the same steps and the same "
                f"weights ({'same' if ours.params_sha256 == via_ray.params_sha256 else 'DIFFERENT'}"
                f" sha256)")
+    a, b = via_ray.timeline.step_times_s()[1:], ours.timeline.step_times_s()[1:]
+    n = min(len(a), len(b))
+    if n:
+        v = judge(Sample.ratio(a[:n], b[:n]),
+                  Claim.within_factor(1.0, 1.5, "the same ranks on the same gloo cost about the "
+                                      "same per step under either launcher"),
+                  "Ray Train's step / labkit's, step by step", fmt=".2f")
+        out.append(v.sentence())
+        if not v.holds:
+            out.append("Ray's own processes (its raylet, its object store and the train "
+                       "controller) stay alive beside the ranks and take turns on the same cores, "
+                       "and a step of a few ms feels every such turn")
     return "\n".join(out)
 
 

@@ -19,7 +19,20 @@ from labkit.strategies.ps.records import smoothed
 _STYLE = {"bsp": "#4C9BE8", "asp": "#E15759", "ssp": "#59A14F"}
 
 
-def plot_loss_vs_time(exp: Any, grads: int = 12) -> Figure:
+CURVE_GRADS = 12
+"""The loss curves average the last 12 gradients the server applied (BSP applies one
+averaged gradient per round, so its window is 12 / workers rounds)."""
+
+
+def loss_curve(metrics: dict[str, Any], grads: int = CURVE_GRADS) -> tuple[list[float], list[float]]:
+    """Seconds and the smoothed loss of a parameter-server run: what the figure draws, and
+    what the lesson's sentences read (its last point is the run's final loss)."""
+    per = metrics["workers"] if metrics["consistency"] == "bsp" else 1
+    t = [p[0] for p in metrics["loss_vs_time"]]
+    return t, smoothed([p[1] for p in metrics["loss_vs_time"]], max(1, grads // per))
+
+
+def plot_loss_vs_time(exp: Any, grads: int = CURVE_GRADS) -> Figure:
     """Smoothed loss vs seconds, one panel without and one with the straggler; the dashed
     line is the target loss, the dotted one when ASP's fast worker had pushed its last
     gradient (after it, the straggler trains alone)."""
@@ -30,10 +43,8 @@ def plot_loss_vs_time(exp: Any, grads: int = 12) -> Figure:
     for ax, names, title in zip(axes, groups, ("equal workers", "with a straggler")):
         for name in names:
             m = exp.runs[name].metrics
-            per = m["workers"] if m["consistency"] == "bsp" else 1
-            t = [p[0] for p in m["loss_vs_time"]]
-            ax.plot(t, smoothed([p[1] for p in m["loss_vs_time"]], max(1, grads // per)),
-                    color=_STYLE[m["consistency"]], label=m["consistency"].upper())
+            t, loss = loss_curve(m, grads)
+            ax.plot(t, loss, color=_STYLE[m["consistency"]], label=m["consistency"].upper())
         ax.axhline(exp.target, color="#555", ls="--", lw=0.8,
                    label=f"target loss {exp.target:g}")
         if "straggler" in title and hasattr(exp, "fast_worker_done_s"):

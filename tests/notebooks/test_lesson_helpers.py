@@ -170,3 +170,17 @@ def test_ray_reports_are_summed_up_in_one_sentence() -> None:
     assert "3 line(s)" in text and "2 about a process that died" in text
     assert "1 about a task being retried" in text
     assert "nothing" in ray_lesson.reports_text([])
+
+
+def test_the_price_sentence_reads_the_loss_figures_last_point() -> None:
+    """The issue's lesson 11: "ASP ended 0.255 higher in loss than BSP" beside a figure where
+    both curves ended at 1.28 -- the sentence read the mean of the last eighth of the
+    updates, the figure the last 12 gradients. Both now read ``loss_curve``'s last point."""
+    from labkit.visuals.ps import loss_curve
+
+    exp = _race(2.0, 1.0)
+    for res in exp.runs.values():
+        res.losses = [2.5] * 8  # per update: not what the curve (per gradient, smoothed) ends at
+    for name, row in ((r["run"], r) for r in exp.table()):
+        assert row["final_loss"] == loss_curve(exp.runs[name].metrics)[1][-1]
+    assert "final loss BSP 2.0000, ASP 2.0000" in async_ps.price_text(exp)

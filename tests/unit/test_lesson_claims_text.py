@@ -316,3 +316,28 @@ def test_every_printed_difference_from_one_process_cites_the_labs_rounding() -> 
     zero = zero_text.zero_text({"stage 0": _zero((4, 4, 8), (4, 4, 8))})
     assert "|w - one process| 6e-05 (rounding reaches 5e-04)" in zero
     assert "the trained weights' below rounding's 1e-05" in tp_text.tp_text(_tp(0.02))
+
+
+def _launched(step_ms: list[float], wall_s: float) -> SimpleNamespace:
+    t, events = 0, []
+    for s, ms in enumerate(step_ms):
+        events.append(Event(0, Lane.STEP, Op.STEP, t, int(ms * MS), step=s))
+        t += int(ms * MS)
+    timeline = Timeline(events, 1)
+    return SimpleNamespace(timeline=timeline, wall_s=wall_s, params_sha256="ab" * 32,
+                           config=SimpleNamespace(steps=len(step_ms)),
+                           step_time_s=timeline.median_step_s())
+
+
+def test_lesson12_steps_eight_times_apart_are_not_called_the_same() -> None:
+    """The issue's run: 3 ms steps under labkit, 24 ms under Ray Train, beside prose that
+    said "the steps cost about the same". Now a verdict, step by step."""
+    from labkit.lessons.ray_lesson import launchers_text
+
+    ours = _launched([9.0] + [3.0, 3.1, 2.9, 3.0], 0.3)
+    slow = _launched([40.0] + [24.0, 25.0, 23.0, 24.0], 12.0)
+    text = launchers_text(ours, slow)
+    assert "Ray Train took 40x labkit's time" in text and "(same sha256)" in text
+    assert "contradicted by this run" in text and "take turns on the same cores" in text
+    same = launchers_text(ours, _launched([30.0] + [3.1, 3.0, 3.0, 3.1], 12.0))
+    assert "step by step 1.03 +- 0.03" in same and "-- holds" in same
