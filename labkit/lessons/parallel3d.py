@@ -209,15 +209,21 @@ def rows_text(rows: list[dict[str, Any]]) -> str:
 
 def project_rows(runs: dict[int, RunResult]) -> list[dict[str, Any]]:
     """Seed 000's project (a classifier made data parallel): speedup over one rank,
-    utilisation (share of the step computing, and MFU) and held-out accuracy, per world size."""
+    utilisation (shares of one step computing and in exposed communication, and MFU) and
+    held-out accuracy, per world size."""
+    from labkit.lessons.dp_lesson import step_split_ms
+
     one = runs[min(runs)].metrics["samples_per_s"]
     rows = []
     for n, r in sorted(runs.items()):
         m = r.metrics
-        busy = m["compute_s"] / (m["step_time_s"] or 1.0)
-        comm = m.get("comm_s", 0.0) * (1 - m.get("overlap_fraction", 0.0))
+        # both shares of the same thing: one step (first skipped), mean over ranks, from the
+        # timeline; what is left of the step is waiting (idle, the optimizer, Python)
+        split = step_split_ms(r)
+        step_ms = r.step_time_s * 1e3 or 1.0
         rows.append({"ranks": n, "samples_per_s": m["samples_per_s"],
-                     "speedup": m["samples_per_s"] / one, "compute_share": min(busy, 1.0),
-                     "comm_share": min(comm / (m["compute_s"] + comm or 1.0), 1.0),
+                     "speedup": m["samples_per_s"] / one,
+                     "compute_share": split["compute_ms"] / step_ms,
+                     "comm_share": split["exposed_ms"] / step_ms,
                      "mfu": m.get("mfu", 0.0), "accuracy": m["accuracy"]})
     return rows

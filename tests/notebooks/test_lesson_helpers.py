@@ -121,7 +121,8 @@ def test_sharing_cores_silences_only_the_oversubscription_warning() -> None:
 
 def test_placement_sentence_checks_the_rule() -> None:
     """TP slowed more than the pipeline: the rule holds; the other way round: contradicted,
-    with why; a contended in-node measurement is named."""
+    with why; a slowdown below 1 is named as noise and counted; a contended in-node
+    measurement is named."""
     def rows(tp: float, pp: float) -> dict:
         return {"rows": [
             {"strategy": "tp", "where": "inside one node", "link_bytes_per_step": 5.24e5,
@@ -133,20 +134,26 @@ def test_placement_sentence_checks_the_rule() -> None:
             {"strategy": "pipeline", "where": "across ethernet_25g", "slowdown": pp,
              "predicted_slowdown": 2.0, "step_s": 0.027 * pp, "predicted_step_s": 0.054}]}
     text = cluster_text.placement_text(rows(3.1, 1.6))
-    assert "TP sends 4.0x the pipeline's bytes" in text and "the rule holds here" in text
+    assert "TP sends 4.0x the pipeline's bytes" in text and text.endswith("-- holds")
     assert "tp's communication took 33.0 ms per step where the wire needs 5.0 ms" in text
-    assert "contradicts the rule" in cluster_text.placement_text(rows(1.2, 1.6))
+    assert "contradicted by this run" in cluster_text.placement_text(rows(1.2, 1.6))
+    # the issue's run: "the rule holds here" beside a pipeline step 0.803x as long across a
+    # slower wire. That 0.80 is noise of at least 20 %, named and counted in the verdict.
+    odd = cluster_text.placement_text(rows(1.1, 0.803))
+    assert "the pipeline's step got 0.80x as long across a slower wire, which no wire does" in odd
+    assert "-- holds" not in odd and "inconclusive on this machine" in odd
     assert "the run added 1.6 ms -- its messages travelled while other microbatches computed" \
         in cluster_text.placement_text(rows(3.1, 1.06))
 
 
 def test_weak_scaling_sentences_split_what_left_the_model() -> None:
-    """Within 1.5x the model holds; far above it, the compute and communication per step are
-    given beside what the wire needs, and ranks beyond the cores are named."""
+    """Within 1.5x over the run's steps the model holds; far above it, the compute and
+    communication per step are given beside what the wire needs, and ranks beyond the cores
+    are named; the issue's 27.8 ms against a predicted 248.5 ms is contradicted."""
     def run(step_ms: float, compute_ms: float, comm_ms: float, ranks: int) -> SimpleNamespace:
         ev = []
         for r in range(ranks):
-            for s in (0, 1):
+            for s in range(4):
                 t0 = s * 10**9
                 ev += [Event(r, Lane.STEP, Op.STEP, t0, int(step_ms * 1e6), step=s),
                        Event(r, Lane.COMPUTE, Op.FORWARD, t0, int(compute_ms * 1e6), step=s),
@@ -156,9 +163,12 @@ def test_weak_scaling_sentences_split_what_left_the_model() -> None:
 
     runs = {1: run(4.0, 4.0, 0.0, 1), 2: run(6.0, 4.0, 2.0, 2), 64: run(120.0, 9.0, 100.0, 64)}
     text = dp_lesson.scaling_text(runs, {1: 0.004, 2: 0.005, 64: 0.006})
-    assert "2 ranks: measured 6.0 ms, predicted 5.0 ms: the model holds" in text
+    assert "2-rank step (ms; median of its steps) 6.0 +- 0.0, the rule wants from 3.3 to " \
+        "7.5 -- holds" in text
     assert "64 ranks: measured 120.0 ms, predicted 6.0 ms; compute 9.0 ms per rank (2.2x" in text
     assert "64 ranks on" in text and "take turns" in text
+    issue = dp_lesson.scaling_text({1: runs[1], 2: run(27.8, 20.0, 5.0, 2)}, {1: 0.004, 2: 0.2485})
+    assert "contradicted by this run" in issue and "the prediction is above the run" in issue
 
 
 def test_ray_reports_are_summed_up_in_one_sentence() -> None:
@@ -184,3 +194,12 @@ def test_the_price_sentence_reads_the_loss_figures_last_point() -> None:
     for name, row in ((r["run"], r) for r in exp.table()):
         assert row["final_loss"] == loss_curve(exp.runs[name].metrics)[1][-1]
     assert "final loss BSP 2.0000, ASP 2.0000" in async_ps.price_text(exp)
+
+
+def test_an_efficiency_above_one_is_named_as_noise_not_a_speedup() -> None:
+    """The issue's lesson 10 table showed "efficiency 140%" with no word about it."""
+    text = cluster_text.efficiency_text([{"name": "1 node", "efficiency": 1.0},
+                                         {"name": "2 nodes, infiniband_hdr", "efficiency": 1.4}])
+    assert "2 nodes, infiniband_hdr: efficiency 140%" in text and "at least 40% of noise" in text
+    assert "1 node" not in text
+    assert "at most 100 %" in cluster_text.efficiency_text([{"name": "x", "efficiency": 0.8}])

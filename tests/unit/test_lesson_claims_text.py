@@ -341,3 +341,47 @@ def test_lesson12_steps_eight_times_apart_are_not_called_the_same() -> None:
     assert "contradicted by this run" in text and "take turns on the same cores" in text
     same = launchers_text(ours, _launched([30.0] + [3.1, 3.0, 3.0, 3.1], 12.0))
     assert "step by step 1.03 +- 0.03" in same and "-- holds" in same
+
+
+def test_lesson09_shares_are_of_the_same_step_and_never_add_past_one() -> None:
+    """The issue's table showed compute_share 1 (a whole run's compute over one step, cut at
+    1) beside comm_share 0.767 (another denominator). Both are now shares of one step."""
+    from labkit.lessons.parallel3d import project_rows
+
+    def run(n: int, compute_ms: float, comm_ms: float) -> SimpleNamespace:
+        events = []
+        for s in range(3):
+            t = s * 10 * MS
+            for r in range(n):
+                events.append(Event(r, Lane.COMPUTE, Op.FORWARD, t, int(compute_ms * MS), step=s))
+                events.append(Event(r, Lane.COMM, Op.ALL_REDUCE, t + int(compute_ms * MS),
+                                    int(comm_ms * MS), step=s))
+                events.append(Event(r, Lane.STEP, Op.STEP, t, 10 * MS, step=s))
+        tl = Timeline(events, n)
+        return SimpleNamespace(timeline=tl, step_time_s=tl.median_step_s(),
+                               metrics={"samples_per_s": 100.0 * n, "accuracy": 0.9})
+
+    rows = project_rows({1: run(1, 9.0, 0.0), 2: run(2, 6.0, 2.0)})
+    assert rows[1]["compute_share"] == pytest.approx(0.6)
+    assert rows[1]["comm_share"] == pytest.approx(0.2)
+    assert all(r["compute_share"] + r["comm_share"] <= 1.0 for r in rows)
+
+
+def test_lesson01_the_bucket_sweep_is_judged_over_its_repeats() -> None:
+    """Four sizes, three alternated repeats: hiding more and a shorter step hold when every
+    repeat agrees; the issue's 25 MB bucket that lost once and won once is inconclusive."""
+    from labkit.lessons.dp_lesson import bucket_text
+
+    def runs(steps_ms: list[float], hidden: float) -> list[Any]:
+        return [SimpleNamespace(step_time_s=t / 1e3, metrics={"overlap_fraction": hidden})
+                for t in steps_ms]
+
+    clear = {0.25: runs([30, 31, 30], 0.7), 1.0: runs([25, 26, 25], 0.7),
+             4.0: runs([27, 28, 27], 0.4), 25.0: runs([35, 36, 35], 0.0)}
+    text = bucket_text(clear)
+    assert "1 MB: step 25.0 ms, 70% hidden" in text and "(best of 3 runs each)" in text
+    assert text.count("-- holds") == 2
+    flip = {**clear, 25.0: runs([24, 27, 25.5], 0.0)}
+    flipped = bucket_text(flip)
+    assert "25 MB step / 1 MB step 1.02 +- 0.04" in flipped and "inconclusive" in flipped
+    assert "take turns on the same cores" in flipped
