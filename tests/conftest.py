@@ -199,6 +199,38 @@ def pytest_sessionfinish(session):
     stop_hogs(getattr(session.config, "_labkit_hogs", []))
 
 
+# ---- each lesson executed once per suite --------------------------------------------------
+def browser_runs_lessons() -> bool:
+    """Whether ``tests/browser`` can run here (it then executes every lesson and checks its
+    claims in the lesson's kernel): Debian's chromium, Playwright and JupyterLab."""
+    import importlib.util
+
+    chromium = os.environ.get("LABKIT_CHROMIUM", "/usr/bin/chromium")
+    return Path(chromium).exists() and all(
+        importlib.util.find_spec(m) is not None for m in ("playwright", "jupyterlab"))
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection: only what will really run counts
+def pytest_collection_modifyitems(config, items):
+    """A lesson runs once per suite: where its browser test is selected and can run (and
+    ``LABKIT_BROWSER_LESSONS`` picks it), the headless run of the same lesson is skipped --
+    the browser test checks the same claims, errors, stderr boxes and Ray leftovers. Without a
+    browser, or with ``-m "not browser"``, the headless test runs it."""
+    if not browser_runs_lessons():
+        return
+    wanted = [w.strip() for w in os.environ.get("LABKIT_BROWSER_LESSONS", "").split(",")
+              if w.strip()]
+    in_browser = {item.callspec.params["path"].stem for item in items
+                  if item.nodeid.startswith("tests/browser/") and hasattr(item, "callspec")}
+    in_browser = {s for s in in_browser
+                  if not wanted or any(s == w or s.startswith(w + "_") for w in wanted)}
+    for item in items:
+        if item.name.startswith("test_notebook_runs_top_to_bottom[") and \
+                item.callspec.params["path"].stem in in_browser:
+            item.add_marker(pytest.mark.skip(
+                reason="executed once, in JupyterLab: tests/browser checks its claims"))
+
+
 # ---- running the suite on two workers (pytest-xdist, `make test`) -----------------------
 XDIST_GROUPS = {
     "cluster": ("tests/distributed/test_cluster.py", "tests/distributed/test_torchrun.py",

@@ -20,6 +20,12 @@ student would:
   stage slider; each time the widget's figure must change (its PNG compared before and
   after) and no error may appear (``LIVE_WIDGETS``).
 
+* the lesson's **claims** hold on its own run: each copy ends with the cell the headless test
+  used to append (``tests/notebooks/claims.py``, checked in the lesson's own kernel), no
+  output shows Ray's log lines, and lesson 12 leaves no Ray process behind. So a suite with a
+  browser executes every lesson once; ``tests/notebooks`` executes them headless only where
+  this suite does not run (no browser, or ``-m "not browser"``).
+
 Screenshots go to ``artifacts/screenshots/`` (ignored by git): the whole page after Run All,
 and every figure, animation and widget of every lesson, one file each
 (``{lesson}-cell{NN}-{kind}{k}.png``), so a person can look at all of them.
@@ -110,15 +116,35 @@ class Lab:
             return json.loads(resp.read())
 
 
+MARK = secrets.token_hex(16)
+"""Every kernel of the suite's JupyterLab carries this in ``LABKIT_NOTEBOOK_MARK``, and so do
+the Ray processes a lesson starts: the leftover check finds them, and only them."""
+
+
+def _append_claims(root: Path) -> None:
+    """End every lesson copy with the claims check (``tests/notebooks/claims.py``), run in the
+    lesson's own kernel after its last cell."""
+    import nbformat
+
+    for path in root.glob("[0-9][0-9]_*.ipynb"):
+        nb = nbformat.read(path, as_version=4)
+        nb.cells.append(nbformat.v4.new_code_cell(
+            f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+            f"from tests.notebooks.claims import check\nprint(check({path.stem!r}, globals()))"))
+        nbformat.write(nb, path)
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     work = tmp_path_factory.mktemp("jupyterlab")
     root = work / "notebooks"
     shutil.copytree(ROOT / "notebooks", root,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "traces"))
+    _append_claims(root)
     _write_settings(work / "settings")
     port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), JUPYTERLAB_SETTINGS_DIR=str(work / "settings"),
+    env = dict(os.environ, PYTHONPATH=str(ROOT), LABKIT_NOTEBOOK_MARK=MARK,
+               JUPYTERLAB_SETTINGS_DIR=str(work / "settings"),
                JUPYTERLAB_WORKSPACES_DIR=str(work / "workspaces"),
                JUPYTER_RUNTIME_DIR=str(work / "runtime"), JUPYTER_CONFIG_DIR=str(work / "config"))
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
@@ -378,6 +404,19 @@ def _look_at_every_output(page: Any, cells: list[dict[str, Any]], stem: str) -> 
     return problems
 
 
+def _no_ray_left(name: str) -> None:
+    """No Ray process the lesson's kernel started outlives the lesson (its last cell stops
+    Ray; the daemons take a moment to exit)."""
+    from labkit.launchers.ray import ray_processes
+    from labkit.launchers.reaper import tagged
+
+    deadline = time.monotonic() + 10
+    while (left := [p for p in ray_processes() if p[0] in tagged("LABKIT_NOTEBOOK_MARK", MARK)]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"{name} left Ray processes behind: {left}"
+
+
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem,
                                                marks=getattr(pytest.mark, f"lesson{p.name[:2]}"))
                                   for p in NOTEBOOKS])
@@ -407,11 +446,19 @@ def test_lesson_renders_in_jupyterlab(lab: Lab, browser: Any, path: Path) -> Non
         cells = _saved_cells(lab, page, path.name)
         errors = [o for c in cells for o in c.get("outputs", [])
                   if o.get("output_type") == "error"]
-        assert not errors, f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+        assert not errors, (f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+                            + ("" if "claims" not in "".join(errors[0].get("traceback", []))
+                               else " (a claim of the lesson, checked on its own run)"))
+        claims = "".join(str(o.get("text", "")) for o in cells[-1].get("outputs", []))
+        assert claims.startswith(f"{stem}: "), f"{path.name}: the claims cell printed {claims!r}"
+        ray_noise = [o["text"] for c in cells for o in c.get("outputs", [])
+                     if "(raylet)" in str(o.get("text", ""))]
+        assert not ray_noise, f"{path.name} shows Ray's log lines: {ray_noise[0][:300]}"
         assert all(c.get("execution_count") for c in cells), f"{path.name}: a cell did not run"
         problems = _look_at_every_output(page, cells, stem)
         assert not problems, f"{path.name}:\n" + "\n".join(problems)
         assert any(_draws(c["source"]) for c in cells), f"{path.name} draws nothing"
+        _no_ray_left(path.name)
     except Exception:
         page.screenshot(path=str(SHOTS / f"{stem}-FAILED.png"))
         raise

@@ -4,7 +4,10 @@ Ray in its kernel). How fast a lesson runs is a speed goal ("about a minute"), m
 ``bench/bench_notebooks.py``, not asserted here: a busy machine makes it slower, not wrong
 (issue 25).
 
-Notebooks are committed without outputs; this test executes a copy with nbclient and fails
+Where ``tests/browser`` runs (chromium, Playwright, JupyterLab) it executes every lesson and
+checks the same claims in JupyterLab, and this test skips the lesson (``tests/conftest.py``:
+each lesson runs once per suite); without a browser, or with ``-m "not browser"``, it runs
+here. Notebooks are committed without outputs; this test executes a copy with nbclient and fails
 on the first cell that raises (the error names the notebook and the cell). Then, in the same
 kernel, it checks the lesson's claims against the objects its cells printed
 (``tests/notebooks/claims.py``: the phenomenon each lesson teaches, with a margin, never a
@@ -77,3 +80,13 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
             and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not ray_left, f"{path.name} left Ray processes behind: {ray_left}"
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in NOTEBOOKS])
+def test_notebook_is_committed_without_outputs(path: Path) -> None:
+    """Students open clean lessons: no committed output or execution count (checked without
+    running anything, whichever suite executes the lesson)."""
+    nb = nbformat.read(path, as_version=4)
+    dirty = [n for n, c in enumerate(nb.cells) if c.cell_type == "code"
+             and (c.get("outputs") or c.get("execution_count"))]
+    assert not dirty, f"{path.name} is committed with outputs in code cells {dirty}; clear them"
