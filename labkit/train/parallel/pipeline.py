@@ -16,6 +16,7 @@ the cuts that minimise the slowest stage.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -75,17 +76,6 @@ class Stage(nn.Module):
                 h.remove()
 
 
-def _seconds(run: Callable[[], None], repeats: int = 5) -> float:
-    """The fastest of ``repeats`` runs (after one warm-up): on a shared machine the other
-    runs only add waiting for a core, never less work."""
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return min(times[1:])
-
-
 def _backward_of(fn: Callable[[Any], torch.Tensor], x: Any) -> Callable[[], None]:
     def run() -> None:
         inp = x.detach().requires_grad_() if x.is_floating_point() else x
@@ -95,19 +85,37 @@ def _backward_of(fn: Callable[[Any], torch.Tensor], x: Any) -> Callable[[], None
 
 def measure_block_costs(layout: Layout, x: Any, repeats: int = 5) -> list[float]:
     """Seconds of forward + backward of every block on the microbatch ``x`` (the model's
-    input), the prologue's time added to the first block and the epilogue's to the last."""
+    input), the prologue's time added to the first block and the epilogue's to the last.
+
+    The blocks are timed in rounds, every block once a round (``labkit.lessons.measure``'s
+    protocol): a busy moment on a shared machine then slows every block of that round alike
+    instead of one block's repeats, and each block keeps its fastest round (after a warm-up
+    round). Timing one block ``repeats`` times and then the next let a burst of load land on
+    the head alone, and the cut moved."""
     modules = [*layout.prologue_modules, *layout.blocks, *layout.epilogue_modules]
     with torch.no_grad():
         act = layout.prologue(x) if layout.prologue is not None else x
-    costs = []
+    runs = []
     for block in layout.blocks:
-        costs.append(_seconds(_backward_of(block, act), repeats))
+        runs.append(_backward_of(block, act))
         with torch.no_grad():
             act = block(act)
+    extra: dict[int, Callable[[], None]] = {}
     if layout.prologue is not None:
-        costs[0] += _seconds(_backward_of(layout.prologue, x), repeats)
+        extra[0] = _backward_of(layout.prologue, x)
     if layout.epilogue is not None:
-        costs[-1] += _seconds(_backward_of(layout.epilogue, act), repeats)
+        extra[len(runs) - 1] = _backward_of(layout.epilogue, act)
+    items = runs + list(extra.values())
+    best = [math.inf] * len(items)
+    for round_ in range(repeats + 1):
+        for k, run in enumerate(items):
+            t0 = time.perf_counter()
+            run()
+            if round_:  # the first round is the warm-up
+                best[k] = min(best[k], time.perf_counter() - t0)
+    costs = best[:len(runs)]
+    for index, seconds in zip(extra, best[len(runs):]):
+        costs[index] += seconds
     for mod in modules:
         mod.zero_grad(set_to_none=True)
     return costs
