@@ -18,6 +18,7 @@ from labkit.api import run
 from labkit.base.errors import ConfigError
 from labkit.config.run import ModelConfig, RunConfig
 from labkit.launchers.results import RunResult
+from labkit.lessons.pipeline_text import least  # noqa: F401 -- the notebook imports it from here
 from labkit.schedules import Plan, validate_plan
 from labkit.strategies.pipeline import PipelineOptions, orders_text, pipeline_model
 
@@ -62,12 +63,6 @@ def repeat_pipeline(variants: Mapping[Any, Mapping[str, Any]], repeats: int = 3,
                             for name, kw in variants.items()}, repeats,
                            measure=lambda r: r.metrics["bubble_fraction"], on_run=line)
     return results
-
-
-def least(runs: list[RunResult], key: str = "bubble_fraction") -> RunResult:
-    """The repeat whose ``key`` metric is least: the run a lesson's table and figure show,
-    so they read the same number as the sentence (the least of the repeats)."""
-    return min(runs, key=lambda r: r.metrics[key])
 
 
 def bubble_sweep(stages: int = 2, microbatches: Iterable[int] = (2, 4, 8), *,

@@ -35,8 +35,9 @@ def _runs(x: Any) -> list[Any]:
     return list(x) if isinstance(x, Sequence) else [x]
 
 
-def _least(x: Any, key: str = "bubble_fraction") -> Any:
-    """The repeat a lesson's table shows (``labkit.lessons.pipeline.least``)."""
+def least(x: Any, key: str = "bubble_fraction") -> Any:
+    """The repeat whose ``key`` metric is least: the run a lesson's table and figure show,
+    so they read the same number as the sentence (the least of the repeats)."""
     return min(_runs(x), key=lambda r: r.metrics[key])
 
 
@@ -155,7 +156,7 @@ def interleave_text(one_f: Any, inter: Any) -> str:
                     "1F1B's bubble minus interleaved's", fmt=".2f")
     lines.append(verdict.sentence())
     if not verdict.holds:
-        first = _least(inter)
+        first = least(inter)
         ms = op_times_ms(first.timeline.events)
         lines.append(f"each chunk's forward took {ms.get('forward', 0.0):.1f} ms, and {cuts:.0f}x "
                      f"the messages at {message_ms(first.timeline):.1f} ms each ate what the "
@@ -169,7 +170,7 @@ def zero_bubble_text(one_f: Any, zb: Any) -> str:
     """Zero bubble against 1F1B: whether splitting B into I and W gave two halves (the
     assumption behind the plan's number), and whether the pipeline got shorter, judged over
     the repeats (pipeline window: first action to last, per step)."""
-    fast_o, fast_z = _least(one_f, "pipeline_ms"), _least(zb, "pipeline_ms")
+    fast_o, fast_z = least(one_f, "pipeline_ms"), least(zb, "pipeline_ms")
     o, z = fast_o.metrics, fast_z.metrics
     ops = op_times_ms(fast_z.timeline.events)
     b = op_times_ms(fast_o.timeline.events).get("backward", 0.0)
