@@ -18,7 +18,10 @@ from labkit.api import run
 from labkit.base.errors import ConfigError
 from labkit.config.run import ModelConfig, RunConfig
 from labkit.launchers.results import RunResult
-from labkit.lessons.pipeline_text import least  # noqa: F401 -- the notebook imports it from here
+from labkit.lessons.pipeline_text import (
+    least,  # noqa: F401 -- the notebook imports it from here
+    replayed,
+)
 from labkit.schedules import Plan, validate_plan
 from labkit.strategies.pipeline import PipelineOptions, orders_text, pipeline_model
 
@@ -90,19 +93,14 @@ def bubble_breakdown(result: RunResult, plan: Any = None) -> dict[str, float]:
     communication (and the per-message overhead of Python and gloo) added. ``plan`` defaults
     to the schedule the run used; pass it for a hand-written plan.
     """
-    from labkit.schedules import build_plan
-    from labkit.strategies.pipeline.metrics import replayed_bubble
-
     m = result.metrics
-    if plan is None:
-        if m["schedule"] == "custom":
-            raise ConfigError("this run used a hand-written plan (schedule 'custom'): pass the "
-                              "same Plan as plan=...; e.g. bubble_breakdown(result, plan=my_plan)")
-        plan = build_plan(m["schedule"], m["stages"], m["microbatches"], m["virtual"])
-    replayed = replayed_bubble(result.timeline, plan)
-    return {"predicted": m["bubble_fraction_predicted"], "replayed": replayed,
-            "measured": m["bubble_fraction"], "uneven compute": replayed - m[
-                "bubble_fraction_predicted"], "communication": m["bubble_fraction"] - replayed}
+    if plan is None and m["schedule"] == "custom":
+        raise ConfigError("this run used a hand-written plan (schedule 'custom'): pass the "
+                          "same Plan as plan=...; e.g. bubble_breakdown(result, plan=my_plan)")
+    replay = replayed(result, plan)
+    return {"predicted": m["bubble_fraction_predicted"], "replayed": replay,
+            "measured": m["bubble_fraction"], "uneven compute": replay - m[
+                "bubble_fraction_predicted"], "communication": m["bubble_fraction"] - replay}
 
 
 def bubble_row(result: RunResult) -> dict[str, Any]:

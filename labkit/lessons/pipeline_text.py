@@ -91,14 +91,16 @@ def activations_text(gpipe: Any, one_f: Any) -> str:
     return "\n".join(lines)
 
 
-def _replayed(run: Any) -> float:
-    """The run's plan re-timed with the durations its actions really took, messages free:
-    what this algorithm does with these actions on a core of its own and a free wire."""
+def replayed(run: Any, plan: Any = None) -> float:
+    """The run's plan (``plan``, else the schedule it ran) re-timed with the durations its
+    actions really took, messages free: this algorithm with these actions on a core of its
+    own and a free wire (``labkit.strategies.pipeline.metrics.replayed_bubble``)."""
     from labkit.schedules import build_plan
     from labkit.strategies.pipeline.metrics import replayed_bubble
 
     m = run.metrics
-    plan = build_plan(m["schedule"], m["stages"], m["microbatches"], m["virtual"])
+    if plan is None:
+        plan = build_plan(m["schedule"], m["stages"], m["microbatches"], m["virtual"])
     return replayed_bubble(run.timeline, plan)
 
 
@@ -131,7 +133,7 @@ def sweep_text(runs: Mapping[int, Any]) -> str:
                                      f"the bubble"), f"m={ms[0]} minus m={ms[-1]}", fmt=".2f")
     lines.append(shrink.sentence() + _tail(shrink, p))
     for m in missed:
-        replay = _replayed(_runs(runs[m])[0])
+        replay = replayed(least(runs[m]))  # the repeat whose bubble the line above judged
         lines.append(f"m={m} replayed with this run's own action times and free messages: "
                      f"{replay:.2f} (formula {want[m]:.2f}): {replay - want[m]:+.2f} is uneven "
                      f"actions, {got[m] - replay:+.2f} is what messages and waiting for a core "
@@ -162,7 +164,7 @@ def interleave_text(one_f: Any, inter: Any) -> str:
                      f"the messages at {message_ms(first.timeline):.1f} ms each ate what the "
                      f"shorter fill and drain saved: interleaving pays when actions are long "
                      f"next to a message (replayed with free messages: "
-                     f"{_replayed(first):.2f}); " + _why(p))
+                     f"{replayed(first):.2f}); " + _why(p))
     return "\n".join(lines)
 
 

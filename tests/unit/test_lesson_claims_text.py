@@ -83,7 +83,7 @@ def test_the_sweep_judges_each_m_against_the_formula_and_replays_a_miss(monkeypa
     """m = 1, 4, 8 within 0.05 of the formula in every repeat: each holds, and so does the
     shrink. The issue's run (0.32 -> 0.30 for m = 4 -> 8, predicted 0.20 -> 0.11) is
     contradicted, never "holds", and the missed m is replayed with free messages."""
-    monkeypatch.setattr(pipeline_text, "_replayed", lambda run: 0.14)
+    monkeypatch.setattr(pipeline_text, "replayed", lambda run: 0.14)
     ok = pipeline_text.sweep_text({1: _reps("gpipe", [0.50, 0.51, 0.52], 0.5),
                                    4: _reps("gpipe", [0.21, 0.22, 0.21], 0.2),
                                    8: _reps("gpipe", [0.13, 0.13, 0.14], 0.111)})
@@ -99,7 +99,7 @@ def test_the_sweep_judges_each_m_against_the_formula_and_replays_a_miss(monkeypa
 def test_interleaving_counts_its_messages_and_explains_a_bigger_bubble(monkeypatch) -> None:
     """p = 2, v = 2: 3x the messages (v*p - 1 cuts over p - 1); a bubble no smaller than
     1F1B's is blamed on messages measured from the sends (0.8 ms here)."""
-    monkeypatch.setattr(pipeline_text, "_replayed", lambda run: 0.12)
+    monkeypatch.setattr(pipeline_text, "replayed", lambda run: 0.12)
     one_f = _reps("1f1b", [0.25, 0.25, 0.26])
     inter = _reps("interleaved", [0.28, 0.27, 0.28], 0.11, messages=24.0, virtual=2,
                   send_ms=0.8)
