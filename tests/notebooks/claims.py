@@ -262,8 +262,12 @@ CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
 
 def check(stem: str, ns: dict[str, Any]) -> str:
     """Run the lesson's check, if it has one; returns what was checked (for the output)."""
+    from tests.notebooks.teaching import break_mechanisms
+
     fn = CHECKS.get(stem)
-    if fn is None:
-        return f"{stem}: no claims to check"
-    fn(ns)
-    return f"{stem}: {fn.__doc__.split(chr(10))[0] if fn.__doc__ else 'checked'}"
+    if fn is not None:
+        fn(ns)
+    said = " | ".join(filter(None, [fn.__doc__.split(chr(10))[0] if fn and fn.__doc__ else
+                                  ("checked" if fn else "no claims to check"),
+                                  break_mechanisms(stem, ns)]))
+    return f"{stem}: {said}"

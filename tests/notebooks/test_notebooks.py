@@ -90,3 +90,25 @@ def test_notebook_is_committed_without_outputs(path: Path) -> None:
     dirty = [n for n, c in enumerate(nb.cells) if c.cell_type == "code"
              and (c.get("outputs") or c.get("execution_count"))]
     assert not dirty, f"{path.name} is committed with outputs in code cells {dirty}; clear them"
+
+
+PENDING = {"00_welcome", "02_batch_size_and_lr", "03_pipeline_parallelism",
+           "04_tensor_parallelism", "05_memory_and_zero", "06_communication", "07_fault_tolerance",
+           "09_3d_parallelism", "10_multi_node", "11_async_training", "12_ray"}
+"""Lessons not yet rebuilt in the issue-33 style; each leaves this set the commit it is."""
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in NOTEBOOKS])
+def test_lesson_shows_its_mechanism_asks_for_predictions_and_ends_with_a_check(path: Path) -> None:
+    """Issue 33: every lesson has an editable mechanism cell checked against labkit (and a
+    break that its comparison catches: run in the lesson's kernel by ``claims.check``), at
+    least two predict-then-reveal prompts, and a closing check with its problem set's
+    ``labkit submit`` line (``tests/notebooks/teaching.py`` reads the cells' metadata)."""
+    from tests.notebooks.teaching import problems
+
+    missing = problems(path.stem, nbformat.read(path, as_version=4))
+    if path.stem in PENDING:
+        assert missing, f"{path.stem} has every teaching part now: take it out of PENDING"
+        pytest.xfail(f"{path.stem} is not rebuilt yet: {missing[0]}")
+    assert not missing, f"{path.name}: " + "; ".join(missing)
+
