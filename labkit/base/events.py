@@ -87,6 +87,9 @@ class Event:
     chunk: int | None = None
     name: str | None = None  # a short label, e.g. "2F0" for stage 2 forward of microbatch 0
     axis: str | None = None  # comm only: the grid axis the op ran on (dp, pp or tp)
+    cpu_ns: int | None = None
+    """Compute only: the CPU time the recording thread used inside the span (what the op cost,
+    without the wait for a core); ``labkit.analysis.replay`` replays a run from it."""
 
     @property
     def end_ns(self) -> int:
@@ -108,7 +111,8 @@ class Event:
 
 
 # The order of the optional fields in a raw tracer record (see labkit.trace.tracer).
-RAW_FIELDS = ("step", "microbatch", "stage", "peer", "bytes", "bucket", "chunk", "name", "axis")
+RAW_FIELDS = ("step", "microbatch", "stage", "peer", "bytes", "bucket", "chunk", "name", "axis",
+              "cpu_ns")
 
 
 def match_sends(events: Iterable[Event]) -> list[tuple[Event, Event]]:

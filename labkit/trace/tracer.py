@@ -15,55 +15,73 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from labkit.base.events import RAW_FIELDS, Event, Op
+from labkit.base.events import RAW_FIELDS, Event, Lane, Op
 
 _now = time.monotonic_ns
+_cpu = time.thread_time_ns  # this thread's CPU clock: advances only while it runs on a core
 
 
 class _Span:
     """Context manager for one span; created by ``Tracer.span``."""
 
-    __slots__ = ("_meta", "_op", "_start", "_tracer")
+    __slots__ = ("_cpu", "_meta", "_op", "_start", "_tracer")
 
     def __init__(self, tracer: Tracer, op: Op, meta: tuple[Any, ...]):
         self._tracer = tracer
         self._op = op
         self._meta = meta
         self._start = 0
+        self._cpu = 0
 
     def __enter__(self) -> _Span:
         self._start = self._tracer.clock()
+        self._cpu = _cpu()
         return self
 
     def __exit__(self, *exc: object) -> None:
         tr = self._tracer
-        tr._raw.append((self._op, self._start, tr.clock(), self._meta))
+        meta = _with_cpu(self._meta, _cpu() - self._cpu) \
+            if tr.records_cpu and self._op.lane is Lane.COMPUTE else self._meta
+        tr._raw.append((self._op, self._start, tr.clock(), meta))
 
 
 class _ComputeSpan:
     """A compute span that this rank's blocking communication cuts (``Tracer.compute``)."""
 
-    __slots__ = ("_meta", "_op", "_start", "_tracer")
+    __slots__ = ("_cpu", "_meta", "_op", "_start", "_tracer")
 
     def __init__(self, tracer: Tracer, op: Op, meta: tuple[Any, ...]):
         self._tracer, self._op, self._meta = tracer, op, meta
         self._start: Any = None
+        self._cpu = 0
 
     def __enter__(self) -> _ComputeSpan:
         tr = self._tracer
         self._start = None if tr._paused else tr.clock()
+        self._cpu = _cpu()
         tr._open.append(self)
         return self
 
     def _cut(self, now: Any) -> None:
         if self._start is not None:
-            self._tracer._raw.append((self._op, self._start, now, self._meta))
+            tr = self._tracer
+            meta = _with_cpu(self._meta, _cpu() - self._cpu) if tr.records_cpu else self._meta
+            tr._raw.append((self._op, self._start, now, meta))
             self._start = None
+
+    def _restart(self, now: Any) -> None:
+        self._start = now
+        self._cpu = _cpu()
 
     def __exit__(self, *exc: object) -> None:
         tr = self._tracer
         tr._open.remove(self)
         self._cut(tr.clock())
+
+
+def _with_cpu(meta: tuple[Any, ...], cpu_ns: int) -> tuple[Any, ...]:
+    """``meta`` with the span's thread CPU time in its last field (RAW_FIELDS' ``cpu_ns``)."""
+    return (*meta[:-1], cpu_ns)
 
 
 class _NullSpan:
@@ -94,7 +112,11 @@ class Tracer:
     """Records spans for one rank.
 
     ``enabled=False`` turns every call into a no-op so a run can be timed without tracing.
+    Compute spans also carry the thread CPU time they used (``Event.cpu_ns``).
     """
+
+    records_cpu = True
+    """Host-clock spans: the thread's CPU time is what the op cost (a CUDA span's is not)."""
 
     def __init__(self, rank: int, enabled: bool = True, clock: Any = None):
         self.rank = rank
@@ -110,8 +132,8 @@ class Tracer:
     def _meta(step: int | None = None, microbatch: int | None = None, stage: int | None = None,
               peer: int | None = None, bytes: int | None = None, bucket: int | None = None,
               chunk: int | None = None, name: str | None = None,
-              axis: str | None = None) -> tuple[Any, ...]:
-        return (step, microbatch, stage, peer, bytes, bucket, chunk, name, axis)
+              axis: str | None = None, cpu_ns: int | None = None) -> tuple[Any, ...]:
+        return (step, microbatch, stage, peer, bytes, bucket, chunk, name, axis, cpu_ns)
 
     def span(self, op: Op, **meta: Any) -> _Span | _NullSpan:
         """``with tracer.span(Op.FORWARD, step=3): ...`` records one span."""
@@ -149,7 +171,7 @@ class Tracer:
         if self._paused == 0 and self._open:
             now = self.clock()
             for span in self._open:
-                span._start = now
+                span._restart(now)
 
     def record(self, op: Op, start: Any, end: Any, **meta: Any) -> None:
         """Record a span whose edges were measured elsewhere (e.g. an async op's completion)."""
@@ -198,6 +220,8 @@ class CudaTracer(Tracer):
     synchronises once and converts each event to host nanoseconds through a reference
     event recorded together with a host timestamp at ``align()``.
     """
+
+    records_cpu = False  # the host thread only launched the kernels
 
     def __init__(self, rank: int, enabled: bool = True, torch_cuda: Any = None):
         import torch

@@ -128,3 +128,29 @@ def test_finished_steps_leave_out_a_step_its_rank_aborted():
     tl = Timeline(events, 2)
     assert tl.finished_steps(0) == [0, 1, 2]
     assert tl.finished_steps(1) == [0]
+
+
+def test_compute_spans_carry_their_thread_cpu_time_and_a_sleep_costs_none():
+    """Issue 32's replay reads what an op cost without the wait for a core: a compute span's
+    ``cpu_ns`` is the recording thread's CPU time (busy work: the CPU it used, however long it
+    waited for a core; a sleep: about none);
+    comm spans carry none."""
+    import time
+
+    from labkit.base.events import Op
+    from labkit.trace.tracer import Tracer
+
+    tr = Tracer(0)
+    with tr.compute(Op.FORWARD, step=0):  # spin until this thread has used 20 ms of CPU
+        end = time.thread_time_ns() + 20_000_000
+        while time.thread_time_ns() < end:
+            pass
+    with tr.span(Op.BACKWARD, step=0):
+        time.sleep(0.02)
+    with tr.span(Op.ALL_REDUCE, step=0, bytes=4):
+        pass
+    fwd, bwd, comm = tr.events()
+    assert fwd.cpu_ns is not None and 20_000_000 <= fwd.cpu_ns <= fwd.dur_ns, fwd
+    assert bwd.cpu_ns is not None and bwd.cpu_ns < 5_000_000 < bwd.dur_ns, bwd
+    assert comm.cpu_ns is None
+    assert fwd.to_json()["cpu_ns"] == fwd.cpu_ns

@@ -1,0 +1,104 @@
+"""``labkit.analysis.replay``: a run re-timed as if every rank had a core of its own and the wire
+were the fitted alpha-beta model (issue 32, item 3), pinned on hand-made traces whose replayed
+times are worked out on paper."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.analysis.replay import ReplayError, replay, wire_s
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Op
+from labkit.theory.comm import AlphaBeta
+
+MS = 1_000_000
+WIRE = AlphaBeta(alpha_s=0.0, bandwidth_Bps=1e9)  # 1 MB takes 1 ms, no latency
+
+
+def ev(rank, op, start_ms, dur_ms, *, cpu_ms=None, step=0, **kw):
+    return Event(rank, op.lane, op, int(start_ms * MS), int(dur_ms * MS), step=step,
+                 cpu_ns=None if cpu_ms is None else int(cpu_ms * MS), **kw)
+
+
+def by_op(tl, rank, op):
+    return [e for e in tl if e.rank == rank and e.op is op]
+
+
+def test_wire_times_follow_the_ring_and_a_single_message():
+    assert wire_s(Op.ALL_REDUCE, 1_000_000, 2, WIRE) == pytest.approx(1e-3)  # 2(n-1)/n S / B
+    assert wire_s(Op.ALL_REDUCE, 1_000_000, 4, WIRE) == pytest.approx(1.5e-3)
+    assert wire_s(Op.REDUCE_SCATTER, 1_000_000, 4, WIRE) == pytest.approx(0.75e-3)
+    slow = AlphaBeta(alpha_s=1e-4, bandwidth_Bps=1e9)
+    assert wire_s(Op.SEND, 1_000_000, 2, slow) == pytest.approx(1.1e-3)
+    assert wire_s(Op.ALL_REDUCE, 0, 4, slow) == pytest.approx(6e-4)  # 2(n-1) alphas
+
+
+def test_waiting_for_a_core_is_taken_out_and_the_all_reduce_follows_the_model():
+    """Both ranks measured 10 ms of compute that cost 5 ms of CPU (half a core each), then a
+    1 MB all-reduce measured at 4 ms: replayed, 5 ms + 1 ms."""
+    events = [ev(r, Op.STEP, 0, 14) for r in (0, 1)]
+    events += [ev(r, Op.FORWARD, 0, 10, cpu_ms=5) for r in (0, 1)]
+    events += [ev(r, Op.ALL_REDUCE, 10, 4, bytes=1_000_000) for r in (0, 1)]
+    rep = replay(Timeline(events, 2), WIRE)
+    assert rep.step_times_s() == [pytest.approx(6e-3)]
+    ar = by_op(rep.timeline, 0, Op.ALL_REDUCE)[0]
+    assert (ar.start_ns, ar.end_ns) == (5 * MS, 6 * MS)
+    assert rep.timeline.meta["replay"]["model"].startswith("dedicated cores")
+
+
+def test_a_straggler_still_makes_the_others_wait():
+    """Rank 1's compute really costs 20 ms: the all-reduce cannot start before it ends."""
+    events = [ev(0, Op.FORWARD, 0, 10, cpu_ms=10), ev(1, Op.FORWARD, 0, 20, cpu_ms=20)]
+    events += [ev(0, Op.ALL_REDUCE, 10, 11, bytes=1_000_000), ev(1, Op.ALL_REDUCE, 20, 1,
+                                                                 bytes=1_000_000)]
+    tl = replay(Timeline(events, 2), WIRE).timeline
+    assert by_op(tl, 0, Op.ALL_REDUCE)[0].end_ns == by_op(tl, 1, Op.ALL_REDUCE)[0].end_ns == 21 * MS
+
+
+def test_a_pipeline_message_delays_the_next_stage_by_its_wire_time():
+    """Stage 0: forward 4 ms, send 1 MB; stage 1: receive, forward 4 ms -> starts at 5 ms."""
+    events = [ev(0, Op.FORWARD, 0, 8, cpu_ms=4), ev(0, Op.SEND, 8, 3, peer=1, bytes=1_000_000),
+              ev(1, Op.RECV, 0, 11, peer=0, bytes=1_000_000), ev(1, Op.FORWARD, 11, 8, cpu_ms=4)]
+    tl = replay(Timeline(events, 2), WIRE).timeline
+    assert by_op(tl, 1, Op.RECV)[0].end_ns == 5 * MS
+    assert by_op(tl, 1, Op.FORWARD)[0].start_ns == 5 * MS
+
+
+def test_an_async_all_reduce_hides_under_compute_until_the_wait():
+    """DDP's bucket: issued at 2 ms inside backward (which goes on to 6 ms), 2 MB = 2 ms on the
+    wire -> done at 4 ms, so the wait at 6 ms costs nothing."""
+    events = []
+    for r in (0, 1):
+        events += [ev(r, Op.BACKWARD, 0, 6, cpu_ms=6), ev(r, Op.ALL_REDUCE, 2, 7, bytes=2_000_000),
+                   ev(r, Op.WAIT, 6, 3)]
+    tl = replay(Timeline(events, 2), WIRE).timeline
+    ar, wait = by_op(tl, 0, Op.ALL_REDUCE)[0], by_op(tl, 0, Op.WAIT)[0]
+    assert (ar.start_ns, ar.end_ns) == (2 * MS, 4 * MS)
+    assert (wait.start_ns, wait.dur_ns) == (6 * MS, 0)
+
+
+def test_python_between_spans_is_scaled_by_the_core_share():
+    """2 ms of measured gap while the rank had half a core is 1 ms of its own work."""
+    events = [ev(0, Op.FORWARD, 0, 4, cpu_ms=2), ev(0, Op.BACKWARD, 6, 4, cpu_ms=2)]
+    tl = replay(Timeline(events, 1), WIRE).timeline
+    assert by_op(tl, 0, Op.BACKWARD)[0].start_ns == 3 * MS
+
+
+def test_a_grid_axis_collective_is_matched_within_its_group():
+    """tp = 2 on 4 ranks: ranks 0-1 and 2-3 all-reduce apart, so the slow pair (2 ms of compute)
+    does not hold up the fast one (1 ms)."""
+    events = []
+    for r in range(4):
+        cost = 1 if r < 2 else 2
+        events += [ev(r, Op.FORWARD, 0, cost, cpu_ms=cost),
+                   ev(r, Op.ALL_REDUCE, cost, 1, bytes=1_000_000, axis="tp")]
+    tl = replay(Timeline(events, 4, {"grid": {"dp": 2, "pp": 1, "tp": 2}}), WIRE).timeline
+    assert [by_op(tl, r, Op.ALL_REDUCE)[0].end_ns for r in range(4)] == [2 * MS] * 2 + [3 * MS] * 2
+
+
+def test_sub_group_collectives_and_unpaired_messages_are_refused_in_words():
+    tp = [ev(0, Op.ALL_REDUCE, 0, 1, bytes=4, axis="tp")]
+    with pytest.raises(ReplayError, match="all_reduce on the 'tp' sub-group cannot be replayed"):
+        replay(Timeline(tp, 2), WIRE)
+    with pytest.raises(ReplayError, match="has no matching message"):
+        replay(Timeline([ev(0, Op.SEND, 0, 1, peer=1, bytes=4)], 2), WIRE)
