@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.base import devices
+from labkit.base.files import exclusive, write_json_atomic
 
 SQUARE = (256, 512, 1024, 2048, 3072)
 """Square sizes every CPU calibration tries (GPU: ``GPU_SQUARE``)."""
@@ -170,9 +171,7 @@ def _load() -> dict[str, Any]:
 def _store(key: str, entry: dict[str, Any]) -> None:
     data = _load()
     data[key] = entry
-    tmp = cache_dir() / f"peak_flops.json.{os.getpid()}"
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(cache_dir() / "peak_flops.json")
+    write_json_atomic(cache_dir() / "peak_flops.json", data, indent=1)
 
 
 def summarize(entry: dict[str, Any]) -> dict[str, Any]:
@@ -230,16 +229,12 @@ def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shap
     shape with ``refresh``) measured in a subprocess, up to ``tries`` times while the machine
     is busy. ``"fresh"``: measured in this call; ``"now_busy"``: why this call's measurement
     could not be trusted (the cache then keeps the best rates seen, never lower ones)."""
-    import fcntl
-
     threads = threads or devices.cpu_count()
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} must be one of {', '.join(DTYPES)}")
     key = _key(device, threads, dtype)
     wanted = sorted(set(square(device)) | set(shapes or []))
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    with open(cache_dir() / "peak_flops.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent runs: one measures, the rest read
+    with exclusive(cache_dir() / "peak_flops.lock"):  # concurrent runs: one measures, the rest read
         old = _load().get(key)
         if old is not None and old.get("busy") and \
                 os.getloadavg()[0] < 0.5 * devices.cpu_count():

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.base.errors import ConfigError, RankFailure, RunFailed
+from labkit.base.files import write_json_atomic
 
 
 def _worker(argv: list[str] | None = None) -> int:
@@ -79,9 +80,7 @@ def _worker(argv: list[str] | None = None) -> int:
                 "losses": out.losses, "resumed_from_step": mine.get("resumed_from_step"),
                 "checkpoints_saved": mine.get("checkpoints_saved"),
                 "steps_run": steps, "finished_at": time.time()}
-        tmp = Path(args.report + ".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, args.report)
+        write_json_atomic(args.report, data)
     return 0
 
 

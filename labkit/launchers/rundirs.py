@@ -14,13 +14,14 @@ emulated cluster's (``labkit.launchers.cluster.leftovers``). Torch-free.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
+
+from labkit.base.files import try_lock
 
 PREFIX = "labkit-run-"
 OWNER = "owner.lock"
@@ -38,7 +39,8 @@ def hold(run_dir: Path) -> IO[bytes]:
     sees it unlocked, and never holds it while this run tries to take it."""
     private = run_dir / f".{OWNER}.{os.getpid()}"
     handle = open(private, "wb")  # noqa: SIM115 - held for the run's life
-    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if not try_lock(handle):  # a private name nobody else opens: cannot be held
+        raise RuntimeError(f"{private} is locked by another process")
     os.replace(private, run_dir / OWNER)
     return handle
 
@@ -47,10 +49,7 @@ def is_dead(run_dir: Path) -> bool:
     """Whether no live process holds ``run_dir``'s lock."""
     try:
         with open(run_dir / OWNER, "rb") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-    except BlockingIOError:
-        return False
+            return try_lock(handle)
     except FileNotFoundError:
         try:  # no lock (yet, or a run older than the lock): dead once it is old
             return time.time() - run_dir.stat().st_mtime > YOUNG_S

@@ -53,6 +53,7 @@ from typing import Any
 
 from labkit.base import devices
 from labkit.base.errors import ConfigError, RankFailure
+from labkit.base.files import write_atomic
 from labkit.config.flags import add_run_flags, config_from_args
 from labkit.config.run import RunConfig
 from labkit.launchers.output import fail_input, fail_run, output_problems, report
@@ -276,9 +277,7 @@ def run_under_torchrun(args: argparse.Namespace, config: RunConfig, env: Torchru
 def _save_results(path: str, results: list[Any]) -> None:
     import pickle
 
-    with open(path + ".tmp", "wb") as f:
-        pickle.dump(results, f)
-    os.replace(path + ".tmp", path)
+    write_atomic(path, pickle.dumps(results))
 
 
 def main(argv: list[str] | None = None) -> int:

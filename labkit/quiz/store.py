@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from labkit.base.files import write_json_atomic
 from labkit.quiz.engine import Attempt, Quiz
 
 SCHEMA_VERSION = 1
@@ -144,18 +144,7 @@ class ProgressStore:
 
     def save(self, data: dict[str, Any]) -> None:
         """Write atomically: temp file in the same folder, fsync, rename over the old one."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".quiz-", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=2, sort_keys=True)
-                fh.write("\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json_atomic(self.path, data, indent=2, sort_keys=True)
 
     def summary(self) -> str:
         """A few lines for a terminal: attempts, best score, weakest concepts."""

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.base.errors import CheckpointError
 from labkit.base.events import Op
+from labkit.base.files import fsync_dir, write_json_atomic
 from labkit.train.checkpoint_files import (
     MARKER,
     checkpoint_problems,
@@ -57,21 +58,6 @@ if TYPE_CHECKING:
 __all__ = ["MARKER", "Checkpointer", "CheckpointOptions", "checkpoint_problems",
            "complete_steps", "latest_step", "load", "save", "step_dir"]
 _log = logging.getLogger("labkit.train.checkpoint")
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    with open(path, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def save(ctx: RankContext, root: str | Path, step: int, state: dict[str, Any], *,
@@ -112,18 +98,18 @@ def save(ctx: RankContext, root: str | Path, step: int, state: dict[str, Any], *
         # 2. every rank writes its shard; DCP's coordinator writes .metadata last
         dcp.save(state, checkpoint_id=str(partial))
         if rank_meta is not None:
-            _write_json(partial / f"rank_{ctx.rank}.json", rank_meta)
+            write_json_atomic(partial / f"rank_{ctx.rank}.json", rank_meta)
         if before_commit is not None:
             before_commit()
         ctx.comm.barrier(step=step)
         # 3. rank 0 commits: metadata, the manifest of checksums, the marker, one rename
         if ctx.rank == 0:
-            _write_json(partial / "meta.json", {"step": step, "world_size": ctx.world_size,
+            write_json_atomic(partial / "meta.json", {"step": step, "world_size": ctx.world_size,
                                                 "saved_at": time.time(), **(meta or {})})
             seal(partial)
-            _fsync_dir(partial)
+            fsync_dir(partial)
             os.rename(partial, final)
-            _fsync_dir(Path(root))
+            fsync_dir(Path(root))
         # 4. nobody moves on before the checkpoint is visible
         ctx.comm.barrier(step=step)
     return final

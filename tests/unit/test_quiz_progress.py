@@ -52,7 +52,7 @@ def test_progress_write_is_atomic_when_saving_fails(tmp_path, monkeypatch):
 
     def boom(*_a, **_k):
         raise OSError("disk full")
-    monkeypatch.setattr("labkit.quiz.store.json.dump", boom)
+    monkeypatch.setattr("labkit.base.files.os.fsync", boom)  # written, not yet durable
     with pytest.raises(OSError):
         store.record(scored(2, 9))
     assert store.path.read_text() == before

@@ -13,7 +13,6 @@ with that id exists.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import secrets
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from labkit.base.files import try_lock
 from labkit.launchers.cluster import netns
 
 ENV_RUN = "LABKIT_CLUSTER_RUN"
@@ -65,8 +65,7 @@ def _try_lock(path: Path) -> IO[bytes] | None:
     """
     handle = open(path, "a+b")  # noqa: SIM115 - kept open: the lock lives as long as the file
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.stat(path).st_ino != os.fstat(handle.fileno()).st_ino:
+        if not try_lock(handle) or os.stat(path).st_ino != os.fstat(handle.fileno()).st_ino:
             raise FileNotFoundError(path)
     except OSError:
         handle.close()
