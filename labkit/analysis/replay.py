@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from labkit.analysis.timeline import Timeline
 from labkit.base.events import Event, Lane, Op, match_sends
 from labkit.base.grid import Grid
-from labkit.theory.comm import AlphaBeta, ring_allreduce_time
+from labkit.theory.comm import BUSBW_FACTORS, AlphaBeta, ring_allreduce_time
 
 P2P = {Op.SEND, Op.RECV}
 SCATTERING = {Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.ALL_TO_ALL}
@@ -52,7 +52,7 @@ def wire_s(op: Op, nbytes: int, world_size: int, wire: AlphaBeta) -> float:
     if op is Op.ALL_REDUCE:
         return ring_allreduce_time(nbytes, n, a, bw)
     if op in SCATTERING:  # one ring pass over the whole tensor
-        return (n - 1) * a + (n - 1) / n * nbytes / bw
+        return (n - 1) * a + BUSBW_FACTORS[op.value](n) * nbytes / bw
     if op is Op.BARRIER:
         return 2 * (n - 1) * a
     return (n - 1) * a + nbytes / bw  # broadcast, reduce, gather: pipelined along a chain

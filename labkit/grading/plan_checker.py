@@ -172,11 +172,6 @@ def check_plan(plan: Mapping[str, Any], scenario: Scenario | str) -> PlanReport:
                       rules=rules)
 
 
-def grade_plan(plan: Mapping[str, Any], scenario: Scenario | str) -> Verdict:
-    """The checker's report as a Verdict for an nbgrader test cell."""
-    return check_plan(plan, scenario).verdict()
-
-
 def plan_question(name: str, plan: Mapping[str, Any], scenario: Scenario | str,
                   points: float) -> Question:
     """A partial-credit question: one part per rule, each with the checker's reason.

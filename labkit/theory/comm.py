@@ -156,7 +156,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float],
         raise ConfigError(
             f"sizes_bytes ({list(sizes_bytes)!r}) must hold at least 2 distinct sizes to fit "
             "a line; e.g. sizes_bytes=[1e5, 1e6, 1e7]")
-    xs = [2 * (n - 1) / n * s for s in sizes]
+    xs = [ring_allreduce_bytes(s, n) for s in sizes]
     if any(t <= 0 for t in times):
         raise ConfigError(f"times_s ({list(times_s)!r}) must all be > 0 seconds")
     ws = [1.0 / (t * t) for t in times]  # relative-error weights

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.base.events import Op
+from labkit.theory.comm import BUSBW_FACTORS
 from labkit.trace.tracer import Tracer
 
 _now = time.monotonic_ns
@@ -56,11 +57,8 @@ _ALL_GATHER = tensor_collective("all_gather")
 
 def wire_bytes(op: Op, payload: int, world_size: int) -> float:
     """Bytes one rank sends for a collective implemented as a ring (nccl-tests convention)."""
-    n = world_size
-    if op == Op.ALL_REDUCE:
-        return 2 * (n - 1) / n * payload
-    if op in (Op.REDUCE_SCATTER, Op.ALL_GATHER):
-        return (n - 1) / n * payload
+    if op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER):
+        return BUSBW_FACTORS[op.value](world_size) * payload
     return float(payload)
 
 
