@@ -97,7 +97,7 @@ class ModelConfig:
     ``kind`` picks the model and its data (``labkit.train.data``): ``mlp`` Linear+ReLU blocks on a
     synthetic classification task; ``gpt`` a decoder-only transformer (``labkit.train.models.gpt``)
     predicting the next character of Python's own source; ``digits`` Linear+ReLU blocks on
-    scikit-learn's 8x8 digits, with the accuracy on held-out images reported.
+    the 8x8 handwritten digits (UCI, shipped with labkit), with the accuracy on held-out images reported.
     """
 
     kind: str = "mlp"

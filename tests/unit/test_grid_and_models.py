@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from labkit.config.run import RunConfig
 from labkit.theory import gpt_params, parallel_layout
 
 pytestmark = pytest.mark.lesson09
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_grid_puts_tp_fastest_and_groups_share_their_other_coordinates() -> None:
@@ -68,6 +71,24 @@ def test_text_and_digits_tasks_need_no_download() -> None:
     digits = DigitsTask(0)
     assert digits.x.shape == (1500, 64) and digits.test_x.shape == (297, 64)
     assert set(digits.y.unique().tolist()) == set(range(10))
+
+
+def test_the_digits_ship_with_labkit_with_their_licence_and_need_no_scikit_learn() -> None:
+    """The data set is labkit's own file (UCI, CC BY 4.0), read without importing sklearn, and
+    the package data declares it so a wheel carries it."""
+    import subprocess
+    import sys
+
+    from labkit.train.data.digits import CSV
+
+    assert CSV.is_file() and (CSV.parent / "DIGITS_LICENSE.txt").is_file()
+    assert "CC BY 4.0" in (CSV.parent / "DIGITS_LICENSE.txt").read_text()
+    code = ("import sys; from labkit.train.data import DigitsTask; DigitsTask(0); "
+            "print('sklearn' in sys.modules, 'scipy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"], out
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert "digits.csv.gz" in pyproject and "scikit-learn" not in pyproject
 
 
 def test_model_kinds_and_defaults_resolve_before_any_process() -> None:

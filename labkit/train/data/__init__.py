@@ -4,7 +4,7 @@
   default: instant, any size);
 * ``text``: characters (or the most frequent word pieces) of Python's own standard-library
   source files, for the small GPT: every machine that runs labkit has them;
-* ``digits``: scikit-learn's 8x8 handwritten digits (1,797 images shipped inside the
+* ``digits``: the UCI 8x8 handwritten digits (1,797 images shipped inside the
   package), for a classifier whose accuracy means something;
 * ``activations``: random activations and targets for transformer blocks alone (lesson 04).
 

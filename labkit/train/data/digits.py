@@ -1,7 +1,8 @@
-"""scikit-learn's handwritten digits: 1,797 8x8 greyscale images of 0-9, shipped in the package.
+"""Handwritten digits: 1,797 8x8 greyscale images of 0-9, shipped with labkit.
 
-Read straight from the CSV that scikit-learn installs (``sklearn/datasets/data/digits.csv.gz``)
-without importing scikit-learn (and SciPy) in every rank. Pixels 0-16 are scaled to 0-1. A
+The UCI "Optical Recognition of Handwritten Digits" test set (Alpaydin and Kaynak 1998, CC BY
+4.0: ``DIGITS_LICENSE.txt`` beside it), as the 57 KB CSV scikit-learn also ships; labkit reads
+its own copy, so neither scikit-learn nor SciPy is installed for it. Pixels 0-16 are scaled to 0-1. A
 seeded split keeps ``TEST`` images aside, so the final accuracy is measured on images the
 model never trained on (seed 000's project: "report final accuracy").
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import gzip
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +23,14 @@ TEST = 297
 """Images held out for the accuracy (1,500 remain for training)."""
 
 
+CSV = Path(__file__).with_name("digits.csv.gz")
+
+
 def _csv_path() -> Path:
-    spec = importlib.util.find_spec("sklearn")
-    if spec is None or not spec.submodule_search_locations:
-        raise LabError("the digits dataset comes with scikit-learn, which is not installed: "
-                       "run `make setup` (or `pip install scikit-learn`)")
-    return Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+    if not CSV.is_file():
+        raise LabError(f"the digits data set {CSV} is missing from this labkit install: "
+                       "reinstall it (`make setup`, or `pip install -e .`)")
+    return CSV
 
 
 @functools.cache
