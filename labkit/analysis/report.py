@@ -81,6 +81,8 @@ def describe(result: Any) -> str:
         lines.append(f"  note: skipped checkpoint {skipped['checkpoint']}: {skipped['file']} "
                      f"failed the {skipped['check']} check ({skipped['detail']}); resumed from "
                      f"step {skipped.get('resumed_from_step')}")
+    for adapted in m.get("resume_adapted") or []:
+        lines.append(f"  note: resumed across a change: {adapted}")
     for moved in m.get("checkpoints_moved_aside") or []:
         lines.append(f"  note: a damaged checkpoint directory was renamed {moved}")
     bad = next((i for i, loss in enumerate(result.losses) if not math.isfinite(loss)), None)

@@ -50,6 +50,9 @@ class RankMetrics:
     """Newer checkpoints a resume skipped because a file failed its check (which, why)."""
     checkpoints_moved_aside: list[str] | None = None
     """Step directories that were not committed checkpoints, renamed ``*.corrupt`` by a save."""
+    resume_adapted: list[str] | None = None
+    """What a resume adapted to this run (another world size or grid: resharded), or that the
+    checkpoint recorded no run to check."""
     step_seconds: list[float] | None = None
     """Wall seconds of each step on this rank (measured with or without the tracer)."""
 

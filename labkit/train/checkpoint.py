@@ -133,12 +133,53 @@ def load(ctx: RankContext, root: str | Path, step: int, state: dict[str, Any], *
         if defect is not None:
             raise CheckpointError(f"checkpoint {path} cannot be loaded: {defect.describe()}")
     with ctx.tracer.span(Op.CHECKPOINT, step=step, name=f"load {path.name}"):
-        dcp.load(state, checkpoint_id=str(path))
+        try:
+            dcp.load(state, checkpoint_id=str(path))
+        except Exception as err:  # DCP wraps each rank's cause: say the first one first
+            raise CheckpointError(f"checkpoint {path} does not fit this run's model and "
+                                  f"optimizer: {_first_cause(err)}") from err
     meta = json.loads((path / "meta.json").read_text())
     mine = path / f"rank_{ctx.rank}.json"
     rank_meta = (json.loads(mine.read_text())
                  if meta.get("world_size") == ctx.world_size and mine.is_file() else None)
     return meta, rank_meta
+
+
+def _first_cause(err: BaseException) -> str:
+    """The real reason behind DCP's ``CheckpointException ranks:dict_keys([0, 1])``."""
+    failures = getattr(err, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank, wrapped = sorted(failures.items())[0]
+        cause = wrapped[0] if isinstance(wrapped, tuple) else wrapped
+        return f"rank {rank}: {type(cause).__name__}: {str(cause).strip().splitlines()[0]}"
+    return f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err) else ''}"
+
+
+RUN_FIELDS = ("strategy", "model", "seed", "batch_size", "optimizer")
+"""What a checkpoint must share with the run that resumes it: another value means other
+weights, another data order or another optimizer state (world size and grid are adapted:
+DCP reshards)."""
+
+
+def run_identity(config: Any, world_size: int, grid: dict[str, int] | None = None) -> dict[str, Any]:
+    """What a checkpoint belongs to: the run's ``RUN_FIELDS``, world size, grid, labkit."""
+    from labkit import __version__
+
+    ident = {k: config.to_json()[k] for k in RUN_FIELDS}
+    ident = {**ident, "world_size": world_size, "grid": grid or {}, "labkit": __version__}
+    return dict(json.loads(json.dumps(ident)))  # as meta.json will read back (lists, not tuples)
+
+
+def identity_problems(saved: dict[str, Any] | None, mine: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(what refuses the resume, what it adapts): a field of ``RUN_FIELDS`` that differs
+    refuses, named with both values; another world size or grid is resharded."""
+    if saved is None:
+        return [], ["the checkpoint records no run (written by an older labkit): not checked"]
+    refuse = [f"{k} {saved.get(k)!r} there, {mine[k]!r} here" for k in RUN_FIELDS
+              if saved.get(k) != mine[k]]
+    adapt = [f"{k} {saved.get(k)} -> {mine[k]} (resharded)" for k in ("world_size", "grid")
+             if saved.get(k) is not None and saved.get(k) != mine[k]]
+    return refuse, adapt
 
 
 def training_state(model: nn.Module, optimizer: Optimizer) -> dict[str, Any]:
@@ -164,9 +205,12 @@ class Checkpointer:
     """
 
     def __init__(self, ctx: RankContext, root: str | None, every: int, resume: bool,
-                 model: nn.Module, optimizer: Optimizer):
+                 model: nn.Module, optimizer: Optimizer, identity: dict[str, Any] | None = None):
         self.ctx, self.root, self.every, self.resume = ctx, root, every, resume
         self.model, self.optimizer = model, optimizer
+        self.identity = identity
+        """What this run is (``run_identity``): saved with every checkpoint, checked on resume."""
+        self.adapted: list[str] = []
         self.saved: list[int] = []
         self.resumed_from: int | None = None
         self.fallback: list[dict[str, Any]] | None = None
@@ -180,6 +224,7 @@ class Checkpointer:
         self.fallback = [d.to_json() for d in skipped]
         if step is None:
             return 0, []
+        self._check_identity(step)
         state = training_state(self.model, self.optimizer)
         _, rank_meta = load(self.ctx, self.root, step, state, verified=True)
         restore_training_state(self.model, self.optimizer, state)
@@ -188,17 +233,30 @@ class Checkpointer:
             entry["resumed_from_step"] = step
         return step, list((rank_meta or {}).get("losses", []))
 
+    def _check_identity(self, step: int) -> None:
+        """Refuse a checkpoint of another run before a byte of it is loaded."""
+        if self.identity is None or self.root is None:
+            return
+        meta = json.loads((step_dir(self.root, step) / "meta.json").read_text())
+        refuse, self.adapted = identity_problems(meta.get("run"), self.identity)
+        if refuse:
+            raise CheckpointError(
+                f"checkpoint {step_dir(self.root, step)} belongs to another run: "
+                + "; ".join(refuse) + ". Resume with the settings it was saved with, or start "
+                "from an empty checkpoint_dir")
+
     def after_step(self, step: int, losses: list[float]) -> None:
         done = step + 1
         if not self.root or self.every < 1 or done % self.every:
             return
         save(self.ctx, self.root, done, training_state(self.model, self.optimizer),
+             meta=None if self.identity is None else {"run": self.identity},
              rank_meta={"losses": losses}, moved_aside=self.moved_aside)
         self.saved.append(done)
 
     def metrics(self) -> dict[str, Any]:
         return {"checkpoints_saved": list(self.saved), "resumed_from_step": self.resumed_from,
-                "checkpoint_fallback": self.fallback,
+                "checkpoint_fallback": self.fallback, "resume_adapted": list(self.adapted),
                 "checkpoints_moved_aside": list(self.moved_aside)}
 
 

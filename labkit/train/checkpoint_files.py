@@ -23,11 +23,13 @@ import json
 import logging
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labkit.base.errors import CheckpointError
+from labkit.base.files import write_atomic
 from labkit.base.validate import bool_problem, int_problem
 
 _STEP_DIR = re.compile(r"^step_(\d{8})$")
@@ -72,7 +74,7 @@ class Defect:
     directory: str
     file: str
     check: str
-    """marker | manifest | missing | size | sha256"""
+    """marker | manifest | missing | size | sha256 | step"""
     detail: str
 
     def describe(self) -> str:
@@ -91,13 +93,6 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def seal(directory: Path) -> None:
     """Write the manifest of every file in ``directory``, then the marker naming the
     manifest's hash (call after every shard is on disk, before the commit rename)."""
@@ -106,8 +101,8 @@ def seal(directory: Path) -> None:
     manifest = {"format": _FORMAT, "files": {
         p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in files}}
     data = json.dumps(manifest, indent=1, sort_keys=True).encode()
-    _write_synced(directory / MANIFEST, data)
-    _write_synced(directory / MARKER, json.dumps(
+    write_atomic(directory / MANIFEST, data)
+    write_atomic(directory / MARKER, json.dumps(
         {"format": _FORMAT, "manifest_sha256": hashlib.sha256(data).hexdigest()}).encode())
 
 
@@ -145,6 +140,15 @@ def verify(directory: Path) -> Defect | None:
                           + (": truncated" if size < entry["bytes"] else ""))
         if sha256_file(path) != entry["sha256"]:
             return Defect(d, name, "sha256", "its bytes changed since the save")
+    # 4. the step: the one meta.json recorded, not whatever the directory was renamed to
+    named = _STEP_DIR.match(directory.name)
+    try:
+        saved = json.loads((directory / "meta.json").read_bytes()).get("step")
+    except (OSError, ValueError, AttributeError):
+        saved = None
+    if named and saved is not None and saved != int(named.group(1)):
+        return Defect(d, "meta.json", "step", f"the checkpoint was saved after step {saved}, "
+                      f"but its directory is named for step {int(named.group(1))}")
     return None
 
 
@@ -200,6 +204,9 @@ def checkpoint_problems(root: str | None, every: int, resume: bool) -> list[str]
     if (every > 0 or resume) and not root:
         problems.append(f"checkpoint_every ({every}) / resume ({resume}) need checkpoint_dir; "
                         f"e.g. checkpoint_dir='ckpt', checkpoint_every=5")
+    elif resume and root and not Path(root).is_dir():
+        warnings.warn(f"resume=True, but checkpoint_dir {str(root)!r} does not exist: there is "
+                      f"nothing to resume, so the run starts at step 0", UserWarning, stacklevel=2)
     if root and not resume and complete_steps(root):
         problems.append(f"checkpoint_dir {root!r} already holds checkpoints (steps "
                         f"{complete_steps(root)}); pass resume=True (--resume) to continue from "

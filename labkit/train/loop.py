@@ -216,7 +216,10 @@ class TrainLoop(Generic[R]):
         opts = self.cfg.options
         if not hasattr(opts, "checkpoint_dir"):
             return None
-        from labkit.train.checkpoint import Checkpointer
+        from labkit.train.checkpoint import Checkpointer, run_identity
 
+        g = self.ctx.grid
+        grid = None if g is None else {"dp": g.dp, "pp": g.pp, "tp": g.tp}
         return Checkpointer(self.ctx, opts.checkpoint_dir, opts.checkpoint_every, opts.resume,
-                            module, self.optimizer)
+                            module, self.optimizer,
+                            identity=run_identity(self.cfg, self.ctx.world_size, grid))

@@ -207,3 +207,48 @@ def test_load_refuses_a_damaged_checkpoint_before_reading_it(tmp_path: Path) -> 
 
 def _save_model(ctx: RankContext, root: str) -> None:
     save(ctx, root, 1, {"model": _mlp_state()})
+
+
+def _ckpt_run(tmp_path: Path, **kw: Any) -> Any:
+    common: dict[str, Any] = {"strategy": "ddp", "world_size": 2, "steps": 4, "lr": 0.01,
+                              "progress": False, "timeout_s": 90, "threads_per_rank": 1}
+    opts = {"checkpoint_dir": str(tmp_path / "ck"), "checkpoint_every": 2,
+            **kw.pop("options", {})}
+    return labkit.run(**{**common, **kw}, options=opts)
+
+
+def test_a_checkpoint_knows_its_run_and_refuses_another_before_loading(tmp_path: Path) -> None:
+    """Issue 36: a seed-0 ddp checkpoint is refused by a seed-1 resume and by another strategy,
+    each difference named with both values; a resume at the same settings goes on."""
+    import json
+
+    _ckpt_run(tmp_path)
+    meta = json.loads((step_dir(tmp_path / "ck", 4) / "meta.json").read_text())
+    assert meta["step"] == 4 and meta["run"]["seed"] == 0 and meta["run"]["strategy"] == "ddp"
+    assert meta["run"]["world_size"] == 2 and meta["run"]["labkit"] == labkit.__version__
+    with pytest.raises(RunFailed, match=r"belongs to another run: seed 0 there, 1 here"):
+        _ckpt_run(tmp_path, seed=1, steps=6, options={"resume": True})
+    with pytest.raises(RunFailed, match=r"strategy 'ddp' there, 'scaling' here"):
+        _ckpt_run(tmp_path, strategy="scaling", steps=6, options={"resume": True})
+    ok = _ckpt_run(tmp_path, steps=6, options={"resume": True})
+    assert ok.metrics["resumed_from_step"] == 4 and ok.metrics["resume_adapted"] == []
+
+
+def test_a_renamed_step_directory_is_not_taken_for_a_later_step(tmp_path: Path) -> None:
+    """A copy of step 2 renamed step 8 is skipped (its meta.json says 2): the resume falls back
+    to step 4 and says which check the renamed one failed."""
+    import shutil
+
+    _ckpt_run(tmp_path)
+    shutil.copytree(step_dir(tmp_path / "ck", 2), step_dir(tmp_path / "ck", 8))
+    r = _ckpt_run(tmp_path, steps=6, options={"resume": True})
+    assert r.metrics["resumed_from_step"] == 4
+    (skipped,) = r.metrics["checkpoint_fallback"]
+    assert skipped["checkpoint"] == "step_00000008" and skipped["check"] == "step", skipped
+    assert "saved after step 2" in skipped["detail"]
+
+
+def test_resume_without_a_checkpoint_dir_says_it_starts_at_step_0(tmp_path: Path) -> None:
+    with pytest.warns(UserWarning, match="nothing to resume, so the run starts at step 0"):
+        r = _ckpt_run(tmp_path, options={"resume": True, "checkpoint_dir": str(tmp_path / "no")})
+    assert r.metrics.get("resumed_from_step") is None and r.metrics["checkpoints_saved"] == [2, 4]

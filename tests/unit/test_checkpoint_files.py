@@ -114,3 +114,27 @@ def test_a_broken_directory_is_moved_aside_under_a_clear_name(tmp_path: Path) ->
     _checkpoint(tmp_path, 3)
     assert move_aside(step_dir(tmp_path, 3)).name == "step_00000003.corrupt2"
     assert complete_steps(tmp_path) == []  # moved-aside directories are never candidates
+
+
+def test_a_load_failure_names_the_first_rank_s_real_cause_first():
+    """DCP says ``CheckpointException ranks:dict_keys([0, 1])``; the lab says the size mismatch."""
+    from labkit.train.checkpoint import _first_cause
+
+    class Wrapped(Exception):
+        failures = {1: (RuntimeError("b"), None),
+                    0: (RuntimeError("Size mismatch: [128, 32] vs [64, 32]\nmore"), None)}
+    assert _first_cause(Wrapped("ranks:dict_keys([0, 1])")) == \
+        "rank 0: RuntimeError: Size mismatch: [128, 32] vs [64, 32]"
+    assert _first_cause(ValueError("plain")) == "ValueError: plain"
+
+
+def test_identity_refuses_what_changes_the_weights_and_adapts_the_world_size():
+    from labkit.train.checkpoint import identity_problems
+
+    mine = {"strategy": "ddp", "model": {"width": 64}, "seed": 0, "batch_size": 32,
+            "optimizer": "sgd", "world_size": 2, "grid": {"dp": 2, "pp": 1, "tp": 1}}
+    saved = {**mine, "model": {"width": 128}, "world_size": 4, "grid": {"dp": 4, "pp": 1, "tp": 1}}
+    refuse, adapt = identity_problems(saved, mine)
+    assert refuse == ["model {'width': 128} there, {'width': 64} here"]
+    assert adapt[0] == "world_size 4 -> 2 (resharded)" and len(adapt) == 2
+    assert identity_problems(None, mine)[0] == []
