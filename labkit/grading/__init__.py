@@ -7,7 +7,8 @@
 * ``numeric``: problem set 1's visible cases and parts (keys: instructor side)
 * ``plan_checker``: is a parallelism plan feasible? (memory, bubble, TP inside a node)
 * ``code_checks``, ``sync_checks``, ``rank_checks``, ``rank_side``: student code on real
-  ranks (ring all-reduce, bucketed sync, ZeRO-1); ``plan_code``: a hand-written 1F1B plan
+  ranks (recursive-doubling all-reduce, accumulation with no_sync; ``zero_checks``: ZeRO-1
+  with Adam); ``plan_code``: a hand-written 1F1B plan
 * ``layout3d``: problem set 5 (a GPT's model state per rank, a 3D layout under a budget)
 * ``async_ps``: problem set 6 (the SSP gate, a straggler's effects, Ray's by-value pitfall)
 * ``reasoning``, ``traces``: problem set 4 (strategy choice, the mini challenge, reading

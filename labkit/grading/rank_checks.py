@@ -1,11 +1,11 @@
 """Shared pieces of the real-rank code checks: inputs, stubs, failures, gates, comparisons.
 
-``code_checks`` (the ring all-reduce) and ``sync_checks`` (bucketed gradient sync, ZeRO-1)
-record into partial-credit :class:`~labkit.grading.parts.Question` objects through these:
-the grader draws every rank's inputs here (``inputs``) and hands each rank only its own, a
-stub found once is not launched again, a failing rank becomes feedback, a gate part forbids
-collectives (the grader relays every message, so it saw each one) or calls into labkit's
-implementations.
+``code_checks`` (recursive doubling), ``sync_checks`` (accumulation with ``no_sync``) and
+``zero_checks`` (ZeRO-1 with Adam) record into partial-credit
+:class:`~labkit.grading.parts.Question` objects through these: the grader draws every rank's
+inputs here (``inputs``) and hands each rank only its own, a stub found once is not
+launched again, a failing rank becomes feedback, a gate part forbids collectives (the
+grader relays every message, so it saw each one) or calls into labkit's implementations.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ returns what the function produced as plain numbers. ``CallWatch`` reports calls
 labkit's own implementations for the student's practice runs; while grading, those
 modules are not in the rank's box at all.
 
-Nothing here compares anything: the grader (``code_checks``, ``sync_checks``) computes
+Nothing here compares anything: the grader (``code_checks``, ``sync_checks``,
+``zero_checks``) computes
 the expected values outside, from the inputs it drew.
 """
 
@@ -45,9 +46,9 @@ def _watched(ctx: Any, case: int, forbid: Sequence[str], fn: Callable[..., Any],
     return returned, {"used": watch.used, "tampered": watch.tampered}
 
 
-def ring_rank(ctx: Any, fn: Callable[..., Any], cases: list[torch.Tensor],
-              forbid: Sequence[str]) -> list[dict[str, Any]]:
-    """The student's ``ring_all_reduce(ctx, tensor)`` on each of this rank's tensors."""
+def allreduce_rank(ctx: Any, fn: Callable[..., Any], cases: list[torch.Tensor],
+                   forbid: Sequence[str]) -> list[dict[str, Any]]:
+    """The student's all-reduce ``fn(ctx, tensor)`` on each of this rank's tensors."""
     out = []
     for case, work in enumerate(cases):
         returned, record = _watched(ctx, case, forbid, fn, ctx, work)
@@ -56,25 +57,51 @@ def ring_rank(ctx: Any, fn: Callable[..., Any], cases: list[torch.Tensor],
     return out
 
 
-def bucket_rank(ctx: Any, fn: Callable[..., Any], grads: list[torch.Tensor], cap_bytes: int,
-                forbid: Sequence[str]) -> dict[str, Any]:
-    """The student's ``bucketed_allreduce(ctx, grads, cap)``; every gradient afterwards."""
-    _, record = _watched(ctx, 0, forbid, fn, ctx, grads, cap_bytes)
-    record["grads"] = [summarize(g, g.numel()) for g in grads]
-    return record
+def accumulate_rank(ctx: Any, fn: Callable[..., Any], micro_grads: list[list[torch.Tensor]],
+                    every: int, cap_bytes: int, forbid: Sequence[str]) -> dict[str, Any]:
+    """The student's ``accumulate_and_sync`` once per micro-step (each its own case), with
+    one ``acc`` list kept between the calls; what each call returned."""
+    acc: list[Any] = []
+    steps = []
+    for step, grads in enumerate(micro_grads):
+        returned, record = _watched(ctx, step, forbid, fn, ctx, grads, acc, step, every,
+                                    cap_bytes)
+        if returned is None:
+            record["synced"] = None
+        elif isinstance(returned, (list, tuple)) and len(returned) == len(grads):
+            record["synced"] = [summarize(g, want.numel()) for g, want in zip(returned, grads)]
+        else:
+            record["synced"] = {"error": f"returned {type(returned).__name__}"
+                                + (f" of {len(returned)}" if isinstance(returned, (list, tuple))
+                                   else "") + f", not None or a list of {len(grads)} tensors"}
+        steps.append(record)
+    return {"steps": steps, "used": sorted({u for r in steps for u in r["used"]}),
+            "tampered": any(r["tampered"] for r in steps)}
 
 
-def zero1_rank(ctx: Any, fn: Callable[..., Any], param: torch.Tensor,
-               grads: list[torch.Tensor], lr: float, momentum: float,
-               forbid: Sequence[str]) -> dict[str, Any]:
-    """The student's ``zero1_step`` once per gradient; the parameters and the state size."""
+def state_values(state: Any, depth: int = 0) -> int:
+    """Tensor elements in an optimizer state (a dict, list or tuple of tensors, nested)."""
+    if isinstance(state, torch.Tensor):
+        return int(state.numel())
+    if depth > 4:
+        return 0
+    items = state.values() if isinstance(state, dict) else state \
+        if isinstance(state, (list, tuple)) else ()
+    return sum(state_values(v, depth + 1) for v in items)
+
+
+def zero_adam_rank(ctx: Any, fn: Callable[..., Any], params: list[torch.Tensor],
+                   grads: list[list[torch.Tensor]], lr: float, betas: tuple[float, float],
+                   eps: float, forbid: Sequence[str]) -> dict[str, Any]:
+    """The student's ``zero_adam_step`` once per step (each its own case); the parameters
+    afterwards and the size of the state the rank kept."""
     state: dict[str, Any] = {}
     records = []
-    for step, grad in enumerate(grads):
-        _, record = _watched(ctx, step, forbid, fn, ctx, param, grad, state, lr, momentum)
+    for step, step_grads in enumerate(grads):
+        _, record = _watched(ctx, step, forbid, fn, ctx, params, step_grads, state, lr,
+                             tuple(betas), eps)
         records.append(record)
-    state_values = sum(int(v.numel()) for v in state.values() if isinstance(v, torch.Tensor)) \
-        if isinstance(state, dict) else -1
-    return {"param": summarize(param, param.numel()), "state_values": state_values,
+    return {"params": [summarize(p, p.numel()) for p in params],
+            "state_values": state_values(state) if isinstance(state, dict) else -1,
             "used": sorted({u for r in records for u in r["used"]}),
             "tampered": any(r["tampered"] for r in records)}

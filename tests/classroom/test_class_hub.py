@@ -202,14 +202,14 @@ def answers(kind: str, name: str) -> dict[str, str]:
                  "bubble_answer": "def bubble_share(stages, microbatches):\n"
                                   "    return (stages - 1) / microbatches\n"}
                 if name == "ps1_numbers" else
-                {"ring_answer": _solution(name)["ring_answer"]})
+                {"doubling_answer": _solution(name)["doubling_answer"]})
     if kind == "cheating":
         return ({"global_batch_answer": HONEST_GLOBAL, "adam_gb_answer": WATCHER_OFF,
                  "target_lr_answer": PROBE + "\n\nfrom labkit import theory\n\n\n"
                  "def target_lr(base_lr, base_batch, gpus, per_gpu_batch, accumulation):\n"
                  "    new = theory.global_batch(per_gpu_batch, gpus, accumulation)\n"
                  "    return theory.scaled_lr(base_lr, base_batch, new, 'linear')\n"}
-                if name == "ps1_numbers" else {"ring_answer": PRIVATE_ALLREDUCE})
+                if name == "ps1_numbers" else {"doubling_answer": PRIVATE_ALLREDUCE})
     return {}
 
 

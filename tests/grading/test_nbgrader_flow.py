@@ -134,18 +134,19 @@ def test_wrong_answers_get_partial_marks_and_tampering_is_caught(root: Path,
     assert "ring_bytes was edited" in tampered and "ring_time was deleted" in tampered
 
 
-ZERO_RING = """    n, rank = ctx.world_size, ctx.rank
-    chunks = list(torch.tensor_split(tensor, n))
-    for k in range(2 * (n - 1)):
-        i = (rank - k) % n
-        handle = ctx.comm.isend(torch.zeros_like(chunks[i]), (rank + 1) % n)
-        ctx.comm.recv(torch.empty_like(chunks[(i - 1) % n]), (rank - 1) % n)
+ZERO_DOUBLING = """    n, rank = ctx.world_size, ctx.rank
+    distance = 1
+    while distance < n:
+        handle = ctx.comm.isend(torch.zeros_like(tensor), rank ^ distance)
+        ctx.comm.recv(torch.empty_like(tensor), rank ^ distance)
         handle.wait()
+        distance *= 2
 """
-"""The body of exactly a ring's sends, carrying zeros: the cover for a sum found elsewhere."""
-PRIVATE_ALLREDUCE = '''def ring_all_reduce(ctx, tensor):
+"""The body of exactly recursive doubling's sends, carrying zeros: the cover for a sum found
+elsewhere."""
+PRIVATE_ALLREDUCE = '''def doubling_all_reduce(ctx, tensor):
     """Issue 26's attack: the sum from a hidden all-reduce (the process group itself, else
-    one of its own on a file store, as labkit's ranks meet), behind a ring's sends."""
+    one of its own on a file store, as labkit's ranks meet), behind recursive doubling's sends."""
     import datetime
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import _get_default_group
@@ -160,13 +161,13 @@ PRIVATE_ALLREDUCE = '''def ring_all_reduce(ctx, tensor):
             dist.all_reduce(tensor)
         except Exception as exc:
             print("no way around the relay:", type(exc).__name__)
-''' + ZERO_RING + "    return tensor\n"
+''' + ZERO_DOUBLING + "    return tensor\n"
 
 
 def test_code_exercises_catch_cheats_and_leave_no_processes(root: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch
                                                             ) -> None:
-    """ps3: a hidden all-reduce behind ring-shaped zero sends (each rank is a box of its own
+    """ps3: a hidden all-reduce behind doubling-shaped zero sends (each rank is a box of its own
     with no process group and no shared /tmp: there is nothing to all-reduce with, and the
     relay saw that the sends carried zeros), and labkit's own 1F1B plan (labkit.schedules is
     absent from the box that runs it), both score 0 with a message; the honest answers
@@ -174,15 +175,15 @@ def test_code_exercises_catch_cheats_and_leave_no_processes(root: Path, tmp_path
     token = f"labkit-grading-{uuid.uuid4().hex}"
     monkeypatch.setenv("LABKIT_TEST_TOKEN", token)
     nb = notebook(root, "solutions", "ps3_build_it")
-    set_cell(nb, "ring_answer", PRIVATE_ALLREDUCE)
+    set_cell(nb, "doubling_answer", PRIVATE_ALLREDUCE)
     set_cell(nb, "one_f_one_b_answer", "def one_f_one_b(stages, microbatches):\n"
              "    from labkit.schedules import build_plan\n"
              "    plan = build_plan('1f1b', stages, microbatches)\n"
              "    return {r: [str(a) for a in plan.actions(r)] for r in range(stages)}\n")
     result = grade(root, "ps3_build_it", nb, "cheat", tmp_path)
     got = scores(result)
-    assert got["ring_allreduce"] == 0 and got["one_f_one_b"] == 0, result.report()
-    assert got["bucketed_sync"] == 3 and got["zero1"] == 3, result.report()
+    assert got["doubling_allreduce"] == 0 and got["one_f_one_b"] == 0, result.report()
+    assert got["accumulated_sync"] == 3 and got["zero_adam"] == 3, result.report()
     text = feedback_text(result)
     assert "is not a chunk of a sum of the ranks' tensors" in text
     assert "it calls labkit.schedules" in text and "do that work yourself" in text

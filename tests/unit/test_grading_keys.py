@@ -48,7 +48,8 @@ def hidden_values() -> list[str]:
     ps6 = instructor.load("ps6_async", REPO)
     assert None not in (ps1, ps3, ps4, ps5, ps6)
     out = [ps1.SECRET, ps3.SECRET, repr(ps3.pipeline_cases("student")),
-           repr(ps3.bucket_sizes("student")), repr(ps3.ring_sizes("student")), "def cases(",
+           repr(ps3.bucket_sizes("student")), repr(ps3.doubling_sizes("student")),
+           repr(ps3.zero_sizes("student")), "def cases(",
            "HIDDEN_CASES", "HIDDEN_SCENARIOS", "HIDDEN_CHALLENGES"]
     for name in ps1.KEYS:
         for _, expected in ps1.cases(name):

@@ -1,7 +1,7 @@
 """Runs INSIDE one rank box of a relayed exercise: one rank of the student's function.
 
-Problem set 3 asks for communication code (a ring all-reduce from send and recv, a
-bucketed gradient sync, a ZeRO-1 step). Graded that way on real gloo ranks inside one
+Problem set 3 asks for communication code (an all-reduce from send and recv, gradient
+accumulation with a bucketed sync, a ZeRO-1 step). Graded that way on real gloo ranks inside one
 box, a student who owns the interpreter can always find a second way between the ranks
 (the process group itself, a file, a socket) and hide it from any counter that runs in
 the same interpreter. So each rank runs in a box of its own (no network, its own /tmp,
