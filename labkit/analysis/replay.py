@@ -34,6 +34,9 @@ from labkit.base.events import Event, Lane, Op, match_sends
 from labkit.base.grid import Grid
 from labkit.theory.comm import BUSBW_FACTORS, AlphaBeta, ring_allreduce_time
 
+MODEL_LABEL = "replayed on dedicated cores (a model built from this run)"
+"""How every replayed number and figure is labelled: never a measurement."""
+
 P2P = {Op.SEND, Op.RECV}
 SCATTERING = {Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.ALL_TO_ALL}
 

@@ -91,17 +91,18 @@ def activations_text(gpipe: Any, one_f: Any) -> str:
     return "\n".join(lines)
 
 
-def replayed(run: Any, plan: Any = None) -> float:
-    """The run's plan (``plan``, else the schedule it ran) re-timed with the durations its
-    actions really took, messages free: this algorithm with these actions on a core of its
-    own and a free wire (``labkit.strategies.pipeline.metrics.replayed_bubble``)."""
+def replayed(run: Any, plan: Any = None, *, dedicated: bool = True) -> float:
+    """The run's plan (``plan``, else the schedule it ran) re-timed with what its actions
+    really cost, messages free: this algorithm with these actions on a core of its own
+    (each action's CPU time; ``dedicated=False``: its wall time, waits for a core included)
+    and a free wire (``labkit.strategies.pipeline.metrics.replayed_bubble``)."""
     from labkit.schedules import build_plan
     from labkit.strategies.pipeline.metrics import replayed_bubble
 
     m = run.metrics
     if plan is None:
         plan = build_plan(m["schedule"], m["stages"], m["microbatches"], m["virtual"])
-    return replayed_bubble(run.timeline, plan)
+    return replayed_bubble(run.timeline, plan, dedicated=dedicated)
 
 
 def formula_verdict(runs: Any, what: str) -> Verdict:
@@ -115,7 +116,8 @@ def formula_verdict(runs: Any, what: str) -> Verdict:
 def sweep_text(runs: Mapping[int, Any]) -> str:
     """The measured bubble per microbatch count (GPipe runs, or their repeats, keyed by m)
     beside the formula, each judged; whether it shrank as m grew; and, where a bubble misses
-    the formula, the same plan replayed with the run's own action times and free messages."""
+    the formula, the same plan replayed with the run's own action times (CPU time: each rank on a
+    core of its own) and free messages."""
     ms = sorted(runs)
     p = _runs(runs[ms[0]])[0].metrics["stages"]
     want = {m: _runs(runs[m])[0].metrics["bubble_fraction_predicted"] for m in ms}
@@ -134,10 +136,10 @@ def sweep_text(runs: Mapping[int, Any]) -> str:
     lines.append(shrink.sentence() + _tail(shrink, p))
     for m in missed:
         replay = replayed(least(runs[m]))  # the repeat whose bubble the line above judged
-        lines.append(f"m={m} replayed with this run's own action times and free messages: "
-                     f"{replay:.2f} (formula {want[m]:.2f}): {replay - want[m]:+.2f} is uneven "
-                     f"actions, {got[m] - replay:+.2f} is what messages and waiting for a core "
-                     f"added")
+        lines.append(f"m={m} replayed with this run's own action times (the CPU time each "
+                     f"took: a core per rank) and free messages: {replay:.2f} (formula "
+                     f"{want[m]:.2f}): {replay - want[m]:+.2f} is uneven actions, "
+                     f"{got[m] - replay:+.2f} is what messages and waiting for a core added")
     return "\n".join(lines)
 
 

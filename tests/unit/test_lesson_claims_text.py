@@ -92,7 +92,8 @@ def test_the_sweep_judges_each_m_against_the_formula_and_replays_a_miss(monkeypa
     bad = pipeline_text.sweep_text({4: _reps("gpipe", [0.32, 0.33, 0.32], 0.2),
                                     8: _reps("gpipe", [0.30, 0.31, 0.30], 0.111)})
     assert "-- holds" not in bad and bad.count("contradicted by this run") == 3
-    assert "m=8 replayed with this run's own action times and free messages: 0.14" in bad
+    assert ("m=8 replayed with this run's own action times (the CPU time each took: a core per "
+            "rank) and free messages: 0.14") in bad
     assert "cores" in bad
 
 
@@ -175,6 +176,20 @@ def test_tp_sentences_carry_the_run_and_flag_what_breaks_a_rule() -> None:
     assert "on the critical path" in text and "issued 2 all-reduces" in text
     assert "NOT the same function" in tp_text.tp_text(_tp(0.02, diff=1e-3))
     assert "more than the rule allows" in tp_text.tp_text(_tp(0.4))
+
+
+def test_allreduces_in_step_counts_f_and_g_of_one_rank_and_step_only() -> None:
+    """Lesson 04's second reveal: the f / g all-reduces rank 0 issued in one step, read from
+    the timeline; another step, another rank and the weights' final gather do not count."""
+    names = ["L0.attn.g", "L0.mlp.g", "L0.mlp.f", "L0.attn.f"]
+    events = [Event(r, Lane.COMM, Op.ALL_REDUCE, (s * 10 + k) * MS, MS, step=s, name=n)
+              for r in (0, 1) for s in (1, 2) for k, n in enumerate(names)]
+    events.append(Event(0, Lane.COMM, Op.ALL_GATHER, 50 * MS, MS, step=2, name="gather"))
+    events.append(Event(0, Lane.COMM, Op.ALL_REDUCE, 60 * MS, MS, step=2, name="loss"))
+    run = SimpleNamespace(timeline=Timeline(events, 2))
+    assert tp_text.allreduces_in_step(run, step=2) == 4
+    assert tp_text.allreduces_in_step(run, step=1, rank=1) == 4
+    assert tp_text.allreduces_in_step(run, step=3) == 0
 
 
 def _zero(states: tuple[float, float, float], predicted: tuple[float, float, float],

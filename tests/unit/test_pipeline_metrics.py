@@ -92,6 +92,23 @@ def test_replay_with_free_messages_removes_only_the_handoff_delay() -> None:
     assert measured > 1 / 5 + 0.05
 
 
+def test_the_dedicated_replay_times_actions_by_their_cpu_time_not_their_wait():
+    """Rank 1's forwards waited for a core (wall 3x their CPU time): replayed with CPU time the
+    plan keeps the formula's bubble; with wall times the wait shows as uneven compute."""
+    plan = build_plan("gpipe", 2, 4)
+    evs = []
+    for step in range(2):
+        for e in simulate(plan):
+            op = Op.FORWARD if e.action.op.value == "F" else Op.BACKWARD
+            slow = 3 if e.rank == 1 and op is Op.FORWARD else 1
+            evs.append(Event(e.rank, Lane.COMPUTE, op, step * 10**9 + int(e.start * 1e6),
+                             int(e.duration * 1e6 * slow), step=step, microbatch=e.action.microbatch,
+                             stage=e.action.stage, name=str(e.action), cpu_ns=int(e.duration * 1e6)))
+    tl = Timeline(evs, 2)
+    assert replayed_bubble(tl, plan) == pytest.approx(1 / 5)
+    assert replayed_bubble(tl, plan, dedicated=False) > 1 / 5 + 0.05
+
+
 def test_overhead_note_only_for_short_actions_far_above_the_formula() -> None:
     from labkit.strategies.pipeline.metrics import overhead_note
 

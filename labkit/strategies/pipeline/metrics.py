@@ -219,9 +219,14 @@ _SCHEDULE_OP = {Op.FORWARD: "F", Op.BACKWARD: "B", Op.BACKWARD_INPUT: "I",
                 Op.BACKWARD_WEIGHT: "W"}
 
 
-def replayed_bubble(timeline: Any, plan: Any, skip_first: bool = True) -> float:
-    """Bubble (share of total) of ``plan`` replayed with each action's measured duration and
-    free communication, averaged over the steps (the first, warm-up step skipped)."""
+def replayed_bubble(timeline: Any, plan: Any, skip_first: bool = True, *,
+                    dedicated: bool = True) -> float:
+    """Bubble (share of total) of ``plan`` replayed with free communication and each action's
+    cost, averaged over the steps (the first, warm-up step skipped).
+
+    ``dedicated=True``: an action costs the CPU time its thread used (``Event.cpu_ns``: as if
+    the rank had a core of its own; its wall time where the trace has no CPU time, e.g. on a
+    GPU); ``False``: the wall time it took, waits for a core included."""
     from labkit.schedules import Action, planned_bubble_fraction
     from labkit.schedules import Op as PlanOp
 
@@ -231,7 +236,9 @@ def replayed_bubble(timeline: Any, plan: Any, skip_first: bool = True) -> float:
             continue
         assert e.stage is not None
         action = Action(e.stage, PlanOp(_SCHEDULE_OP[e.op]), e.microbatch)
-        by_step.setdefault(e.step, {})[action] = e.dur_ns / 1e9
+        cost = e.cpu_ns if dedicated and e.cpu_ns is not None else e.dur_ns
+        costs = by_step.setdefault(e.step, {})
+        costs[action] = costs.get(action, 0.0) + cost / 1e9  # an action cut by a blocking message
     if not by_step:
         return 0.0
     return statistics.fmean(planned_bubble_fraction(plan, durations=d) for d in by_step.values())

@@ -1,0 +1,69 @@
+"""The dedicated-core replay in a lesson: when a timed verdict is not "holds", the lesson sets
+the measured run beside the same run re-timed as if every rank had a core of its own and the
+wire were the alpha-beta fitted on this machine (``labkit.analysis.replay``, issue 32).
+
+A student on a busy laptop then sees two things apart: what this algorithm does on dedicated
+hardware (the replay: a model built from this run's own CPU times and message bytes, and
+labelled so) and what the machine's load did to it (the measurement). ``machine_wire`` fits
+the wire once per kernel from a short run of the built-in all-reduce; ``replay_text`` says
+the two step times (and the two bubbles, for a pipeline) in one sentence;
+``labkit.visuals.replay.plot_replay`` draws both timelines on one time scale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labkit.analysis.replay import MODEL_LABEL, Replay, ReplayError, replay
+from labkit.theory.comm import AlphaBeta
+
+_WIRES: dict[int, AlphaBeta] = {}
+
+
+def machine_wire(world_size: int = 2, runner: Any = None) -> AlphaBeta:
+    """This machine's all-reduce as alpha-beta, fitted once per kernel (4 KB to 4 MB, the
+    built-in all-reduce, a couple of seconds). ``runner``: a ``labkit.Pool`` to reuse."""
+    if world_size not in _WIRES:
+        import labkit
+
+        run = runner.run if runner is not None else labkit.run
+        bench = run(strategy="allreduce-bench", world_size=world_size, progress=False,
+                    options={"impl": "builtin", "sizes": ["4KB", "256KB", "4MB"], "iters": 4})
+        ab = bench.metrics["alpha_beta"]
+        _WIRES[world_size] = AlphaBeta(alpha_s=ab["alpha_s"],
+                                       bandwidth_Bps=ab["bandwidth_gbps"] * 1e9,
+                                       world_size=world_size)
+    return _WIRES[world_size]
+
+
+def dedicated(result: Any, wire: AlphaBeta | None = None) -> Replay | None:
+    """``result``'s timeline replayed on dedicated cores (None where it cannot be: a trace
+    without the members of a collective, or a run on a GPU, whose spans carry no CPU time)."""
+    timeline = getattr(result, "timeline", result)
+    if not any(e.cpu_ns is not None for e in timeline):
+        return None
+    try:
+        return replay(timeline, wire or machine_wire(timeline.world_size))
+    except ReplayError:
+        return None
+
+
+def replay_text(result: Any, rep: Replay | None, *, what: str = "the step") -> str:
+    """One sentence: the measured step beside the replayed one (and the bubble, when the run
+    reports one), labelled as a model, or why there is no replay."""
+    timeline = getattr(result, "timeline", result)
+    if rep is None:
+        return ("no dedicated-core replay of this run: its trace has no CPU times (a GPU run) "
+                "or a collective whose members it does not name")
+    measured, modelled = timeline.median_step_s(), rep.median_step_s()
+    text = (f"{what}, {MODEL_LABEL}: {modelled * 1e3:.1f} ms, where this machine measured "
+            f"{measured * 1e3:.1f} ms")
+    if measured > 0 and modelled > 0:
+        text += f" ({measured / modelled:.2f}x the replay)"
+    metrics = getattr(result, "metrics", {})
+    if "schedule" in metrics and "bubble_fraction" in metrics:  # a pipeline: its own measure
+        from labkit.strategies.pipeline.metrics import timeline_bubble
+
+        again = timeline_bubble(rep.timeline)["bubble_fraction"]
+        text += f"; bubble {again:.2f} replayed, {metrics['bubble_fraction']:.2f} measured"
+    return text
