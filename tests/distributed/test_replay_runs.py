@@ -57,7 +57,7 @@ def test_a_real_run_replays_in_order_and_without_the_wait(name: str, wire: Any) 
         if e.lane is Lane.COMPUTE:
             assert e.cpu_ns is None or e.dur_ns <= max(e.cpu_ns, 0) + 1, e
     measured, modelled = run.timeline.median_step_s(), rep.median_step_s()
-    assert 0 < modelled, name
+    assert modelled > 0, name
     text = replay_text(run, dedicated(run, wire))
     assert "replayed on dedicated cores (a model built from this run)" in text, text
     ranks = run.config.world_size
