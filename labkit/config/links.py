@@ -18,8 +18,10 @@ preset             real link, per direction     emulated rate   emulated latency
 =================  ===========================  ==============  ================
 nvlink4, nvswitch  450 GB/s, 2-3 us             7.2 Gbit/s      1-1.5 ms
 nvlink3            300 GB/s, 2 us               4.8 Gbit/s      1 ms
-pcie4              25 GB/s, 5 us                400 Mbit/s      2.5 ms
+pcie4              31.5 GB/s, 3 us              504 Mbit/s      1.5 ms
+pcie5              63 GB/s, 3 us                1008 Mbit/s     1.5 ms
 infiniband_hdr     25 GB/s (200 Gb/s), 5 us     400 Mbit/s      2.5 ms
+infiniband_ndr     50 GB/s (400 Gb/s), 5 us     800 Mbit/s      2.5 ms
 ethernet_100g      12.5 GB/s, 10 us             200 Mbit/s      5 ms
 ethernet_25g       3.125 GB/s, 20 us            50 Mbit/s       10 ms
 ethernet_10g       1.25 GB/s, 50 us             20 Mbit/s       25 ms
@@ -51,7 +53,7 @@ EXAMPLE = "'200mbit', '1gbit,2ms' or a preset such as 'infiniband_hdr'"
 
 _RATE_UNITS = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
-_NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_NUMBER = r"(-?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"  # a sign, so -5gbit meets the range rule
 _RATE_RE = re.compile(rf"^{_NUMBER}\s*([a-z]+)$")
 _TIME_RE = re.compile(rf"^{_NUMBER}\s*([a-z]+)$")
 
@@ -131,6 +133,9 @@ def parse_link(text: str) -> LinkSpec:
         if parsed is None:
             problems.append(f"link latency {latency_text.strip()!r} in {text!r} must be a number "
                             f"with a unit us, ms or s; e.g. '200mbit,1ms'")
+        elif parsed < 0:
+            problems.append(f"link latency {latency_text.strip()!r} must be >= 0 (a wire cannot "
+                            f"deliver before it sends); e.g. '200mbit,1ms'")
         elif parsed > MAX_LATENCY_S:
             problems.append(f"link latency {latency_text.strip()!r} must be at most "
                             f"{MAX_LATENCY_S:g} s; e.g. '200mbit,5ms'")

@@ -186,3 +186,37 @@ def lars_local_lr(lr: float, weight_norm: float, grad_norm: float, *, eta: float
         raise ConfigError("grad_norm + weight_decay x weight_norm is 0: LARS's ratio is "
                           "undefined; e.g. grad_norm=0.5")
     return rate * e * w / (g + wd * w)
+
+
+def lr_after_resize(lr: float, old_devices: int, new_devices: int, *,
+                    rule: str = "linear", keep_global_batch: bool = False) -> float:
+    """The LR after an elastic resize from ``old_devices`` to ``new_devices`` data-parallel ranks.
+
+    Seed 002's ``ElasticTrainer`` re-wraps the model when workers leave or join and then
+    "adjusts the learning rate for the new world size". With the per-device batch kept, the
+    global batch changes by ``new / old`` and the LR follows the same rule that set it
+    (``scaled_lr``): 0.8 on 4 ranks becomes 0.4 on 2 (linear) or 0.566 (sqrt). With
+    ``keep_global_batch=True`` the lost ranks' share is made up by accumulation
+    (``accumulation_after_resize``), the global batch is unchanged, and so is the LR.
+    """
+    old = check_int("old_devices", old_devices, 1, "old_devices=4")
+    new = check_int("new_devices", new_devices, 1, "new_devices=2")
+    if keep_global_batch:
+        check_number("lr", lr, "lr=0.8")
+        accumulation_after_resize(1, old, new)  # raises when the batch cannot be kept
+        return float(lr)
+    return scaled_lr(lr, old, new, rule=rule)
+
+
+def accumulation_after_resize(accumulation: int, old_devices: int, new_devices: int) -> int:
+    """Accumulation steps that keep the global batch when ranks leave or join:
+    ``accumulation x old / new`` (4 ranks x 1 -> 2 ranks x 2). Raises when that is not a
+    whole number (the global batch cannot be kept exactly)."""
+    acc = check_int("accumulation", accumulation, 1, "accumulation=1")
+    old = check_int("old_devices", old_devices, 1, "old_devices=4")
+    new = check_int("new_devices", new_devices, 1, "new_devices=2")
+    if (acc * old) % new:
+        raise ConfigError(f"accumulation ({acc}) x old_devices ({old}) = {acc * old} is not a "
+                          f"multiple of new_devices ({new}): the global batch cannot be kept; "
+                          f"e.g. old_devices=4, new_devices=2")
+    return acc * old // new

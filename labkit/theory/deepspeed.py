@@ -78,7 +78,7 @@ def deepspeed_plan(config: Mapping[str, Any], *, params: float, gpus: int
                       "ignored: only ZeRO-3 shards parameters it could move")),
         FieldMapping("bf16.enabled / fp16.enabled", half,
                      "precision='mixed' in theory (2 B weights and grads, 12 B Adam state); "
-                     "labkit's CPU runs train in fp32",
+                     "labkit run zero --precision bf16 (fp32 unless asked)",
                      "16 B per parameter either way: mixed precision saves activations and "
                      "bandwidth, not model states"),
     ]

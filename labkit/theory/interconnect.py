@@ -36,15 +36,33 @@ class Interconnect:
     note: str = ""
 
 
-# Where seed 001's table ("Communication: NVLink & InfiniBand") gives a figure we use it:
-# PCIe 4.0 32 GB/s, NVLink 4.0 900 GB/s (H100, both directions together), NVSwitch 3.6 TB/s
-# for an 8-GPU node, InfiniBand HDR 200 Gb/s; its FAQ quotes 25 Gb/s Ethernet. Seed 003
-# quotes NVLink ~600 GB/s (A100, both directions), InfiniBand ~25 GB/s, Ethernet ~1 GB/s.
+# Bandwidths are the datasheets' per-direction peaks (what a "GB/s" line on a spec sheet means
+# once bidirectional totals are halved); usable rates are lower, and ``this_machine`` fits
+# yours. Sources:
+# * PCIe 4.0 / 5.0 x16: 16 / 32 GT/s per lane x 16 lanes, 128b/130b encoding = 31.5 / 63 GB/s
+#   per direction (PCI-SIG base specifications 4.0 and 5.0); NVIDIA's A100 PCIe and H100 PCIe
+#   datasheets round them to "64 GB/s" and "128 GB/s" both directions together; seed 001: 32.
+# * NVLink 3 (A100 SXM): 600 GB/s both directions together (NVIDIA A100 datasheet; seed 003's
+#   ~600); NVLink 4 (H100 SXM): 900 GB/s (NVIDIA H100 datasheet; seed 001).
+# * NVSwitch (DGX/HGX H100): every GPU reaches every other at its full NVLink 4 rate, so one
+#   GPU's share is NVLink 4's 450 GB/s per direction; seed 001's 3.6 TB/s is the switch
+#   fabric's aggregate over 8 GPUs, not what one all-reduce rank sends.
+# * InfiniBand HDR 200 Gb/s = 25 GB/s, NDR 400 Gb/s = 50 GB/s per port and direction
+#   (NVIDIA ConnectX-6 / ConnectX-7 datasheets; seeds 001 and 003 quote HDR).
+# * Ethernet: 100 / 25 / 10 Gb/s = 12.5 / 3.125 / 1.25 GB/s (seed 001's FAQ quotes 25 GbE,
+#   seed 003 "~1 GB/s").
+# PCIe 4.0 x16 (31.5 GB/s) and InfiniBand HDR (25 GB/s) really are close: within a node over
+# PCIe, a GPU talks about as fast as a node does over one HDR port. Latencies (alpha) are
+# orders of magnitude for one NCCL message: a hop through a switch and a NIC costs more than
+# one over PCIe or NVLink.
 INTERCONNECTS: dict[str, Interconnect] = {
     link.name: link
     for link in (
-        Interconnect("pcie4", 5e-6, 25e9, "intra-node",
-                     "PCIe 4.0 x16: 32 GB/s per direction on paper (seed 001), ~25 GB/s usable"),
+        Interconnect("pcie4", 3e-6, 31.5e9, "intra-node",
+                     "PCIe 4.0 x16: 31.5 GB/s per direction (PCI-SIG; seed 001's 32)"),
+        Interconnect("pcie5", 3e-6, 63e9, "intra-node",
+                     "PCIe 5.0 x16: 63 GB/s per direction (PCI-SIG; H100 PCIe datasheet's 128 "
+                     "GB/s both ways)"),
         Interconnect("nvlink3", 2e-6, 300e9, "intra-node",
                      "A100 NVLink 3: 600 GB/s both directions together (seed 003's ~600)"),
         Interconnect("nvlink4", 2e-6, 450e9, "intra-node",
@@ -54,6 +72,8 @@ INTERCONNECTS: dict[str, Interconnect] = {
                      "3.6 TB/s is the switch's aggregate, not one GPU's share"),
         Interconnect("infiniband_hdr", 5e-6, 25e9, "inter-node",
                      "InfiniBand HDR: 200 Gb/s = 25 GB/s per direction (seeds 001, 003)"),
+        Interconnect("infiniband_ndr", 5e-6, 50e9, "inter-node",
+                     "InfiniBand NDR: 400 Gb/s = 50 GB/s per direction (ConnectX-7 datasheet)"),
         Interconnect("ethernet_100g", 1e-5, 12.5e9, "inter-node",
                      "100 Gb/s Ethernet (RoCE): 12.5 GB/s per direction"),
         Interconnect("ethernet_25g", 2e-5, 3.125e9, "inter-node",

@@ -12,7 +12,9 @@ precision Adam (K = 12) on 64 data-parallel GPUs needs 120 GB per GPU without Ze
 31.4 GB with stage 1, 16.6 GB with stage 2 and 1.9 GB with stage 3. Seed 003's "a 7B
 model needs about 126 GB" is 18 B/param (fp32 gradients plus 16-bit and fp32 weights, a
 common mixed-precision accounting) or, read another way, 7e9 x 16 B = 112 GB of model
-states plus ~14 GB of activations and workspace; this module counts model states only.
+states plus ~14 GB of activations and workspace. ``zero_memory`` counts model states
+only; ``fits`` adds the activations (``labkit.theory.activations``, Korthikanti et al.)
+when it is given the model's shape, or an activation estimate of your own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.base.errors import ConfigError
+from labkit.theory.activations import RECOMPUTE, TransformerShape, model_activation_bytes
 from labkit.theory.batch import check_choice, check_int, check_number
 
 GB = 1e9
@@ -149,102 +152,6 @@ def zero_comm_volume(params: float, stage: int, precision: str = "mixed",
     return result
 
 
-def transformer_activation_bytes(batch: int, seq: int, hidden: int, heads: int,
-                                 layers: int = 1, bytes_per_value: int = 2,
-                                 checkpointing: bool = False) -> float:
-    """Activation bytes a transformer keeps for the backward pass (Korthikanti et al. 2022).
-
-    Per layer, with 16-bit values and 1-byte dropout masks, no tensor/sequence parallelism:
-    ``s*b*h*(34 + 5*a*s/h)`` bytes, where s = ``seq``, b = ``batch``, h = ``hidden``,
-    a = ``heads``. The 34 is 16 saved values of size s*b*h at 2 B plus 2 one-byte dropout
-    masks; the 5*a*s/h term is the attention scores (softmax output and its dropout output
-    at 2 B, plus one mask). Other ``bytes_per_value`` rescale the values, not the masks:
-    ``s*b*h*(16*bpv + 2) + a*s*s*b*(2*bpv + 1)``.
-    ``checkpointing=True`` (full recomputation) keeps only each layer's input,
-    ``s*b*h*bytes_per_value`` per layer; the one layer being recomputed during backward
-    is briefly alive on top of that and is not counted here.
-    """
-    b = check_int("batch", batch, 1, "batch=8")
-    s = check_int("seq", seq, 1, "seq=2048")
-    h = check_int("hidden", hidden, 1, "hidden=4096")
-    a = check_int("heads", heads, 1, "heads=32")
-    n_layers = check_int("layers", layers, 1, "layers=32")
-    bpv = check_int("bytes_per_value", bytes_per_value, 1, "bytes_per_value=2")
-    if checkpointing:
-        per_layer = float(s * b * h * bpv)
-    else:
-        per_layer = float(s * b * h * (16 * bpv + 2) + a * s * s * b * (2 * bpv + 1))
-    return per_layer * n_layers
-
-
-def mlp_saved_tensors(batch: int, widths: list[int],
-                      final_relu: bool = True) -> list[dict[str, object]]:
-    """What autograd saves for ``Linear(w0,w1), ReLU, Linear(w1,w2), ReLU, ...``.
-
-    Each ``Linear`` saves its input (needed for the weight gradient) and its weight (a
-    parameter, already in memory: not listed). Each ``ReLU`` saves its output (its gradient
-    mask is ``output > 0``); the pre-activation is freed. A hidden ReLU's output IS the next
-    Linear's input, so the two saves share one storage: ``shares_with`` names the earlier
-    entry. Entries: ``layer``, ``saves``, ``shape`` (rows, columns), ``shares_with``.
-    """
-    check_int("batch", batch, 1, "batch=64")
-    widths = _check_widths(widths)
-    n_linear = len(widths) - 1
-    out: list[dict[str, object]] = []
-    for i in range(n_linear):
-        # ReLU i-1 saved this tensor first; Linear i saves the very same storage again.
-        shares = f"relu{i - 1}.output" if i > 0 else None
-        out.append({"layer": f"linear{i}", "saves": "input", "shape": (batch, widths[i]),
-                    "shares_with": shares})
-        if final_relu or i < n_linear - 1:
-            out.append({"layer": f"relu{i}", "saves": "output",
-                        "shape": (batch, widths[i + 1]), "shares_with": None})
-    return out
-
-
-def _check_widths(widths: object) -> list[int]:
-    if not isinstance(widths, (list, tuple)) or len(widths) < 2:
-        raise ConfigError(
-            f"widths ({widths!r}) must list at least an input and an output width; "
-            "e.g. widths=[784, 256, 10]")
-    return [check_int(f"widths[{i}]", w, 1, "widths=[784, 256, 10]")
-            for i, w in enumerate(widths)]
-
-
-def mlp_activation_bytes(batch: int, widths: list[int], bytes_per_value: int = 4,
-                         checkpointing: bool = False, final_relu: bool = True,
-                         segment: int = 1) -> float:
-    """Bytes autograd keeps alive for a stack of Linear+ReLU layers (see ``mlp_saved_tensors``).
-
-    ``widths=[w0, ..., wL]`` builds L Linear layers, each followed by a ReLU (set
-    ``final_relu=False`` when the last Linear has none). Counted once per storage: the
-    network input ``batch*w0`` (saved by the first Linear) plus every ReLU output
-    ``batch*w_i``. A saved-tensor-hooks measurement that sums every packed tensor counts
-    hidden ReLU outputs twice and weights too: dedupe by storage and skip parameters.
-    ``checkpointing=True`` means each Linear+ReLU block is checkpointed on its own, so only
-    block inputs ``batch*(w0 + ... + w_{L-1})`` are kept (the block being recomputed in
-    backward is extra and not counted). ``bytes_per_value`` is 4 for fp32.
-    Note that with ``segment=1`` this saves almost nothing: a block's only saved tensor
-    besides its input is its ReLU output, which is the next block's input anyway.
-    ``segment=k`` checkpoints k consecutive Linear+ReLU blocks as one segment, keeping only
-    segment inputs; with ``final_relu=False`` the last Linear is not checkpointed and
-    keeps its own input.
-    """
-    check_int("batch", batch, 1, "batch=64")
-    sizes = _check_widths(widths)
-    bpv = check_int("bytes_per_value", bytes_per_value, 1, "bytes_per_value=4")
-    k = check_int("segment", segment, 1, "segment=2")
-    if checkpointing:
-        blocks = len(sizes) - 1 if final_relu else len(sizes) - 2
-        values = sum(sizes[j] for j in range(0, blocks, k))
-        if not final_relu:
-            values += sizes[-2]
-    else:
-        relu_outputs = sizes[1:] if final_relu else sizes[1:-1]
-        values = sizes[0] + sum(relu_outputs)
-    return float(batch * values * bpv)
-
-
 @dataclass
 class FitReport:
     """Whether one training configuration fits in GPU memory, and what dominates it."""
@@ -255,17 +162,23 @@ class FitReport:
     binding: str  # the largest of params / grads / optimizer / activations
     explanation: str  # one readable sentence
     dp: int = 1  # data-parallel degree gpus // (tp * pp)
+    activations_counted: bool = True  # False: neither a shape nor activation_gb was given
 
 
 def fits(params: float, *, gpus: int, gpu_gb: float, stage: int = 0,
          precision: str = "mixed", optimizer: str = "adam", tp: int = 1, pp: int = 1,
-         activation_gb: float = 0.0) -> FitReport:
+         activation_gb: float | None = None, shape: TransformerShape | None = None,
+         recompute: str = "none", sequence_parallel: bool = False) -> FitReport:
     """Check whether ``params`` parameters train on ``gpus`` GPUs of ``gpu_gb`` GB each.
 
     Tensor (``tp``) and pipeline (``pp``) parallelism split the parameters evenly over
     tp*pp GPUs; the remaining factor ``dp = gpus // (tp*pp)`` is data parallel, where ZeRO
-    ``stage`` shards model states. ``activation_gb`` is the activation memory per GPU (GB,
-    1e9 B), which you estimate or measure. Capacity is ``gpu_gb * 1e9`` bytes: marketing
+    ``stage`` shards model states. Activations (which ZeRO does not shard) come from
+    ``shape`` (a ``TransformerShape``: Korthikanti et al. 2022 per layer, split by ``tp``,
+    with ``sequence_parallel`` and ``recompute`` = "none" / "selective" / "full"; see
+    ``labkit.theory.activations``) or from ``activation_gb``, the activation memory per GPU
+    (GB, 1e9 B) you estimate or measure; with neither they are 0 and the explanation says
+    they were not counted. Capacity is ``gpu_gb * 1e9`` bytes: marketing
     "24 GB" cards hold 24 GiB (about 25.8e9 B), so this errs slightly on the safe side,
     and the framework's own workspace is not modelled. Seed example: 3e9 params, mixed
     Adam, 4 x 24 GB: stage 0 needs 48 GB per GPU (no), stage 2 16.5 GB, stage 3 12 GB.
@@ -275,7 +188,20 @@ def fits(params: float, *, gpus: int, gpu_gb: float, stage: int = 0,
     capacity = check_number("gpu_gb", gpu_gb, "gpu_gb=24", allow_equal=False) * GB
     tp = check_int("tp", tp, 1, "tp=2")
     pp = check_int("pp", pp, 1, "pp=2")
-    activations = check_number("activation_gb", activation_gb, "activation_gb=4.0") * GB
+    check_choice("recompute", recompute, RECOMPUTE, "recompute='full'")
+    if shape is not None and activation_gb is not None:
+        raise ConfigError(f"give shape ({shape}) or activation_gb ({activation_gb}), not both: "
+                          f"the shape computes the activations; e.g. fits(3e9, gpus=4, "
+                          f"gpu_gb=24, shape=TransformerShape(layers=36, hidden=2560, heads=32))")
+
+    def activations_at(level: str) -> float:
+        if shape is None:
+            return 0.0 if activation_gb is None else check_number(
+                "activation_gb", activation_gb, "activation_gb=4.0") * GB
+        return model_activation_bytes(shape, tp=tp, sequence_parallel=sequence_parallel,
+                                      recompute=level)
+
+    activations = activations_at(recompute)
     if gpus % (tp * pp) != 0:
         raise ConfigError(
             f"gpus ({gpus}) must be divisible by tp*pp ({tp}*{pp} = {tp * pp}); "
@@ -300,9 +226,19 @@ def fits(params: float, *, gpus: int, gpu_gb: float, stage: int = 0,
             if need + activations <= capacity:
                 hint = f"; ZeRO-{better} would need {(need + activations) / size:.1f} {unit}"
                 break
+        # With the shape known: the first recomputation level that fits at this stage.
+        for level in RECOMPUTE[RECOMPUTE.index(recompute) + 1:] if shape is not None else ():
+            need = states["total"] + activations_at(level)
+            if need <= capacity:
+                hint += f"; {level} activation recomputation would need {need / size:.1f} {unit}"
+                break
+    counted = shape is not None or activation_gb is not None
+    if not counted:
+        hint += " (activations not counted: give shape= or activation_gb=)"
     explanation = (
         f"{'Fits' if ok else 'Does not fit'}: {params:.3g} params on {gpus} GPU(s) "
         f"({layout}) need {per_gpu['total'] / size:.1f} {unit} per GPU of "
         f"{capacity / size:.1f} {unit} ({terms} {unit}); the largest term is {binding}{hint}.")
     return FitReport(fits=ok, per_gpu_bytes=per_gpu, capacity_bytes=capacity,
-                     binding=binding, explanation=explanation, dp=dp)
+                     binding=binding, explanation=explanation, dp=dp,
+                     activations_counted=counted)

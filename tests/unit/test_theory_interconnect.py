@@ -18,18 +18,33 @@ pytestmark = pytest.mark.lesson06
 NVLINK, IB = INTERCONNECTS["nvlink4"], INTERCONNECTS["infiniband_hdr"]
 
 
-def test_presets_use_the_seed_table_numbers() -> None:
-    """Seed 001: PCIe 4.0 32 GB/s (~25 usable), NVLink 4 900 GB/s both ways, IB HDR 200 Gb/s."""
-    expected = {"pcie4": 25e9, "nvlink4": 450e9, "nvswitch": 450e9, "infiniband_hdr": 25e9,
-                "ethernet_100g": 12.5e9, "ethernet_10g": 1.25e9}
+def test_presets_use_the_datasheet_numbers() -> None:
+    """Per direction: PCIe 4.0 / 5.0 x16 = 16 / 32 GT/s x 16 lanes x 128/130 / 8 bits (PCI-SIG);
+    NVLink 3 600 GB/s and NVLink 4 900 GB/s both ways (A100 / H100 datasheets, seeds 003 / 001);
+    InfiniBand HDR 200 Gb/s and NDR 400 Gb/s per port; Ethernet 100 and 10 Gb/s."""
+    pcie = lambda gt: gt * 1e9 * 16 * 128 / 130 / 8
+    expected = {"pcie4": pcie(16), "pcie5": pcie(32), "nvlink3": 600e9 / 2, "nvlink4": 900e9 / 2,
+                "nvswitch": 900e9 / 2, "infiniband_hdr": 200e9 / 8, "infiniband_ndr": 400e9 / 8,
+                "ethernet_100g": 100e9 / 8, "ethernet_10g": 10e9 / 8}
     for name, bandwidth in expected.items():
-        assert INTERCONNECTS[name].bandwidth_Bps == bandwidth
+        assert INTERCONNECTS[name].bandwidth_Bps == pytest.approx(bandwidth, rel=2e-3), name
         assert INTERCONNECTS[name].alpha_s > 0
-    assert "32 GB/s" in INTERCONNECTS["pcie4"].note
+    assert "31.5 GB/s" in INTERCONNECTS["pcie4"].note
     assert "900 GB/s" in NVLINK.note
     assert {link.scope for link in INTERCONNECTS.values()} == {"intra-node", "inter-node"}
     assert NVLINK.scope == "intra-node" and IB.scope == "inter-node"
     assert get_link("nvlink4") is NVLINK
+
+
+def test_no_two_presets_are_the_same_link_except_nvswitch() -> None:
+    """Issue 33: PCIe's line hid under InfiniBand's (identical presets). Only NVSwitch shares
+    NVLink 4's per-GPU rate, by design (the switch gives every pair the full NVLink rate)."""
+    seen: dict[tuple[float, float], str] = {}
+    for name, link in INTERCONNECTS.items():
+        key = (link.alpha_s, link.bandwidth_Bps)
+        assert key not in seen or {seen[key], name} == {"nvlink4", "nvswitch"}, (seen.get(key), name)
+        seen.setdefault(key, name)
+    assert INTERCONNECTS["nvswitch"].bandwidth_Bps == NVLINK.bandwidth_Bps
 
 
 def test_this_machine_turns_a_fit_into_a_link() -> None:
