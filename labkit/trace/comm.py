@@ -289,9 +289,17 @@ class Comm:
                          async_op, meta)
 
     def all_to_all(self, output: torch.Tensor, input: torch.Tensor, *, async_op: bool = False,
-                   **meta: Any) -> Handle | None:
+                   output_split_sizes: list[int] | None = None,
+                   input_split_sizes: list[int] | None = None, **meta: Any) -> Handle | None:
+        """Send chunk r of ``input`` (along dim 0) to group rank r and receive chunk r of
+        ``output`` from it: equal chunks, or ``input_split_sizes[r]`` rows to rank r and
+        ``output_split_sizes[r]`` rows from it (each pair of ranks must agree). Bytes: the
+        whole ``input``, the chunk a rank keeps for itself included."""
         meta.setdefault("bytes", _nbytes(input))
-        return self._run(Op.ALL_TO_ALL, dist.all_to_all_single, (output, input), async_op, meta)
+        return self._run(Op.ALL_TO_ALL,
+                         lambda o, i, **kw: dist.all_to_all_single(
+                             o, i, output_split_sizes, input_split_sizes, **kw),
+                         (output, input), async_op, meta)
 
     def barrier(self, **meta: Any) -> None:
         self._run(Op.BARRIER, lambda **kw: dist.barrier(**kw), (), False, meta)

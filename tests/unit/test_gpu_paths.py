@@ -504,9 +504,11 @@ def test_gpt_mfu_row_fails_when_the_flops_are_not_palms_count():
 
 FACTORIES = {"zeros", "empty", "ones", "full", "randn", "rand", "arange", "tensor"}
 AUTOGRAD_MODULES = ("labkit/train/parallel/zero_units.py", "labkit/train/parallel/zero.py",
-                    "labkit/train/parallel/tensor.py")
-"""Rank code whose functions run inside backward (ZeRO's and TP's autograd Functions and
-hooks): on a GPU those run on autograd's device thread."""
+                    "labkit/train/parallel/tensor.py", "labkit/train/parallel/experts.py",
+                    "labkit/train/parallel/ring_attention.py",
+                    "labkit/train/parallel/attention_blocks.py")
+"""Rank code whose functions run inside backward (ZeRO's, TP's, EP's and ring attention's
+autograd Functions and hooks): on a GPU those run on autograd's device thread."""
 
 
 @pytest.mark.parametrize("path", AUTOGRAD_MODULES)
