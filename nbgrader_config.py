@@ -16,14 +16,20 @@ from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPrep
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
     GetGrades,
     IgnorePattern,
     LimitOutput,
+    OverwriteCells,
+    OverwriteKernelspec,
     SaveAutoGrades,
 )
 
 from labkit.grading.feedback import HideHiddenTests
+from labkit.grading.repair import RepairStudentMetadata
 from labkit.grading.sandbox.execute import SandboxedExecute
+from labkit.grading.sanitize import SanitizeStudentContent
 
 c = get_config()  # noqa: F821 (provided by traitlets when it loads this file)
 
@@ -55,9 +61,16 @@ c.CourseDirectory.assignment_id = ""
 # of time: a submission whose every cell hangs still ends in a score. sandbox: auto =
 # bubblewrap, else unshare, else none. cgroup: '' = boxes' cgroups under the grader's own
 # (root); `labkit course hub` sets '/labkit-grading', delegated to the instructor.
+# A submission's nbgrader metadata is made the gradebook's before nbgrader validates it (a
+# cell claiming schema_version 99 or a grade cell the assignment lacks is repaired or
+# ignored, with a note), and what it shows is made inert once it ran (no script, event
+# handler, javascript: link or active output reaches the formgrader or the feedback).
+c.Autograde.sanitize_preprocessors = [
+    RepairStudentMetadata, ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
+    CheckCellMetadata]
 c.Autograde.autograde_preprocessors = [
-    SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput, SaveAutoGrades,
-    AssignLatePenalties, CheckCellMetadata]
+    SandboxedExecute, SanitizeStudentContent, IgnorePattern, ClearMetadataPreprocessor,
+    LimitOutput, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata]
 c.SandboxedExecute.cell_timeout = 30.0
 c.SandboxedExecute.test_timeout = 120.0
 c.SandboxedExecute.sandbox = "auto"
@@ -70,5 +83,9 @@ c.Execute.kernel_name = "python3"
 # reports them as tampering.
 c.OverwriteCells.add_missing_cells = True
 
-# Feedback: scores per cell, never the hidden tests' source.
-c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, CSSHTMLHeaderPreprocessor]
+# Feedback: scores per cell, never the hidden tests' source, no active content (again, for
+# notebooks autograded before labkit sanitized them). The HTML exporter (feedback and the
+# formgrader) also cleans markdown and HTML as it renders them.
+c.GenerateFeedback.preprocessors = [GetGrades, HideHiddenTests, SanitizeStudentContent,
+                                    CSSHTMLHeaderPreprocessor]
+c.HTMLExporter.sanitize_html = True
