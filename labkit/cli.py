@@ -13,19 +13,24 @@ import json
 import sys
 
 from labkit.base.errors import ConfigError, LabError, RankFailure, RunFailed
-from labkit.config.flags import add_run_flags, option_flags
+from labkit.config.flags import add_run_flags, dash_values, run_flags_parser
 
 # Subcommands contributed by other modules: each has ``register(subparsers)``.
-_PLUGINS = ("labkit.theory.cli", "labkit.quiz.cli", "labkit.grading.cli")
+_PLUGINS = ("labkit.theory.cli", "labkit.theory.plan_cli", "labkit.quiz.cli", "labkit.grading.cli")
 
 
 def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
     from labkit.config.flags import config_from_args
+    from labkit.launchers.jobs import check_local
     from labkit.launchers.output import fail_input, fail_run, output_problems, report, save_partial
 
     try:
         config = config_from_args(args, extra)
         problems = output_problems(args)  # before any process starts: never lose a result
+        try:
+            check_local(config)  # world size, working directory, checkpoint directory
+        except ConfigError as err:
+            problems += err.problems
         if problems:
             raise ConfigError(problems)
     except ConfigError as err:
@@ -78,7 +83,8 @@ def _selftest(args: argparse.Namespace) -> int:
     print("labkit doctor --selftest: one real check per lesson (about a minute on 2 cores)",
           file=sys.stderr, flush=True)
     try:
-        report = run_selftest(on_row=progress)
+        report = run_selftest(on_row=progress, on_start=lambda what: print(
+            f"  {what}...", file=sys.stderr, flush=True))
     except KeyboardInterrupt:  # the pool has stopped its ranks on the way out
         print("labkit: interrupted: the self-test stopped, no rank is left", file=sys.stderr)
         return 130
@@ -90,9 +96,11 @@ def _selftest(args: argparse.Namespace) -> int:
 
 
 def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
-    from labkit.analysis.calibrate import TRIES, cache_dir, calibrate
+    from labkit.analysis.calibrate import ROUNDS, TRIES, cache_dir, calibrate
 
-    result = calibrate(args.device, refresh=True, tries=TRIES, dtype=args.dtype)
+    print(f"labkit calibrate: timing torch.mm on square sizes, best of {ROUNDS} rounds each "
+          f"(up to {TRIES} tries while the machine is busy; 10-60 s)", file=sys.stderr, flush=True)
+    result = calibrate(args.device, refresh=True, tries=TRIES, dtype=args.dtype, progress=True)
     if result is None:
         print("labkit: error: the calibration run failed (is torch installed?)", file=sys.stderr)
         return 1
@@ -159,21 +167,25 @@ def _strategy_help(argv: list[str]) -> bool:
     """`labkit run ddp --help`: common flags plus that strategy's options."""
     if len(argv) >= 2 and argv[0] == "run" and ("-h" in argv or "--help" in argv):
         from labkit.config import registry
-        spec = registry.lookup(argv[1])
-        if spec is not None:
-            parents = [option_flags(spec.options)] if spec.options is not None else []
-            p = argparse.ArgumentParser(prog=f"labkit run {spec.name}", parents=parents,
-                                        description=spec.summary)
-            add_run_flags(p)
-            p.print_help()
+        if registry.lookup(argv[1]) is not None:
+            run_flags_parser(argv[1]).print_help()
             return True
     return False
+
+
+def _dash_values(argv: list[str]) -> list[str]:
+    """``labkit run``'s values that start with '-' (``--inject-fault -1:3:raise``) reach
+    labkit's rules instead of argparse's "expected one argument" (``flags.dash_values``)."""
+    if len(argv) < 2 or argv[0] != "run":
+        return argv
+    return ["run", *dash_values(argv[1:], run_flags_parser(argv[1]))]
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if _strategy_help(argv):
         return 0
+    argv = _dash_values(argv)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if getattr(args, "handler", None) is not None:

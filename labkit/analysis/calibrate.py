@@ -25,6 +25,8 @@ the run's own precision (labkit trains in fp32). A peak measured too low makes M
 4. *Keyed so nothing else can feed it.* ``$LABKIT_CACHE/peak_flops.json`` (default
    ``~/.cache/labkit``) holds one entry per host, Python, torch version *and install
    path* (another torch build is another key), labkit checkout, device and thread count.
+   The cache is best effort: where it cannot be written (a read-only HOME, a full disk) a
+   warning says so and the peak is measured again next time; no run loses its result.
 
 ``labkit.analysis.throughput`` recalibrates when a run's model FLOP rate exceeds the peak,
 and reports which peak it used (``peak_flops_per_s``, ``peak_source``, ``peak_age_s``). The
@@ -33,18 +35,24 @@ supervisor never imports torch: measurements run in ``python -m labkit.analysis.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+import warnings
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from labkit.base import devices
 from labkit.base.files import exclusive, write_json_atomic
+from labkit.base.progress import Progress
 
 SQUARE = (256, 512, 1024, 2048, 3072)
 """Square sizes every CPU calibration tries (GPU: ``GPU_SQUARE``)."""
@@ -121,9 +129,10 @@ def busy_reason(others: float, spread: float, cores: int) -> str | None:
 
 # ---- 1-2. the measurement (in a fresh process) ---------------------------------------------
 def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape] | None = None,
-            rounds: int = ROUNDS, seconds: float = 0.1, dtype: str = "fp32") -> dict[str, Any]:
+            rounds: int = ROUNDS, seconds: float = 0.1, dtype: str = "fp32",
+            on_shape: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Best-of-``rounds`` FLOP/s of every shape (m, k, n) in ``dtype`` (fp32 or bf16), and
-    how busy the machine was."""
+    how busy the machine was; ``on_shape`` hears each shape (``"MxKxN"``) once measured."""
     import torch
 
     dt = torch.bfloat16 if dtype == "bf16" else torch.float32
@@ -147,6 +156,8 @@ def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape]
             seen.append(2 * m * k * n * count / (time.perf_counter() - t0))
         rates[f"{m}x{k}x{n}"] = max(seen)
         spreads[f"{m}x{k}x{n}"] = (max(seen) - min(seen)) / max(seen)
+        if on_shape is not None:
+            on_shape(f"{m}x{k}x{n}")
     others = others_cores(before, cpu_sample()) if dev.type == "cpu" else 0.0
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else platform.processor()
     return {"rates": rates, "spreads": spreads, "others_cores": others,
@@ -168,10 +179,37 @@ def _load() -> dict[str, Any]:
         return {}
 
 
+def _cache_warning(what: str, exc: OSError) -> None:
+    reason = exc.strerror or str(exc)
+    warnings.warn(f"the calibration cache {str(cache_dir())!r} cannot be {what} ({reason}): "
+                  f"the peak is measured again next time (set LABKIT_CACHE to a "
+                  f"writable directory to keep it, e.g. LABKIT_CACHE=/tmp/labkit-cache)",
+                  RuntimeWarning, stacklevel=3)
+
+
 def _store(key: str, entry: dict[str, Any]) -> None:
+    """Best effort: a cache that cannot be written (a read-only HOME, a full disk) costs a
+    warning and a measurement next time, never the result of the run that asked."""
     data = _load()
     data[key] = entry
-    write_json_atomic(cache_dir() / "peak_flops.json", data, indent=1)
+    try:
+        write_json_atomic(cache_dir() / "peak_flops.json", data, indent=1)
+    except OSError as exc:
+        _cache_warning("written", exc)
+
+
+@contextlib.contextmanager
+def _cache_lock() -> Iterator[bool]:
+    """``exclusive`` on the cache's lock file (True), or no lock (False, with a warning)
+    where the cache directory cannot be created: then nothing is written there."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(exclusive(cache_dir() / "peak_flops.lock"))
+        except OSError as exc:
+            _cache_warning("created", exc)
+            yield False
+            return
+        yield True
 
 
 def summarize(entry: dict[str, Any]) -> dict[str, Any]:
@@ -194,16 +232,36 @@ def judge(measured: dict[str, Any]) -> str | None:
     return busy_reason(measured.get("others_cores", 0.0), spread, cores)
 
 
+PROGRESS_TAG = "labkit-calibrate-shape "
+"""How the measuring process tells its parent a shape is done (a line on its stderr)."""
+
+
 def _run_measurement(device: str, threads: int, shapes: list[Shape], timeout_s: float,
-                     dtype: str = "fp32") -> dict[str, Any] | None:
+                     dtype: str = "fp32", on_shape: Callable[[str], None] | None = None
+                     ) -> dict[str, Any] | None:
+    """Measure ``shapes`` in a fresh process (None if it failed or outlived ``timeout_s``);
+    ``on_shape`` hears each shape as that process finishes it."""
     spec = ";".join(f"{m},{k},{n}" for m, k, n in shapes)
+    cmd = [sys.executable, "-m", "labkit.analysis.calibrate", "--device", device, "--threads",
+           str(threads), "--shapes", spec, "--dtype", dtype, "--json", "--progress"]
     try:
-        proc = subprocess.run([sys.executable, "-m", "labkit.analysis.calibrate", "--device",
-                               device, "--threads", str(threads), "--shapes", spec, "--dtype",
-                               dtype, "--json"],
-                              capture_output=True, text=True, timeout=timeout_s, check=False)
-        return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
-    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
+        with tempfile.TemporaryFile("w+") as out, \
+                subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True) as proc:
+            timer = threading.Timer(timeout_s, proc.kill)
+            timer.start()
+            try:
+                assert proc.stderr is not None
+                for line in proc.stderr:  # ends when the process exits (or is killed)
+                    if line.startswith(PROGRESS_TAG) and on_shape is not None:
+                        on_shape(line[len(PROGRESS_TAG):].strip())
+                proc.wait()
+            finally:
+                timer.cancel()
+            if proc.returncode != 0:
+                return None
+            out.seek(0)
+            return json.loads(out.read().strip().splitlines()[-1])  # type: ignore[no-any-return]
+    except (ValueError, IndexError, OSError):
         return None
 
 
@@ -224,17 +282,19 @@ def merge(old: dict[str, Any] | None, fresh: dict[str, Any]) -> dict[str, Any]:
 
 def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shape] | None = None,
               refresh: bool = False, tries: int = 1, timeout_s: float = 180.0,
-              dtype: str = "fp32") -> dict[str, Any] | None:
+              dtype: str = "fp32", progress: bool | None = None) -> dict[str, Any] | None:
     """The peak for ``device`` with ``threads``: cached shapes reused, missing ones (every
     shape with ``refresh``) measured in a subprocess, up to ``tries`` times while the machine
     is busy. ``"fresh"``: measured in this call; ``"now_busy"``: why this call's measurement
-    could not be trusted (the cache then keeps the best rates seen, never lower ones)."""
+    could not be trusted (the cache then keeps the best rates seen, never lower ones).
+    ``progress`` (``labkit.base.progress``'s rule, on stderr): a step per shape measured, a
+    line per try."""
     threads = threads or devices.cpu_count()
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} must be one of {', '.join(DTYPES)}")
     key = _key(device, threads, dtype)
     wanted = sorted(set(square(device)) | set(shapes or []))
-    with exclusive(cache_dir() / "peak_flops.lock"):  # concurrent runs: one measures, the rest read
+    with _cache_lock() as writable:  # concurrent runs: one measures, the rest read
         old = _load().get(key)
         if old is not None and old.get("busy") and \
                 os.getloadavg()[0] < 0.5 * devices.cpu_count():
@@ -244,19 +304,32 @@ def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shap
         if not missing:
             return summarize(old) if old is not None else None
         fresh: dict[str, Any] | None = None
-        for attempt in range(tries):
-            if attempt:
-                time.sleep(2.0)
-            fresh = _run_measurement(device, threads, missing, timeout_s, dtype)
-            if fresh is None:
-                return summarize(old) if old is not None else None
-            fresh["busy"] = judge(fresh)
-            if not fresh["busy"]:
-                break
+        what = _what(device, threads, dtype)
+        with Progress(what, len(missing), unit="shape", enabled=progress) as shown:
+            for attempt in range(tries):
+                if attempt:
+                    shown.note(f"{what}: try {attempt} of {tries} ran on a busy machine: "
+                               f"{fresh['busy'] if fresh else '?'}; trying again in 2 s")
+                    time.sleep(2.0)
+                    shown.restart(f"{what}, try {attempt + 1} of {tries}")
+                fresh = _run_measurement(device, threads, missing, timeout_s, dtype,
+                                         on_shape=shown.step)
+                if fresh is None:
+                    return summarize(old) if old is not None else None
+                fresh["busy"] = judge(fresh)
+                if not fresh["busy"]:
+                    break
         assert fresh is not None
         merged = merge(old, fresh)
-        _store(key, merged)
+        if writable:
+            _store(key, merged)
         return {**summarize(merged), "fresh": True, "now_busy": fresh["busy"]}
+
+
+def _what(device: str, threads: int, dtype: str) -> str:
+    """What a calibration measures, in the words its progress uses."""
+    where = "one GPU" if device == "cuda" else f"{threads} CPU thread{'s' if threads > 1 else ''}"
+    return f"measuring peak {dtype} matmul FLOP/s ({where})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,10 +341,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
     p.add_argument("--shapes", default="", help="M,K,N;M,K,N... (default: the square sizes)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--progress", action="store_true",
+                   help=f"a line '{PROGRESS_TAG}MxKxN' on stderr as each shape is measured")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s]
+
+    def tell(shape: str) -> None:
+        print(PROGRESS_TAG + shape, file=sys.stderr, flush=True)
+
     result = measure(args.device, args.threads, shapes or square(args.device),  # type: ignore[arg-type]
-                     dtype=args.dtype)
+                     dtype=args.dtype, on_shape=tell if args.progress else None)
     peak = summarize(result)
     print(json.dumps(result) if args.json else
           f"{result['name']}: {peak['peak_flops_per_s'] / 1e9:.1f} GFLOP/s {args.dtype} matmul "

@@ -47,18 +47,21 @@ def gemm_shapes(config: Any, world_size: int) -> list[Shape]:
 
 
 def machine_peak(backend: str, world_size: int, threads: int, shapes: list[Shape],
-                 refresh: bool = False, dtype: str = "fp32") -> dict[str, Any] | None:
+                 refresh: bool = False, dtype: str = "fp32", progress: bool | None = None
+                 ) -> dict[str, Any] | None:
     """The peak a run could use and where it came from (``calibrate.summarize``'s fields),
-    in the run's precision (``dtype``: fp32, or bf16 for a mixed-precision run)."""
+    in the run's precision (``dtype``: fp32, or bf16 for a mixed-precision run). A shape
+    not cached yet is measured now, with ``progress`` as the run's (``RunConfig.progress``)."""
     from labkit.analysis.calibrate import calibrate
 
     if backend == "nccl":
-        one = calibrate("cuda", shapes=shapes, refresh=refresh, dtype=dtype)
+        one = calibrate("cuda", shapes=shapes, refresh=refresh, dtype=dtype, progress=progress)
         if not one:
             return None
         return {**one, "peak_flops_per_s": one["peak_flops_per_s"] * world_size}
     total = max(1, min(devices.cpu_count(), world_size * threads))
-    return calibrate("cpu", threads=total, shapes=shapes, refresh=refresh, dtype=dtype)
+    return calibrate("cpu", threads=total, shapes=shapes, refresh=refresh, dtype=dtype,
+                     progress=progress)
 
 
 def _peak_fields(peak: dict[str, Any], source: str) -> dict[str, Any]:
@@ -69,9 +72,11 @@ def _peak_fields(peak: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def mfu_fields(achieved: float, backend: str, world_size: int, threads: int,
-               shapes: list[Shape], dtype: str = "fp32") -> dict[str, Any]:
-    """``mfu`` and the peak it used; a peak below ``achieved`` is measured again first."""
-    peak = machine_peak(backend, world_size, threads, shapes, dtype=dtype)
+               shapes: list[Shape], dtype: str = "fp32", progress: bool | None = None
+               ) -> dict[str, Any]:
+    """``mfu`` and the peak it used; a peak below ``achieved`` is measured again first
+    (``progress``: whether a measurement shows progress, as ``RunConfig.progress``)."""
+    peak = machine_peak(backend, world_size, threads, shapes, dtype=dtype, progress=progress)
     if not peak or peak["peak_flops_per_s"] <= 0:
         return {}
     what = f"{dtype} torch.mm, best of {len(peak.get('rates') or {})} shapes"
@@ -79,7 +84,8 @@ def mfu_fields(achieved: float, backend: str, world_size: int, threads: int,
         (" (on a busy machine)" if peak.get("busy") else "")
     if achieved > peak["peak_flops_per_s"]:
         low = peak["peak_flops_per_s"]
-        again = machine_peak(backend, world_size, threads, shapes, refresh=True, dtype=dtype)
+        again = machine_peak(backend, world_size, threads, shapes, refresh=True, dtype=dtype,
+                             progress=progress)
         if again and again["peak_flops_per_s"] > 0:
             peak = again
             source = f"{what}, measured again: the model ran at {achieved / 1e9:.1f} GFLOP/s, " \
@@ -117,5 +123,6 @@ def throughput(metrics: dict[str, Any], step_time_s: float, config: Any, backend
         out["model_flops_per_s"] = achieved
         dtype = str(getattr(config.options, "precision", "fp32"))
         out.update(mfu_fields(achieved, backend, config.world_size, threads,
-                              gemm_shapes(config, config.world_size), dtype=dtype))
+                              gemm_shapes(config, config.world_size), dtype=dtype,
+                              progress=getattr(config, "progress", None)))
     return out

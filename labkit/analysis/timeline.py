@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.base.events import ABORTED, SCHEMA_VERSION, Event, Lane, Op
+from labkit.base.files import write_atomic
 from labkit.base.grid import Grid
 
 Interval = tuple[int, int]
@@ -203,10 +204,8 @@ class Timeline:
                    dict(d.get("meta", {})), version)
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json()))
-        return path
+        """Write the timeline JSON all at once (``write_atomic``: never a half or empty file)."""
+        return write_atomic(path, json.dumps(self.to_json()))
 
     @classmethod
     def load(cls, path: str | Path) -> Timeline:
@@ -218,6 +217,5 @@ class Timeline:
 
         trace = to_chrome_trace(self.events, self.rank_labels(), self.meta, self.schema_version)
         if path is not None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(json.dumps(trace, indent=1))
+            write_atomic(path, json.dumps(trace, indent=1))  # a full disk leaves no 0-byte file
         return trace

@@ -60,6 +60,51 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link", default=None, metavar="PRESET|RATE[,LATENCY]", help=docs["link"])
 
 
+def run_flags_parser(strategy: str | None) -> argparse.ArgumentParser:
+    """Every flag ``labkit run STRATEGY`` takes: the common ones and the strategy's options
+    (for ``--help`` and ``dash_values``; an unknown strategy has only the common ones)."""
+    from labkit.config import registry
+
+    spec = registry.lookup(strategy) if strategy else None
+    parents = [option_flags(spec.options)] if spec is not None and spec.options is not None else []
+    p = argparse.ArgumentParser(prog=f"labkit run {spec.name if spec else 'STRATEGY'}",
+                                parents=parents, description=spec.summary if spec else None)
+    add_run_flags(p)
+    return p
+
+
+def dash_values(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``--inject-fault -1:3:raise`` rewritten as ``--inject-fault=-1:3:raise``.
+
+    argparse takes a word that starts with ``-`` for an option unless it looks like a
+    negative number, and stops with "expected one argument" before labkit can say what
+    the rule is (``inject_fault rank (-1) must be >= 0``). So a flag of ``parser`` that takes
+    one value, followed by a word that starts with ``-`` and is no flag of ``parser``, gets
+    that word as its value; ``RunConfig`` then names the rule it breaks.
+    """
+    flags: set[str] = set()
+    one_value: set[str] = set()
+    for action in parser._actions:  # argparse has no public list of a parser's flags
+        flags.update(action.option_strings)
+        if action.nargs is None and action.option_strings:
+            one_value.update(action.option_strings)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return out + argv[i:]
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if word in one_value and nxt is not None and nxt.startswith("-") and nxt != "-" \
+                and nxt != "--" and nxt.split("=", 1)[0] not in flags:
+            out.append(f"{word}={nxt}")
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
 def numeric_flag(text: str) -> int | float:
     """A numeric flag as written: ``8`` is an int, ``1e20`` / ``2.5`` / ``inf`` a float.
 

@@ -303,7 +303,9 @@ class RunConfig:
         if self.timeout_s is None:
             share = max(1.0, self.world_size / devices.cpu_count()) \
                 if isinstance(self.world_size, int) else 1.0
-            object.__setattr__(self, "timeout_s", defaults["timeout_s"] * share)
+            # capped: a world size too large for any machine is world_size's rule to name,
+            # not a timeout the user never set
+            object.__setattr__(self, "timeout_s", min(defaults["timeout_s"] * share, MAX_TIMEOUT_S))
         return problems
 
     # ---- rules ---------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 ``submit`` grades the student's notebook with nbgrader exactly as the instructor would and
 prints the score per question and the feedback HTML's path (exit 0 graded, 2 bad input,
 1 nbgrader failed). ``course release`` regenerates ``exercises/`` from ``solutions/``;
-``course check`` exits 1 when the committed release is stale; ``course hub`` sets up a
+``course grade`` grades every submission on its own (exit 1 when one could not be graded and
+scored 0); ``course check`` exits 1 when the committed release is stale; ``course hub`` sets up a
 class on one server (:mod:`labkit.grading.hub`).
 """
 
@@ -41,6 +42,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     r = sub.add_parser("release", help="regenerate exercises/ from solutions/ (nbgrader)")
     r.add_argument("assignments", nargs="*", help="default: all")
     r.set_defaults(func=_release)
+    g = sub.add_parser("grade", help="instructor: autograde and give feedback to every "
+                       "submission, one at a time",
+                       description="Autograde each student's submission of ASSIGNMENT in "
+                                   "course/submitted/ on its own; one that fails scores 0 "
+                                   "with a feedback page saying why, and the rest are still "
+                                   "graded. Then generate_feedback per student.")
+    g.add_argument("assignment", help="e.g. ps1_numbers")
+    g.add_argument("--student", action="append", default=None, metavar="ID",
+                   help="grade only this student (repeat for several)")
+    g.set_defaults(func=_grade)
     k = sub.add_parser("check", help="exit 1 if exercises/ is stale")
     k.set_defaults(func=_check)
     t = sub.add_parser("traces", help="record problem set 4's timelines (real runs, minutes)",
@@ -87,10 +98,13 @@ def _register_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _submit(args: argparse.Namespace) -> int:
     from labkit.grading.submit import submit
 
+    def progress(line: str) -> None:  # to stderr: stdout carries only the report / JSON
+        print(line, file=sys.stderr, flush=True)
+
     try:
         result = submit(args.assignment, args.notebook, student=args.student,
                         cell_timeout=getattr(args, "cell_timeout", None),
-                        sandbox=getattr(args, "sandbox", None))
+                        sandbox=getattr(args, "sandbox", None), on_progress=progress)
     except ConfigError as error:
         print(f"labkit submit: error: {error}", file=sys.stderr)
         return 2
@@ -111,6 +125,23 @@ def _release(args: argparse.Namespace) -> int:
         print(f"labkit course release: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from labkit.grading import course
+    from labkit.grading.classgrade import grade_class
+
+    try:
+        course.check_assignment(args.assignment)
+        grades = grade_class(args.assignment, names=args.student)
+    except (ConfigError, LabError) as error:
+        print(f"labkit course grade: {error}", file=sys.stderr)
+        return 2
+    for grade in grades:
+        print(grade.line())
+    if not grades:
+        print(f"no submissions of {args.assignment} in course/submitted/")
+    return 1 if any(not g.graded for g in grades) else 0
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,21 +64,54 @@ def check_assignment(name: str, root: Path | None = None) -> str:
 
 
 def nbgrader(args: list[str], root: Path, env: dict[str, str] | None = None,
-             timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m nbgrader ARGS`` in the course root (its nbgrader_config.py applies)."""
+             timeout: float = 900, on_line: Callable[[str], None] | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m nbgrader ARGS`` in the course root (its nbgrader_config.py applies);
+    ``on_line`` hears each line of its log (stderr) as nbgrader writes it."""
     full_env = dict(os.environ if env is None else env)
     full_env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     # nbgrader runs the `alembic` script by name: put this interpreter's bin/ first on PATH
     bindir = str(Path(sys.executable).parent)
     full_env["PATH"] = bindir + os.pathsep + full_env.get("PATH", "")
+    cmd = [sys.executable, "-m", "nbgrader", *args]
     try:
-        return subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=root,
-                              capture_output=True, text=True, env=full_env, timeout=timeout,
-                              check=False)
+        if on_line is None:
+            return subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=full_env,
+                                  timeout=timeout, check=False)
+        return _streamed(cmd, root, full_env, timeout, on_line)
     except subprocess.TimeoutExpired:
         raise LabError(f"nbgrader {args[0]} did not finish within {timeout:.0f} s and was "
                        "stopped; every cell has its own limit, so this means the machine is "
                        "far too busy or nbgrader itself hung") from None
+
+
+def _streamed(cmd: list[str], root: Path, env: dict[str, str], timeout: float,
+              on_line: Callable[[str], None]) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` that hands each stderr line to ``on_line`` as it comes."""
+    err: list[str] = []
+    with tempfile.TemporaryFile("w+") as out, \
+            subprocess.Popen(cmd, cwd=root, stdout=out, stderr=subprocess.PIPE, text=True,
+                             env=env) as proc:
+        stopped = threading.Event()
+
+        def stop() -> None:
+            stopped.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, stop)
+        timer.start()
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:  # ends when nbgrader exits (or is stopped)
+                err.append(line)
+                on_line(line.rstrip("\n"))
+            proc.wait()
+        finally:
+            timer.cancel()
+        if stopped.is_set():
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        out.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), "".join(err))
 
 
 def release(root: Path | None = None, names: list[str] | None = None,

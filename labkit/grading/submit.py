@@ -21,16 +21,22 @@ Phases (nbgrader's instructor workflow, run for one student on one machine):
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from labkit.base.errors import ConfigError, LabError
+from labkit.base.validate import real_problem
 from labkit.grading import course
+from labkit.grading.submit_progress import Narrator
+
+MAX_CELL_TIMEOUT_S = 24 * 3600.0
+"""Longest limit a graded cell may be given: a day (nbgrader's own default is 60 s)."""
 
 _MISSING = re.compile(r"Missing grade cell (\S+)")
 _SANDBOX = re.compile(r"in a '(\w+)' sandbox")
@@ -193,14 +199,22 @@ def _scores(root: Path, assignment: str, student: str) -> list[QuestionScore]:
 def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
            student: str = "student", root: Path | None = None,
            cell_timeout: float | None = None, test_timeout: float | None = None,
-           sandbox: str | None = None, options: Mapping[str, object] | None = None
-           ) -> SubmitResult:
+           sandbox: str | None = None, options: Mapping[str, object] | None = None,
+           on_progress: Callable[[str], None] | None = None) -> SubmitResult:
     """Grade ``notebooks`` (default: ``exercises/<assignment>/*.ipynb``) as ``student``.
 
     ``cell_timeout`` / ``test_timeout`` / ``sandbox`` and ``options`` (any other
     ``SandboxedExecute`` setting, e.g. ``{"memory_mb": 1024}``) override
-    ``nbgrader_config.py`` for this run.
+    ``nbgrader_config.py`` for this run. ``on_progress`` hears a line per phase, per cell
+    as nbgrader grades it, and every 10 s of a long one (``labkit.grading.submit_progress``).
     """
+    # 0. limits first, before nbgrader starts: nan, 0 and -1 are not "no timeout"
+    limits = [real_problem(name, value, MAX_CELL_TIMEOUT_S, unit=" seconds", example=60,
+                           why=f" (--{name.replace('_', '-')} S: a cell running longer is stopped)")
+              for name, value in (("cell_timeout", cell_timeout), ("test_timeout", test_timeout))
+              if value is not None]
+    if any(limits):
+        raise ConfigError([p for p in limits if p is not None])
     root = root or course.repo_root()
     course.check_assignment(assignment, root)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", student):
@@ -220,10 +234,14 @@ def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
                         ("sandbox", sandbox), *(options or {}).items()):
         if value is not None:
             opts.append(f"--SandboxedExecute.{name}={value}")
+    told = Narrator(on_progress or (lambda line: None))
     # 1. the gradebook must know the assignment's cells and checksums
     if not _in_gradebook(root, assignment):
-        course.release(root, [assignment], release_dir=str(Path("course") / "release"),
-                       source_dir="exercises" if practice else None)
+        told.phase(f"{assignment}: adding the assignment to the gradebook (nbgrader "
+                   f"generate_assignment)", doing="adding it to the gradebook")
+        with told.ticking() if on_progress else contextlib.nullcontext():
+            course.release(root, [assignment], release_dir=str(Path("course") / "release"),
+                           source_dir="exercises" if practice else None)
     # 2. copy into the submitted folder, with a timestamp
     dest = root / "course" / "submitted" / student / assignment
     if dest.exists():
@@ -240,9 +258,16 @@ def submit(assignment: str, notebooks: list[str | Path] | None = None, *,
     # 3. autograde, 4. feedback; every cell has its own limit, this only guards nbgrader
     budget = 600 + min(cells, 300) * max(cell_timeout or 60, test_timeout or 120)
     log = ""
+    phases = {"autograde": f"grading {', '.join(targets)} as {student}: nbgrader autograde runs "
+                           f"it in a fresh kernel, cell by cell"
+                           + (" (visible tests only)" if practice else ", hidden tests included"),
+              "generate_feedback": "writing the feedback HTML (nbgrader generate_feedback)"}
     for args in (["autograde", assignment, "--student", student, "--create", "--force", *opts],
                  ["generate_feedback", assignment, "--student", student, "--force", *opts]):
-        proc = course.nbgrader(args, root, timeout=budget)
+        told.phase(f"{assignment}: {phases[args[0]]}", doing=f"in nbgrader {args[0]}")
+        with told.ticking() if on_progress else contextlib.nullcontext():
+            proc = course.nbgrader(args, root, timeout=budget,
+                                   on_line=told.line if on_progress else None)
         log += proc.stdout + proc.stderr
         if proc.returncode != 0:
             raise LabError(f"nbgrader {args[0]} failed (exit {proc.returncode}):\n"

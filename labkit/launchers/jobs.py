@@ -9,12 +9,14 @@ it is (pickled to fresh ranks, sent to warm ones, given to Ray Train's workers),
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from labkit.base import devices
 from labkit.base.errors import ConfigError
+from labkit.base.files import dir_problem
 from labkit.base.validate import (
     MAX_LOCAL_WORLD_SIZE,
     bool_problem,
@@ -36,11 +38,39 @@ def warn_oversubscribed(world_size: int, backend: str, stacklevel: int = 4) -> N
                       stacklevel=stacklevel)
 
 
+def cwd_problem() -> str | None:
+    """Ranks start in the caller's working directory: it must still exist."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return ("the working directory no longer exists (it was deleted or moved after this "
+                "shell or kernel entered it), so no rank can start in it; cd to an existing "
+                "directory and run again, e.g. cd ~")
+    return None
+
+
+def checkpoint_dir_problem(config: RunConfig) -> str | None:
+    """A run that saves checkpoints must be able to, before its ranks train up to the first
+    save: the directory (created if missing) takes a file and has room
+    (``labkit.base.files.dir_problem``)."""
+    root = getattr(config.options, "checkpoint_dir", None)
+    if not root or not getattr(config.options, "checkpoint_every", 0):
+        return None
+    why = dir_problem(root)
+    if why is None:
+        return None
+    return (f"checkpoint_dir {str(root)!r} {why}; checkpoints need a writable directory with "
+            f"room to save, e.g. checkpoint_dir='ckpt' (--checkpoint-dir ckpt)")
+
+
 def check_local(config: RunConfig) -> None:
-    """Every rank starts on this host: at most ``MAX_LOCAL_WORLD_SIZE`` of them."""
-    too_many = local_world_size_problem(config.world_size)
-    if too_many is not None:
-        raise ConfigError(too_many)
+    """What a run needs on this host, checked before any process starts: every rank starts
+    here (at most ``MAX_LOCAL_WORLD_SIZE`` of them, in a working directory that exists) and
+    its checkpoint directory can be written."""
+    problems = [p for p in (local_world_size_problem(config.world_size), cwd_problem(),
+                            checkpoint_dir_problem(config)) if p is not None]
+    if problems:
+        raise ConfigError(problems)
 
 
 def make_config(config: RunConfig | None, kwargs: dict[str, Any]) -> RunConfig:
@@ -84,6 +114,7 @@ def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed
             "threads_per_rank", threads_per_rank, 1, MAX_THREADS, example=1),
         bool_problem("trace", trace),
         None if callable(fn) else f"fn ({fn!r}) must be callable as fn(ctx, *args)",
+        cwd_problem(),
     ]
     return [p for p in checks if p is not None]
 

@@ -21,22 +21,23 @@ from typing import Any
 
 from labkit.analysis.report import describe
 from labkit.base.errors import RankFailure, RunFailed
+from labkit.base.files import dir_problem
 
 
 def output_problem(flag: str, path: str) -> str | None:
-    """Why ``path`` cannot take a run's output file (None: it can), found by trying: create
-    its missing parent directories, open it for writing without truncating it (a file
-    created only to try is removed again). Trying is the only honest test: root passes
-    every permission check yet cannot create ``/proc/x.json``."""
+    """Why ``path`` cannot take a run's output file (None: it can), found by trying: its
+    directory must take a file and have room (``labkit.base.files.dir_problem``), and the
+    file itself must open for writing without being truncated (a file created only to try
+    is removed again). Trying is the only honest test: root passes every permission check
+    yet cannot create ``/proc/x.json``."""
     target = Path(path)
     example = f"e.g. {flag} run.json"
     if target.is_dir():
         return f"{flag} {path!r} is a directory; give a file name, e.g. {flag} {target / 'run.json'}"
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return (f"{flag} {path!r}: its directory {str(target.parent)!r} cannot be created "
-                f"({exc.strerror or exc}); {example}")
+    why = dir_problem(target.parent)
+    if why is not None:
+        return (f"{flag} {path!r}: its directory {str(target.parent)!r} {why}; the file must go "
+                f"in a writable directory with room for it, {example}")
     try:
         existed = target.exists()
         with open(target, "r+b" if existed else "xb"):

@@ -14,28 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from labkit.base.errors import RunFailed
+from labkit.base.progress import bar as _progress_bar  # tests stub it here
 from labkit.config.run import RunConfig
 from labkit.launchers.jobs import check_local, job_for, warn_oversubscribed
 from labkit.launchers.results import LaunchResult, RunResult, collect, launch_result
 from labkit.rank.job import Job, RankReport
-
-
-def _interactive() -> bool:
-    """True in a Jupyter kernel or when stderr is a terminal (where a bar can redraw)."""
-    import sys
-
-    if "ipykernel" in sys.modules:
-        return True
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
-
-
-def _progress_bar(total: int, enabled: bool | None, desc: str) -> Any:
-    if enabled is False or (enabled is None and not _interactive()):
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", delay=0 if enabled else 2.0, leave=False)
-
 
 Executor = Callable[[Job, int, float, Any], "tuple[list[RankReport], list[str]]"]
 """Runs a job on N ranks: ``(job, world_size, timeout_s, on_progress) -> (reports, logs)``

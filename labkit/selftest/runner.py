@@ -76,9 +76,20 @@ ONE_GPU_NOTE = "ran on gloo on the CPU cores: NCCL needs one GPU per rank, {gpus
 on one GPU would share its time, and gloo has no CUDA reduce-scatter."""
 
 
-def run_selftest(on_row: Callable[[Row], None] | None = None) -> SelftestReport:
-    """Every lesson's point checked on this machine; ``on_row`` sees each row as it lands."""
+def run_selftest(on_row: Callable[[Row], None] | None = None,
+                 on_start: Callable[[str], None] | None = None) -> SelftestReport:
+    """Every lesson's point checked on this machine; ``on_row`` sees each row as it lands,
+    ``on_start`` what starts next (a check's name, the pool's start) before it runs."""
     t0 = time.perf_counter()
+
+    def starting(what: str) -> None:
+        if on_start is not None:
+            on_start(what)
+
+    def guarded(check: Callable[..., list[Row]], *args: Any) -> list[Row]:
+        starting(check.__name__.replace("_", " "))
+        return _guarded(check, *args)
+
     gpus = devices.gpu_count()
     backend = "nccl" if gpus >= WORLD_SIZE else "gloo"
     sizes = gpu_sizes(_gpu_peak()) if gpus else cpu_sizes()
@@ -103,15 +114,16 @@ def run_selftest(on_row: Callable[[Row], None] | None = None) -> SelftestReport:
     usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     add([judge_devices.cpu_topology(numa_nodes(), usable, WORLD_SIZE)])
     add([gpu.topology_row(gpus)])
+    starting(f"{WORLD_SIZE} ranks on {backend}, one warm pool for every check")
     with Pool(WORLD_SIZE, backend=backend) as pool:
         bench = checks.Bench(pool, rank_sizes, gpus)
         for check in checks.RANK_CHECKS:
-            add(on_gloo(_guarded(check, bench)))
+            add(on_gloo(guarded(check, bench)))
         with _gpu_pool(pool, gpus) as gpu_pool:
-            add(_guarded(gpu.device_rows, gpu_pool, gpus))
+            add(guarded(gpu.device_rows, gpu_pool, gpus))
             if gpu_pool is not None and gpu_pool is not pool:  # one GPU: N_d = 1 on it
-                add(_guarded(checks.zero_one_gpu, checks.Bench(gpu_pool, sizes, gpus)))
-            add(_guarded(gpu.gpt_mfu, gpu_pool))
+                add(guarded(checks.zero_one_gpu, checks.Bench(gpu_pool, sizes, gpus)))
+            add(guarded(gpu.gpt_mfu, gpu_pool))
     report.machine["load_after"] = os.getloadavg()[0]
     report.machine["sizes"] = rank_sizes.device
     if gpus:

@@ -129,7 +129,28 @@ def _bubble(args: argparse.Namespace) -> dict[str, Any]:
     return {"text": "\n".join(lines), "json": data}
 
 
+def _schedule_problems(args: argparse.Namespace) -> list[str]:
+    """The LR schedule's flags agree with each other, whether or not --step asks for a value:
+    warmup is part of the schedule, so it must end before the last step."""
+    problems = []
+    if args.warmup_steps < 0:
+        problems.append(f"--warmup-steps ({args.warmup_steps}) must be >= 0; e.g. "
+                        f"--warmup-steps 500")
+    if args.total_steps is not None and args.total_steps < 1:
+        problems.append(f"--total-steps ({args.total_steps}) must be >= 1; e.g. "
+                        f"--total-steps 10000")
+    elif args.total_steps is not None and args.warmup_steps >= args.total_steps:
+        problems.append(f"--warmup-steps ({args.warmup_steps}) must be less than --total-steps "
+                        f"({args.total_steps}): warmup is the first part of the schedule; e.g. "
+                        f"--warmup-steps {args.warmup_steps} --total-steps "
+                        f"{max(args.warmup_steps, 0) + 1000}")
+    return problems
+
+
 def _lr(args: argparse.Namespace) -> dict[str, Any]:
+    problems = _schedule_problems(args)
+    if problems:
+        raise ConfigError(problems)
     batch = global_batch(args.per_device_batch, args.devices, args.accumulation)
     base_batch = batch if args.base_batch is None else args.base_batch
     target = scaled_lr(args.base_lr, base_batch, batch, args.rule)

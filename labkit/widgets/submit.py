@@ -33,12 +33,16 @@ class SubmitPanel:
         self.status.value = "Grading... (code exercises start real ranks; this takes a minute)"
         try:
             self.result = submit(self.assignment, [self.notebook] if self.notebook else None,
-                                 student=self.student)
+                                 student=self.student, on_progress=self._progress)
             self.status.value = render(self.result)
         except Exception as exc:  # noqa: BLE001 (any failure of student code is feedback)
             self.status.value = f"<b>Could not grade:</b> <pre>{html.escape(str(exc))}</pre>"
         finally:
             self.button.disabled = False
+
+    def _progress(self, line: str) -> None:
+        """What nbgrader is grading now, under the button (``submit``'s progress lines)."""
+        self.status.value = f"Grading... <code>{html.escape(line.strip())}</code>"
 
 
 def render(result: SubmitResult) -> str:

@@ -4,6 +4,9 @@ model faster than its peak triggers a recalibration instead of an MFU above 1.""
 
 from __future__ import annotations
 
+import io
+import json
+import sys
 import time
 from typing import Any
 
@@ -30,8 +33,11 @@ def fake_machine(tmp_path, monkeypatch):
     queue: list[dict[str, Any]] = []
     asked: list[list[tuple[int, int, int]]] = []
 
-    def run(device, threads, shapes, timeout_s, dtype="fp32"):
+    def run(device, threads, shapes, timeout_s, dtype="fp32", on_shape=None):
         asked.append(list(shapes))
+        for m, k, n in shapes:  # what the measuring process says as it goes
+            if on_shape is not None:
+                on_shape(f"{m}x{k}x{n}")
         out = queue.pop(0)
         spread = next(iter(out["spreads"].values()), 0.0)
         names = [f"{m}x{k}x{n}" for m, k, n in shapes]
@@ -106,7 +112,8 @@ def test_a_model_faster_than_its_peak_recalibrates_and_never_reports_mfu_above_1
     peaks = iter([{"peak_flops_per_s": 54e9, "rates": {"a": 54e9}, "busy": "load 7"},
                   {"peak_flops_per_s": 120e9, "rates": {"a": 120e9}, "fresh": True}])
 
-    def fake_peak(backend, world_size, threads, shapes, refresh=False, dtype="fp32"):
+    def fake_peak(backend, world_size, threads, shapes, refresh=False, dtype="fp32",
+                  progress=None):
         calls.append(refresh)
         return next(peaks)
 
@@ -138,3 +145,71 @@ def test_a_bf16_peak_is_its_own_entry_and_never_feeds_the_fp32_one(fake_machine)
     assert len(asked) == 2  # two keys, two measurements
     with pytest.raises(ValueError, match="dtype 'fp16' must be one of fp32, bf16"):
         cal.calibrate("cpu", dtype="fp16")
+
+
+# ---- progress (issue 39, item 3): on stderr, never in --json output -----------------------
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal (where a bar can redraw)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_calibration_says_what_it_measures_and_each_busy_try_on_a_terminal(
+        fake_machine, monkeypatch) -> None:
+    queue, _ = fake_machine
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    queue += [_measured({"3072x3072x3072": 54e9}, others=1.6), _measured({"3072x3072x3072": 9e10})]
+    peak = cal.calibrate("cpu", threads=2, tries=cal.TRIES, progress=True)
+    shown = terminal.getvalue()
+    assert peak is not None and peak["peak_flops_per_s"] == 9e10
+    assert "measuring peak fp32 matmul FLOP/s (2 CPU threads)" in shown
+    assert "try 1 of 3 ran on a busy machine: other processes used 1.6 of 2 cores" in shown
+
+
+def test_a_calibration_asked_for_progress_prints_a_line_per_shape_where_no_bar_can_show(
+        fake_machine, capsys) -> None:
+    queue, _ = fake_machine
+    queue.append(_measured({}))
+    cal.calibrate("cpu", threads=1, progress=True)
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = [line for line in err.splitlines() if line.startswith("measuring peak fp32")]
+    assert len(lines) == len(cal.SQUARE) and lines[0].endswith(": 1/5 256x256x256")
+
+
+def test_an_unasked_calibration_off_a_terminal_is_silent(fake_machine, capsys) -> None:
+    """A script's or a test's calibration (stderr not a terminal, progress not asked for)."""
+    queue, _ = fake_machine
+    queue.append(_measured({}))
+    cal.calibrate("cpu", threads=1)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_labkit_calibrate_json_prints_only_the_result_on_stdout(fake_machine, capsys) -> None:
+    from labkit.cli import main
+
+    queue, _ = fake_machine
+    queue.append(_measured({"3072x3072x3072": 9e10}))
+    assert main(["calibrate", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["peak_flops_per_s"] == 9e10  # one JSON object, nothing else
+    assert "labkit calibrate: timing torch.mm" in err and "3072x3072x3072" in err
+
+
+def test_the_implicit_calibration_before_an_mfu_follows_the_runs_progress(monkeypatch) -> None:
+    """A lesson sweep's runs (progress=False) measure a missing peak silently; a run left at
+    progress=None shows the measurement where one can see it."""
+    seen: list[bool | None] = []
+
+    def fake_peak(backend, world_size, threads, shapes, refresh=False, dtype="fp32",
+                  progress=None):
+        seen.append(progress)
+        return {"peak_flops_per_s": 1e12, "rates": {"a": 1e12}}
+
+    monkeypatch.setattr(tp, "machine_peak", fake_peak)
+    for progress in (False, None):
+        cfg = RunConfig(strategy="ddp", world_size=2, batch_size=8, progress=progress)
+        tp.throughput({"flops_per_step": 1e9}, 0.1, cfg, "gloo", 1)
+    assert seen == [False, None]

@@ -4,7 +4,11 @@ raised unless the user set them."""
 
 from __future__ import annotations
 
+import io
 import os
+import sys
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -60,3 +64,40 @@ def test_two_failed_starts_name_the_load(fake_ray) -> None:
     fake_ray(2)
     with pytest.raises(session.RayStartFailed, match=r"load average [\d.]+ / [\d.]+ / [\d.]+"):
         session.ensure_ray()
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal (where a line can redraw)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_slow_start_says_ray_is_starting_on_stderr(fake_ray, monkeypatch, capsys) -> None:
+    """Issue 39: a start still going after SAY_START_AFTER_S says so, with its elapsed time;
+    stdout (a `--json` result) stays clean. The fake start waits for the line, not a clock."""
+    ray = fake_ray(0)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(session, "SAY_START_AFTER_S", 0.0)
+    said = threading.Event()
+
+    def slow_init(**kwargs: Any) -> None:
+        for _ in range(500):  # until the line shows (5 s at most)
+            if "starting Ray" in terminal.getvalue():
+                said.set()
+                return
+            time.sleep(0.01)
+
+    monkeypatch.setattr(ray, "init", slow_init)
+    assert session.ensure_ray() is ray
+    assert said.is_set() and "scheduler, object store and workers" in terminal.getvalue()
+    assert capsys.readouterr().out == ""
+
+
+def test_a_quick_start_says_nothing(fake_ray, monkeypatch) -> None:
+    ray = fake_ray(0)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(session, "SAY_START_AFTER_S", 600.0)
+    assert session.ensure_ray() is ray and terminal.getvalue() == ""

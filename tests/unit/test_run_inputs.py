@@ -11,22 +11,10 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit import api
 from labkit.base.errors import ConfigError
 from labkit.cli import main
-from labkit.launchers import supervisor
 
 pytestmark = pytest.mark.lesson00
-
-
-@pytest.fixture
-def no_process_may_start(monkeypatch):
-    """Any attempt to start a rank fails the test."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a process was started for bad input")
-
-    monkeypatch.setattr(supervisor.subprocess, "Popen", refuse)
-    monkeypatch.setattr(api, "supervise", refuse)
 
 
 @pytest.mark.parametrize("flags, fragment", [

@@ -207,3 +207,52 @@ def test_the_bubble_row_judges_the_least_of_its_runs_and_shows_the_spread():
     assert row.measured == "0.238 (least of 3; spread 0.018)"
     assert pipeline_bubble("gloo", "gpipe", 2, 4, [0.31, 0.30], 0.2).status == "fail"
     assert pipeline_bubble("gloo", "gpipe", 2, 4, 0.21, 0.2).measured == "0.210"
+
+
+# ---- progress (issue 39, item 3): a line per check as it starts and ends, never in --json ---
+def test_the_selftest_names_each_check_before_it_runs(monkeypatch):
+    """`on_start` hears the pool's start, then each check's name before its rows land."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    from labkit.base import devices
+    from labkit.selftest import checks, gpu, runner
+
+    heard: list[str] = []
+
+    def check(name):
+        def run(*args):
+            heard.append(f"ran {name}")
+            return [Row(key=name, lesson="01", check=name, backend="gloo", status=PASS)]
+        run.__name__ = name
+        return run
+
+    monkeypatch.setattr(devices, "gpu_count", lambda: 0)
+    pool = SimpleNamespace(backend="gloo", world_size=2)
+    monkeypatch.setattr(runner, "Pool", lambda world_size, backend="auto": nullcontext(pool))
+    monkeypatch.setattr(checks, "RANK_CHECKS", (check("ddp_reference"), check("ring")))
+    monkeypatch.setattr(gpu, "device_rows", check("device_rows"))
+    monkeypatch.setattr(gpu, "gpt_mfu", check("gpt_mfu"))
+    monkeypatch.setattr(gpu, "topology_row", lambda gpus: check("gpus")()[0])  # no nvidia-smi
+    runner.run_selftest(on_start=heard.append, on_row=lambda row: heard.append(f"row {row.key}"))
+    start = heard.index("2 ranks on gloo, one warm pool for every check")
+    assert heard[start + 1:] == [
+        "ddp reference", "ran ddp_reference", "row ddp_reference", "ring", "ran ring", "row ring",
+        "device rows", "ran device_rows", "row device_rows", "gpt mfu", "ran gpt_mfu",
+        "row gpt_mfu"]
+
+
+def test_doctor_selftest_json_keeps_progress_on_stderr(capsys, monkeypatch):
+    import labkit.selftest as selftest
+
+    def fake(on_row=None, on_start=None):
+        row = Row(key="ring", lesson="06", check="our ring", backend="gloo", status=PASS)
+        on_start("ring")
+        on_row(row)
+        return SelftestReport(rows=[row], machine={})
+
+    monkeypatch.setattr(selftest, "run_selftest", fake)
+    assert main(["doctor", "--selftest", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["rows"][0]["key"] == "ring"  # stdout: the JSON only
+    assert "  ring...\n  06 our ring: pass" in err

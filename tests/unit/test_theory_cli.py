@@ -90,7 +90,7 @@ def test_allreduce_reports_ring_bytes_and_time(capsys: pytest.CaptureFixture[str
     assert code == 0
     assert data["ring_bytes_per_rank"] == pytest.approx(175e6)
     assert data["naive_root_bytes"] == pytest.approx(700e6)
-    assert data["time_s"] == pytest.approx(14 * 5e-6 + 175e6 / 25e9)
+    assert data["time_s"] == pytest.approx(14 * 3e-6 + 175e6 / 31.5e9)
     code, out, _ = run(["calc", "allreduce", "--size-mb", "100", "--world-size", "8",
                         "--alpha-us", "0", "--bandwidth-gbs", "10"], capsys)
     assert code == 0 and "17.500 ms" in out

@@ -38,6 +38,7 @@ from typing import Any
 
 from labkit.base import devices
 from labkit.base.errors import LabError
+from labkit.base.progress import waiting
 
 _state: dict[str, Any] = {"started": False, "tmp": None}
 _RAY_NAMES = ("raylet", "gcs_server")
@@ -49,6 +50,9 @@ BUSY_MACHINE_LIMITS = {
 }
 """Ray's own limits (``ray_config_def.h``, set through the environment its processes read),
 raised so that a loaded machine is slow rather than failed."""
+SAY_START_AFTER_S = 2.0
+"""A start still going after this many seconds says so (``labkit.base.progress.waiting``)."""
+STARTING = "its scheduler, object store and workers; 5-30 s, longer on a busy machine"
 
 
 class RayStartFailed(LabError):
@@ -79,6 +83,16 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
         return ray
     for var, value in BUSY_MACHINE_LIMITS.items():
         os.environ.setdefault(var, value)
+    with waiting(f"starting Ray ({STARTING})", after_s=SAY_START_AFTER_S):
+        tmp = _start(ray, num_cpus)
+    if not _state["started"]:
+        atexit.register(shutdown_ray)
+    _state.update(started=True, tmp=tmp)
+    return ray
+
+
+def _start(ray: Any, num_cpus: int | None) -> str:
+    """Step 5: ``ray.init`` here, tried ``TRIES`` times; returns the session's temp dir."""
     for attempt in range(1, TRIES + 1):
         # Ray's unix sockets live under this dir and must fit in 107 bytes: keep it short
         tmp = tempfile.mkdtemp(prefix="lkray-", dir="/tmp" if os.path.isdir("/tmp") else None)
@@ -86,7 +100,7 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
             ray.init(num_cpus=num_cpus or devices.cpu_count(), include_dashboard=False,
                      _temp_dir=tmp, log_to_driver=False, configure_logging=False,
                      namespace="labkit")
-            break
+            return tmp
         except Exception as exc:  # Ray raises a plain Exception when its start-up fails
             _abandon(tmp)
             if attempt == TRIES:
@@ -96,10 +110,7 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
                     f"load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 "
                     f"min) on {devices.cpu_count()} cores. Close other programs or wait for "
                     f"them, then run the cell again") from exc
-    if not _state["started"]:
-        atexit.register(shutdown_ray)
-    _state.update(started=True, tmp=tmp)
-    return ray
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def _abandon(tmp: str) -> None:

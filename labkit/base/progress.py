@@ -1,0 +1,156 @@
+"""Progress on a long wait: a ``tqdm.auto`` bar where one can redraw, plain lines where not.
+
+One rule for every wait over a few seconds (a run, a calibration, grading, Ray's start):
+
+* in a Jupyter kernel or with stderr on a terminal (``interactive``): a ``tqdm.auto`` bar
+  (a widget in a notebook, a redrawn line on a terminal), shown only once the wait has
+  lasted ``delay`` seconds unless progress was asked for (``enabled=True``);
+* elsewhere (a pipe, a log file): nothing, unless asked for, then one plain line per step;
+* never on stdout: ``--json`` output and what tests parse stay clean.
+
+``enabled`` follows ``RunConfig.progress``: ``None`` shows progress where one can see it,
+``True`` always, ``False`` never.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
+
+
+def interactive() -> bool:
+    """True in a Jupyter kernel or when stderr is a terminal (where a bar can redraw)."""
+    if "ipykernel" in sys.modules:
+        return True
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def bar(total: int | None, enabled: bool | None, desc: str, unit: str = "step",
+        delay: float = 2.0) -> Any:
+    """A ``tqdm.auto`` bar on stderr, or None where none should show (see the module doc).
+    ``delay``: seconds before it first shows when ``enabled`` is None."""
+    if enabled is False or (enabled is None and not interactive()):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, delay=0 if enabled else delay, leave=False,
+                file=sys.stderr)
+
+
+class Progress:
+    """Steps of one wait (``total`` of them, or an unknown number), shown by the module's rule.
+
+    ``step(what)`` counts one step done and names it; ``note(text)`` adds a line that stays
+    (a retry, a phase); ``close()`` ends it. Every method is a no-op where nothing shows.
+    """
+
+    def __init__(self, desc: str, total: int | None = None, *, unit: str = "step",
+                 enabled: bool | None = None, delay: float = 2.0):
+        self.desc, self.total, self.done = desc, total, 0
+        plain = bool(enabled) and not interactive()  # asked for, where no bar can redraw
+        self._bar = None if plain else bar(total, enabled, desc, unit, delay)
+        self._lines: TextIO | None = sys.stderr if plain else None
+
+    def step(self, what: str = "", n: int = 1) -> None:
+        """``n`` more steps done; ``what`` names the last one."""
+        self.done += n
+        if self._bar is not None:
+            if what:
+                self._bar.set_postfix_str(what, refresh=False)
+            self._bar.update(n)
+        elif self._lines is not None:
+            of = f"/{self.total}" if self.total else ""
+            self._say(f"{self.desc}: {self.done}{of}" + (f" {what}" if what else ""))
+
+    def note(self, text: str) -> None:
+        """A line that stays above the bar (or a plain line)."""
+        if self._bar is not None:
+            self._bar.write(text, file=sys.stderr)
+        elif self._lines is not None:
+            self._say(text)
+
+    def restart(self, desc: str, total: int | None = None) -> None:
+        """Count again from zero (a second try), under a new description."""
+        self.desc, self.done, self.total = desc, 0, total if total is not None else self.total
+        if self._bar is not None:
+            self._bar.reset(total=self.total)
+            self._bar.set_description(desc)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        self._lines = None
+
+    def _say(self, line: str) -> None:
+        assert self._lines is not None
+        print(line, file=self._lines, flush=True)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextmanager
+def every(seconds: float, call: Callable[[], None]) -> Iterator[None]:
+    """Call ``call`` every ``seconds`` (from a daemon thread) while the block runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            call()
+
+    thread = threading.Thread(target=loop, name="labkit-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=seconds + 1.0)
+
+
+@contextmanager
+def waiting(what: str, *, after_s: float = 2.0, enabled: bool | None = None,
+            tick_s: float = 1.0) -> Iterator[None]:
+    """Say ``what`` is happening if the block is still running after ``after_s`` seconds: a
+    line with the elapsed time, redrawn every ``tick_s`` (a terminal), or one plain line
+    (``enabled=True`` elsewhere); nothing for a block that ends sooner. In a notebook the
+    bar shows at once (a widget is displayed from the cell's own thread) and goes at the end.
+    """
+    if enabled is False or (enabled is None and not interactive()):
+        yield
+        return
+    started = time.monotonic()
+    shown: list[Any] = [_elapsed(what)] if "ipykernel" in sys.modules else []
+    said = [bool(shown)]
+
+    def tick() -> None:
+        if shown:
+            shown[0].refresh()
+        elif not said[0] and time.monotonic() - started >= after_s:
+            said[0] = True
+            if interactive():
+                shown.append(_elapsed(what))
+            else:
+                print(f"{what}...", file=sys.stderr, flush=True)
+
+    try:
+        with every(min(tick_s, max(after_s, 0.05)), tick):
+            yield
+    finally:
+        for bar_ in shown:
+            bar_.close()
+
+
+def _elapsed(what: str) -> Any:
+    """A bar with no total that shows ``what`` and the seconds since it started."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=None, desc=what, bar_format="{desc}: {elapsed}", leave=False,
+                file=sys.stderr)
