@@ -49,10 +49,10 @@ SEED_SCENARIOS: dict[str, dict[str, Any]] = {
 
 # Seed 000's mini challenge: 2x faster than one GPU, 4 GPUs on one node, stable. The
 # numbers that make it concrete are labkit's own: a 3B model whose one-GPU fp32 step
-# (base batch 32, lr 1e-4) takes 0.6 s, GPUs of 80 GB on PCIe 4.0.
+# (base batch 32, lr 1e-4) takes 0.5 s, GPUs of 80 GB on PCIe 4.0.
 SEED_CHALLENGE: dict[str, Any] = {
     "gpus": 4, "gpus_per_node": 4, "gpu_gb": 80, "link": "pcie4", "params": 3e9,
-    "step_s_one_gpu": 0.6, "base_batch": 32, "base_lr": 1e-4, "target_speedup": 2.0}
+    "step_s_one_gpu": 0.5, "base_batch": 32, "base_lr": 1e-4, "target_speedup": 2.0}
 
 CONFIG_KEYS = {"parallelism": str, "per_gpu_batch": int, "accumulation": int, "lr": float,
                "lr_rule": str, "warmup_steps": int, "precision": str, "loss_scaling": bool,

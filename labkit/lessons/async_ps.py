@@ -116,14 +116,16 @@ class PSExperiment:
 
 def consistency_experiment(*, factor: float = 4.0, bound: int = 2, target: float = TARGET_LOSS,
                            consistencies: tuple[str, ...] = ("bsp", "asp", "ssp"),
-                           **overrides: Any) -> PSExperiment:
-    """Run every consistency model without and with a straggler (the last worker)."""
+                           show: bool = False, **overrides: Any) -> PSExperiment:
+    """Run every consistency model without and with a straggler (the last worker). ``show``
+    prints a line as each run lands (a lesson's progress: the runs take a while)."""
     from labkit.api import run
 
     common = {**LESSON_RUN, **overrides}
     last = common["world_size"] - 1
     load = load_now()
     runs: dict[str, Any] = {}
+    total = 2 * len(consistencies)
     for straggler in ("", f"{last}:{factor:g}"):
         for consistency in consistencies:
             options: dict[str, Any] = {"servers": 1, "consistency": consistency,
@@ -133,6 +135,10 @@ def consistency_experiment(*, factor: float = 4.0, bound: int = 2, target: float
             name = f"{consistency}{', straggler' if straggler else ''}"
             with sharing_cores():  # 3 ranks on 2 cores: the lesson says it, and why
                 runs[name] = run(RunConfig(**common, options=options))
+            if show:
+                res = runs[name]
+                print(f"  run {len(runs)} of {total}: {name:<15} {res.metrics['updates']:>3} "
+                      f"updates in {res.wall_s:.1f} s", flush=True)
     return PSExperiment(runs, target, {"factor": factor, "bound": bound,
                                        "straggler_rank": last, **common}, load)
 

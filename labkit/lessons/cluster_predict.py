@@ -23,7 +23,7 @@ from typing import Any
 from labkit.base.errors import ConfigError
 from labkit.base.events import Lane, Op
 from labkit.config.links import LinkSpec, as_interconnect
-from labkit.theory.comm import fit_alpha_beta, ring_allreduce_time
+from labkit.theory.comm import BUSBW_FACTORS, fit_alpha_beta, ring_allreduce_time
 from labkit.theory.interconnect import Interconnect
 
 
@@ -106,6 +106,30 @@ def loopback_model(bench: Any) -> Interconnect:
         alpha, bandwidth = float(ab["alpha_s"]), float(ab["bandwidth_gbps"]) * 1e9
     return Interconnect("loopback", alpha, bandwidth, "intra-node",
                         "gloo between 2 ranks of one node, fastest calls, measured here")
+
+
+def node_uplink_bytes(timeline: Any, ranks_per_node: int, step: int) -> list[float]:
+    """Bytes each node sent over the link between nodes during ``step`` (a ``with
+    ctx.step(step)`` span on every rank), counted from the trace, one number per node.
+
+    Nodes are ranks ``k*ranks_per_node .. (k+1)*ranks_per_node - 1`` (torchrun's numbering).
+    A send to a rank of another node counts its bytes; a collective on the "inter" axis (one
+    rank per node: ``RankContext.node_comms``) counts what each rank sends in a ring, the
+    nccl-tests factor times its payload (``2(k-1)/k`` for an all-reduce over k nodes). Every
+    other op stays inside its node and counts nothing."""
+    nodes = timeline.world_size // ranks_per_node
+    out = [0.0] * nodes
+    for span in (e for e in timeline.events if e.op == Op.STEP and e.step == step):
+        for e in timeline.events:
+            if e.rank != span.rank or e.lane != Lane.COMM or not (
+                    span.start_ns <= e.start_ns and e.end_ns <= span.end_ns):
+                continue
+            node = e.rank // ranks_per_node
+            if e.op == Op.SEND and e.peer is not None and e.peer // ranks_per_node != node:
+                out[node] += e.bytes or 0
+            elif e.axis == "inter" and e.op.value in BUSBW_FACTORS:
+                out[node] += BUSBW_FACTORS[e.op.value](nodes) * (e.bytes or 0)
+    return out
 
 
 FREE_BPS = 1e30

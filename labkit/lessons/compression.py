@@ -1,10 +1,13 @@
-"""Lesson 06's measurements, each a few real runs turned into plain rows (torch-free here).
+"""Lesson 06's measurements, each a few real runs turned into plain rows (torch imported only
+inside the rank functions).
 
 * ``measure_allreduce`` times all-reduces with the ``allreduce-bench`` strategy;
   ``fit_and_validate`` fits the alpha-beta model on some sizes and checks it on the others
   (sizes not used for the fit), so "this machine" is a tested preset, not a guess.
 * ``compare_compression`` trains the same seeded task once per compression method.
 * ``overlap_row`` / ``ddp_overlap_sweep`` read hidden vs exposed communication off timelines.
+* ``seeded_grads`` / ``labkit_topk`` / ``bytes_sent``: the mechanism cell's inputs, labkit's own
+  top-k hook on the same gradients, and the bytes each rank's traced comm carried.
 Conventions: bytes are payload bytes (``labkit.trace.comm``); times in seconds; the first step of
 every run is skipped as warm-up (``Timeline.window``).
 """
@@ -129,3 +132,47 @@ def ddp_overlap_sweep(bucket_caps_mb: Sequence[float] = (0.05, 1.0, 25.0), *,
         row.update(bucket_cap_mb=cap, buckets=r.metrics.get("buckets"))
         rows.append(row)
     return rows
+
+
+def seeded_grads(rank: int, steps: int, numel: int, seed: int = 0) -> list[Any]:
+    """``steps`` gradients of ``numel`` values for ``rank``: different per rank and step, the
+    same every time they are asked for (the mechanism cell and labkit's hook get equal input)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed * 1_000_003 + rank)
+    return [torch.randn(numel, generator=g) for _ in range(steps)]
+
+
+def labkit_topk(ctx: Any, grads: Sequence[Any], ratio: float) -> list[Any]:
+    """Labkit's own top-k hook (``strategies.compression.hooks.TopKHook``, the one lesson 06's
+    ``topk`` runs register with DDP) applied to ``grads`` as one bucket per step, with its
+    error feedback carried across the steps; returns the averaged gradient of every step."""
+    from labkit.strategies.compression.hooks import StepRef, TopKHook
+
+    step = StepRef()
+    hook = TopKHook(ctx.comm, ctx.tracer, step, ratio)
+    out = []
+    for s, g in enumerate(grads):
+        step.now = s
+        out.append(hook(None, _Bucket(g.clone())).wait().clone())
+    return out
+
+
+class _Bucket:
+    """What a DDP comm hook reads of a ``GradBucket``: its flat buffer and its index."""
+
+    def __init__(self, buffer: Any):
+        self._buffer = buffer
+
+    def buffer(self) -> Any:
+        return self._buffer
+
+    def index(self) -> int:
+        return 0
+
+
+def bytes_sent(ctx: Any) -> int:
+    """Payload bytes of every collective this rank's traced comm has recorded so far."""
+    from labkit.base.events import Lane, Op
+
+    return sum(e.bytes or 0 for e in ctx.events() if e.lane == Lane.COMM and e.op != Op.WAIT)

@@ -67,3 +67,36 @@ def replay_text(result: Any, rep: Replay | None, *, what: str = "the step") -> s
         again = timeline_bubble(rep.timeline)["bubble_fraction"]
         text += f"; bubble {again:.2f} replayed, {metrics['bubble_fraction']:.2f} measured"
     return text
+
+
+MISSED = ("contradicted by this run", "inconclusive on this machine")
+"""The words of a verdict that did not hold (``labkit.analysis.claims.Verdict.sentence``)."""
+
+
+SHOWN: list[str] = []
+"""What this kernel's ``replay_if_missed`` replayed (its ``what``), for the lessons' checks."""
+
+
+def missed(text: str) -> bool:
+    """Whether any verdict in a lesson's printed ``text`` is not "holds"."""
+    return any(word in text for word in MISSED)
+
+
+def replay_if_missed(result: Any, verdicts: str, wire: AlphaBeta | None = None, *,
+                     what: str = "the step") -> Any:
+    """Where ``verdicts`` (the sentences a cell printed) hold a verdict that is not "holds":
+    print the replay's sentence and return the measured and replayed timelines as one figure
+    (``labkit.visuals.replay.plot_replay``); else say that every verdict held and return None
+    (a notebook shows nothing for None)."""
+    if not missed(verdicts):
+        print("every timed verdict above holds: no replay needed")
+        return None
+    rep = dedicated(result, wire)
+    print(replay_text(result, rep, what=what))
+    SHOWN.append(what)
+    if rep is None:
+        return None
+    from labkit.visuals.replay import plot_replay
+
+    return plot_replay(result, rep)
+

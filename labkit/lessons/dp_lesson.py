@@ -18,14 +18,15 @@ from labkit.base.devices import cpu_count
 from labkit.lessons.machine import load_now, sharing_cores, why_not
 
 
-def step_split_ms(result: Any) -> dict[str, float]:
-    """Per step (first skipped), mean over ranks: compute and exposed communication, ms."""
-    tl = result.timeline.window()
-    steps = max(len(tl.steps()), 1)
+def step_split_ms(result: Any, steps: Sequence[int] | None = None) -> dict[str, float]:
+    """Per step (``steps``; default all but the first), mean over ranks: compute and exposed
+    communication, ms."""
+    tl = result.timeline.window(steps)
+    count = max(len(tl.steps()), 1)
     ranks = tl.ranks or [0]
     compute = sum(tl.compute_ns(r) for r in ranks) / len(ranks)
     exposed = sum(tl.comm_ns(r) - tl.overlap_ns(r) for r in ranks) / len(ranks)
-    return {"compute_ms": compute / steps / 1e6, "exposed_ms": exposed / steps / 1e6}
+    return {"compute_ms": compute / count / 1e6, "exposed_ms": exposed / count / 1e6}
 
 
 def weak_scaling(reuse: Mapping[int, Any] | None = None, sizes: Sequence[int] = (1, 2, 4),
@@ -152,3 +153,38 @@ def duplicates_text(cases: Mapping[str, Sequence[Mapping[str, Any]]],
         lines.append(line)
     return "\n".join(lines)
 
+
+
+def launched_in_backward(timeline: Any, step: int) -> dict[int, tuple[int, int]]:
+    """Per rank, in step ``step`` (its STEP span): how many all-reduces were launched before
+    that step's backward span ended, out of how many. Counted from the order of the trace's
+    events (an async all-reduce's span starts at its launch), not from their durations."""
+    from labkit.base.events import Op
+
+    out = {}
+    for r in timeline.ranks:
+        mine = [e for e in timeline.events if e.rank == r]
+        span = next(e for e in mine if e.op == Op.STEP and e.step == step)
+        inside = [e for e in mine if span.start_ns <= e.start_ns <= span.end_ns]
+        ends = [e.end_ns for e in inside if e.op == Op.BACKWARD]
+        reduces = [e for e in inside if e.op == Op.ALL_REDUCE]
+        if not ends:
+            raise ValueError(f"step {step} of rank {r} has no backward span: trace it with "
+                             f"`with ctx.span(Op.BACKWARD): loss.backward()`")
+        out[r] = (sum(e.start_ns < max(ends) for e in reduces), len(reduces))
+    return out
+
+
+def overlap_text(timeline: Any, steps: Mapping[str, int]) -> str:
+    """One line per variant (name -> its step): the all-reduces each rank launched while
+    backward was still running, counted."""
+    lines = []
+    for name, step in steps.items():
+        counts = launched_in_backward(timeline, step)
+        per_rank = ", ".join(f"rank {r} {k} of {n}" for r, (k, n) in counts.items())
+        early = all(k >= 1 for k, _ in counts.values())
+        lines.append(f"{name}: all-reduces launched before backward ended: {per_rank} -- "
+                     + ("the first bucket went on the wire while backward was still computing"
+                        if early else "none started before backward ended: nothing could "
+                        "overlap"))
+    return "\n".join(lines)

@@ -92,10 +92,11 @@ def link_seconds(lay: Layout3D, inside: str = "nvlink4", across: str = "ethernet
 
 
 BALANCE_GPT = replace(LESSON_GPT, vocab_size=8192)
-"""Lesson 09's uneven-stage model: the lesson GPT's 4 blocks and an 8,192-word-piece head,
-which costs about three blocks' worth of compute on the last stage: equal block counts give
-that stage 2 blocks and the head, balancing by cost moves one block off it (with 4 blocks
-and 2 stages there is no cut that overshoots further)."""
+"""Lesson 09's uneven-stage model: the lesson GPT's 4 blocks and an 8,192-word-piece head, a
+``width x vocab`` matmul on the last stage that costs one to two blocks' worth of compute on
+a laptop CPU (``head_blocks`` reads it off the run): equal block counts give that stage 2
+blocks and the head, balancing by cost moves one block off it (with 4 blocks and 2 stages
+there is no cut that overshoots further)."""
 BALANCE_GAIN = 0.10
 """How much faster the slowest stage gets when the cut follows measured cost (the lesson's
 margin: the heavy head moves a whole block off the last stage)."""
@@ -134,12 +135,34 @@ def stage_ms(result: RunResult) -> list[float]:
     return out
 
 
+def head_blocks(result: RunResult) -> dict[str, float]:
+    """What the last stage's extra work (final LayerNorm and head) cost, in blocks, read from
+    a run split by block count: a block's time is the first stage's time over its blocks
+    (the embedding is a table lookup, no matmul), the head's the last stage's time minus its
+    own blocks'. Keys: ``block_ms``, ``head_ms``, ``blocks`` (head_ms / block_ms)."""
+    bounds = result.metrics["stage_bounds"]
+    ms = stage_ms(result)
+    block = ms[0] / max(1, bounds[1] - bounds[0])
+    head = ms[-1] - block * (bounds[-1] - bounds[-2])
+    return {"block_ms": block, "head_ms": head, "blocks": head / block if block > 0 else 0.0}
+
+
+def head_text(result: RunResult) -> str:
+    """The head's cost in blocks, as this run measured it, in one sentence."""
+    h = head_blocks(result)
+    if h["head_ms"] <= 0:
+        return (f"the last stage was no slower than its blocks alone ({h['block_ms']:.1f} ms a "
+                f"block): in this run the head's cost is lost in the noise")
+    return (f"in this run a block took {h['block_ms']:.1f} ms per microbatch and the head "
+            f"{h['head_ms']:.1f} ms: the head costs about {h['blocks']:.1f} blocks")
+
+
 def balance_text(runs: dict[str, RunResult]) -> str:
-    """Where each split cut, the slowest stage's time (its least disturbed step) and the
-    step, and what moved."""
+    """What the head cost, where each split cut, the slowest stage's time (its least
+    disturbed step) and the step, and what moved."""
     count, cost = runs["by block count"].metrics, runs["by measured cost"].metrics
     times = {label: stage_ms(r) for label, r in runs.items()}
-    lines = []
+    lines = [head_text(runs["by block count"])]
     for label, m, r in (("by block count", count, runs["by block count"]),
                         ("by measured cost", cost, runs["by measured cost"])):
         ms = times[label]
@@ -194,6 +217,38 @@ def mfu_text(metrics: dict[str, Any]) -> str:
     return (f"MFU here = model FLOP/s / {peak / 1e9:.0f} GFLOP/s, the fp32 matmul peak measured "
             f"on this machine's cores (labkit.analysis.calibrate); on a GPU it is the "
             f"datasheet's peak, e.g. 989 TFLOP/s of dense bf16 on an H100 SXM")
+
+
+def mfu_runs_text(runs: dict[str, RunResult]) -> str:
+    """The share of the peak these runs reached, split in two: how much of a step the ranks
+    computed (the timeline's compute share) and how fast they ran while they did (MFU over
+    that share). Both read this run's numbers; no sentence is written in advance."""
+    from labkit.lessons.dp_lesson import step_split_ms
+
+    rows = []
+    for name, r in runs.items():
+        mfu = r.metrics.get("mfu")
+        if mfu is None or r.step_time_s <= 0:
+            continue
+        share = min(1.0, step_split_ms(r)["compute_ms"] / (r.step_time_s * 1e3))
+        rows.append((name, mfu, share, mfu / share if share > 0 else 0.0))
+    if not rows:
+        return "MFU: not reported for these runs (no measured peak on this machine)"
+    lo, hi = min(r[1] for r in rows), max(r[1] for r in rows)
+    c_lo, c_hi = min(r[2] for r in rows), max(r[2] for r in rows)
+    w_lo, w_hi = min(r[3] for r in rows), max(r[3] for r in rows)
+    lines = [f"these runs reached MFU {lo:.3f} to {hi:.3f}: {lo:.1%} to {hi:.1%} of the peak",
+             f"their ranks computed for {c_lo:.0%} to {c_hi:.0%} of a step (the rest: "
+             f"communication, the bubble, waiting for a core), and while computing ran at "
+             f"{w_lo:.0%} to {w_hi:.0%} of the peak"]
+    if w_hi < 0.5:
+        lines.append(f"even the compute is far from the peak: a width-{LESSON_GPT.width} GPT's "
+                     f"matmuls are small beside the peak's best shape, and a block's LayerNorms, "
+                     f"softmax and Python run between them")
+    else:
+        lines.append("the compute itself runs near the peak: what MFU loses is the step's time "
+                     "outside compute")
+    return "\n".join(lines)
 
 
 def rows_text(rows: list[dict[str, Any]]) -> str:

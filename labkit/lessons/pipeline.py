@@ -6,6 +6,11 @@ steps, so every run takes seconds. At that size an action lasts a few ms and fix
 says how much of it is uneven compute and how much is communication. ``bench/bench_pipeline.py``
 uses batch 1024 and 16 layers, where the measured bubble lands within 0.02 of the formula.
 Each helper returns ``labkit.run`` results; the figures live in ``labkit.visuals.pipeline``.
+
+The lesson's mechanism cell (a 1F1B loop written on the page) runs on ranks of
+``labkit.launch``: ``page_stage`` gives each rank its stage of a small seeded MLP and a batch,
+``labkits_step`` runs the same plan on an equal stage with labkit's own executor, so the two
+steps' losses, activation counts and gradients can be compared.
 """
 
 from __future__ import annotations
@@ -88,19 +93,24 @@ def bubble_breakdown(result: RunResult, plan: Any = None) -> dict[str, float]:
     """Where a run's bubble came from, all as shares of total step time.
 
     ``predicted``: the formula (equal costs, free messages). ``replayed``: the plan re-timed
-    with the durations your actions really took, messages still free. ``measured``: your
-    run. ``replayed - predicted`` is uneven compute; ``measured - replayed`` is what
-    communication (and the per-message overhead of Python and gloo) added. ``plan`` defaults
-    to the schedule the run used; pass it for a hand-written plan.
+    with the CPU time your actions really cost (each rank on a core of its own), messages
+    still free. ``measured``: your run. ``replayed - predicted`` is uneven compute; ``waiting
+    for a core`` is the same replay with the actions' wall times minus the CPU-time replay
+    (other programs and ranks holding the cores); ``communication`` is the rest (messages,
+    and the per-message overhead of Python and gloo). The three add up to ``measured -
+    predicted``. ``plan`` defaults to the schedule the run used; pass it for a hand-written
+    plan.
     """
     m = result.metrics
     if plan is None and m["schedule"] == "custom":
         raise ConfigError("this run used a hand-written plan (schedule 'custom'): pass the "
                           "same Plan as plan=...; e.g. bubble_breakdown(result, plan=my_plan)")
     replay = replayed(result, plan)
+    walls = replayed(result, plan, dedicated=False)
     return {"predicted": m["bubble_fraction_predicted"], "replayed": replay,
-            "measured": m["bubble_fraction"], "uneven compute": replay - m[
-                "bubble_fraction_predicted"], "communication": m["bubble_fraction"] - replay}
+            "measured": m["bubble_fraction"],
+            "uneven compute": replay - m["bubble_fraction_predicted"],
+            "waiting for a core": walls - replay, "communication": m["bubble_fraction"] - walls}
 
 
 def bubble_row(result: RunResult) -> dict[str, Any]:
@@ -132,3 +142,43 @@ def run_plan(plan: Plan, *, steps: int = 2, batch_size: int | None = None,
                        options=opts, check_reference=check_reference, timeout_s=timeout_s,
                        **run_kwargs)
     return run(config)
+
+
+# ---- the mechanism on the page: a hand-written step beside labkit's executor ------------------
+
+PAGE_MODEL = pipeline_model(64, 8)
+"""The mechanism cell's model: the lesson's 8 layers, 64 wide (a check takes a moment)."""
+
+
+def page_stage(ctx: Any, plan: Plan, *, model: ModelConfig = PAGE_MODEL, batch_size: int = 16,
+               seed: int = 0) -> tuple[Any, Any, Any]:
+    """On a rank of ``labkit.launch``: (this rank's stage, x, y). The stage is this rank's
+    run of blocks of the seeded MLP (``labkit.train.models``; blocks cut evenly over the
+    plan's stages, ``labkit.train.parallel.pipeline.Stage``; one stage per rank); x, y the
+    task's step-0 batch of ``batch_size`` rows, the same on every rank. Call it twice for two
+    equal copies: one for the cell's own pipeline step, one for ``labkits_step``."""
+    from labkit.schedules.partition import bounds_by_count
+    from labkit.train.data import SyntheticTask
+    from labkit.train.models import build_mlp, layout_of
+    from labkit.train.parallel.pipeline import Stage
+
+    if plan.virtual != 1:
+        raise ConfigError(f"page_stage cuts one stage per rank; this plan has virtual="
+                          f"{plan.virtual}; e.g. build_plan('1f1b', 2, 4)")
+    full = build_mlp(model, seed)
+    layout, stages = layout_of(full), plan.num_model_stages
+    stage = Stage(layout, full, ctx.rank, stages, bounds_by_count(len(layout.blocks), stages))
+    x, y = SyntheticTask(seed, model.in_dim, model.out_dim).batch(0, batch_size)
+    return stage, x, y
+
+
+def labkits_step(ctx: Any, plan: Plan, stage: Any, x: Any, y: Any) -> dict[str, Any]:
+    """labkit's own executor (``labkit.strategies.pipeline.engine.run_step``, what ``labkit
+    run pipeline`` runs every step) on this rank's ``stage``: one step of ``plan`` on the batch
+    ``x, y``; the gradients accumulate in ``stage``. Returns ``loss`` (the batch's mean loss on
+    the last stage, None on the others) and ``peak_held`` (the most microbatches whose
+    activations this rank held at once)."""
+    from labkit.strategies.pipeline.engine import run_step
+
+    record = run_step(ctx, plan, {stage.stage: stage}, x, y, step=0)
+    return {"loss": record.loss, "peak_held": record.peak_activations}

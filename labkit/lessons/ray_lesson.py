@@ -8,6 +8,10 @@
 * ``ray_reports``: Ray's driver prints what its error channel publishes (``(raylet) A worker
   died ...``) from a background thread, into whatever cell runs. A lesson that kills
   processes on purpose collects those lines instead and says in one sentence what Ray saw;
+* ``resources_text``: what the cluster Ray started offers, in a sentence (its first output);
+* ``ray_up``: the kernel's Ray for one block; after the closing cell stopped it (a cell run
+  again afterwards), one started for the block and stopped at its end, so no Ray process
+  outlives the cell;
 * ``tasks_text`` and ``launchers_text``: the timings the lesson states, computed from its run.
 Torch-free.
 """
@@ -32,6 +36,38 @@ def start_ray() -> Any:
     cpus = int(ray.cluster_resources().get("CPU", 1))
     ray.get([ray.remote(num_cpus=1)(_pid).remote() for _ in range(cpus)])
     return ray
+
+
+def resources_text(resources: dict[str, float]) -> str:
+    """The cluster's resources (``ray.cluster_resources()``) as the lesson's first sentence."""
+    cpus, gpus = resources.get("CPU", 0), resources.get("GPU", 0)
+    store = resources.get("object_store_memory", 0) / 1e9
+    memory = resources.get("memory", 0) / 1e9
+    nodes = sum(1 for k in resources if k.startswith("node:") and k != "node:__internal_head__")
+    gpu = f" and {gpus:g} GPU{'s' * (gpus != 1)}" if gpus else " and no GPU"
+    return (f"Ray is up: {nodes} node (this machine) offering {cpus:g} CPU{'s' * (cpus != 1)}"
+            f"{gpu} to tasks and actors, "
+            f"{memory:.1f} GB of memory for their processes and an object store of "
+            f"{store:.1f} GB (shared memory) for the values they pass. A task asks for 1 CPU "
+            f"by default, so at most {cpus:g} run at once.")
+
+
+@contextlib.contextmanager
+def ray_up() -> Iterator[Any]:
+    """The ``ray`` module with this kernel's cluster up for the block: the running one, or
+    (once ``stop_ray`` has run: a cell run again after the closing cell) one started for the
+    block and stopped, with every process it started, when the block ends."""
+    import sys
+
+    from labkit.launchers.ray import shutdown_ray
+
+    running = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+    ray = start_ray()
+    try:
+        yield ray
+    finally:
+        if not running:
+            shutdown_ray()
 
 
 def _pid() -> int:

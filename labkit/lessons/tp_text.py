@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from labkit.base.events import Op
 from labkit.lessons.machine import load_now, why_not
 from labkit.theory.rounding import same_weights_tolerance
 from labkit.visuals.comm import rank_shares
@@ -64,3 +65,12 @@ def tp_text(tp: Any) -> str:
         lines.append(f"DTensor's MLP issued {counts.get('all_reduce', 0)} all-reduces for one "
                      f"forward and backward (Megatron: 1 forward, g, and 1 backward, f)")
     return "\n".join(lines)
+
+
+def allreduces_in_step(tp: Any, step: int, rank: int = 0) -> int:
+    """How many all-reduces Megatron's f and g issued on ``rank`` in ``step`` of a ``tp`` run,
+    counted from its timeline (the spans named like ``L0.mlp.f`` / ``L0.attn.g``; the gather
+    of the weights at the end is not one of them)."""
+    return sum(1 for e in tp.timeline.events
+               if e.rank == rank and e.step == step and e.op == Op.ALL_REDUCE and e.name
+               and e.name.endswith((".f", ".g")))

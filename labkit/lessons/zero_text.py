@@ -78,3 +78,37 @@ def _rounding(run: Any) -> float:
 
     c = run.config
     return same_weights_tolerance(c.optimizer, c.lr, c.steps)
+
+
+def plan_table(params: float, *, gpus: int, gpu_gb: float, shape: Any,
+               precision: str = "mixed", optimizer: str = "adam") -> str:
+    """Seed 000's exercise 2 with activations counted: GB per GPU for every ZeRO stage and
+    recomputation level (``labkit.theory.fits`` with a ``TransformerShape``), then what the
+    table says about recomputation, read from the same reports."""
+    from labkit.theory import fits
+    from labkit.theory.activations import RECOMPUTE
+
+    reports = {(r, s): fits(params, gpus=gpus, gpu_gb=gpu_gb, stage=s, shape=shape,
+                            recompute=r, precision=precision, optimizer=optimizer)
+               for r in RECOMPUTE for s in range(4)}
+    head = f"{'recompute':10} {'activations':>12}  " + "  ".join(f"ZeRO-{s:<7}" for s in range(4))
+    lines = [f"GB per GPU of {gpu_gb:g} ({params:.3g} params, {gpus} GPUs, {precision} {optimizer}; "
+             f"fits = x)", head]
+    for r in RECOMPUTE:
+        act = reports[(r, 0)].per_gpu_bytes["activations"] / 1e9
+        cells = [f"{reports[(r, s)].per_gpu_bytes['total'] / 1e9:6.1f} {'x' if reports[(r, s)].fits else ' '}"
+                 for s in range(4)]
+        lines.append(f"{r:10} {act:9.1f} GB  " + "  ".join(f"{c:12}" for c in cells))
+    plain = [s for s in range(4) if reports[("none", s)].fits]
+    levels = {r: [s for s in range(4) if reports[(r, s)].fits] for r in RECOMPUTE}
+    first = next((r for r in RECOMPUTE if levels[r]), None)
+    if plain:
+        lines.append(f"without recomputation ZeRO-{plain[0]} already fits")
+    elif first is None:
+        lines.append("no stage fits even with full recomputation: split the model (tp, pp)")
+    else:
+        lines.append(f"without recomputation no ZeRO stage fits (activations alone "
+                     f"{reports[('none', 0)].per_gpu_bytes['activations'] / 1e9:.1f} GB); with "
+                     f"{first} recomputation ZeRO-{', '.join(map(str, levels[first]))} fit, so "
+                     f"activation checkpointing is needed")
+    return "\n".join(lines)

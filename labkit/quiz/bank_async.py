@@ -1,4 +1,4 @@
-"""Quiz questions: parameter servers and their consistency models, and Ray (lesson 11).
+"""Quiz questions: parameter servers and their consistency models (lesson 11), and Ray (lesson 12).
 
 Parameter servers (Li et al. 2014): workers push gradients to servers and pull weights;
 bulk-synchronous (BSP) waits for everyone each step, asynchronous (ASP) never waits, and

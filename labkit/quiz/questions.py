@@ -86,19 +86,20 @@ _LABELS = {
 LESSONS = ("00_welcome", "01_data_parallelism", "02_batch_size_and_lr",
            "03_pipeline_parallelism", "04_tensor_parallelism", "05_memory_and_zero",
            "06_communication", "07_fault_tolerance", "09_3d_parallelism", "10_multi_node",
-           "11_async_and_ray")
-"""Lesson ids the bank is tagged with (08 is the quiz itself); 09-11 are the lessons on 3D
-parallelism, the multi-node link, and parameter servers / Ray."""
+           "11_async_training", "12_ray")
+"""Lesson ids the bank is tagged with: the stems of the notebooks under ``notebooks/`` (08 is
+the quiz itself); 09-12 are the lessons on 3D parallelism, the multi-node link, parameter
+servers (sync vs async SGD) and Ray."""
 
 CONCEPT_LESSON = {
     Concept.DATA_PARALLEL: "01_data_parallelism", Concept.COLLECTIVES: "01_data_parallelism",
-    Concept.SCALING: "01_data_parallelism", Concept.SYNC_ASYNC: "11_async_and_ray",
+    Concept.SCALING: "01_data_parallelism", Concept.SYNC_ASYNC: "11_async_training",
     Concept.BATCH_LR: "02_batch_size_and_lr", Concept.PIPELINE: "03_pipeline_parallelism",
     Concept.TENSOR_PARALLEL: "04_tensor_parallelism", Concept.MEMORY_ZERO: "05_memory_and_zero",
     Concept.MIXED_PRECISION: "05_memory_and_zero", Concept.COMMUNICATION: "06_communication",
     Concept.FAULT_TOLERANCE: "07_fault_tolerance", Concept.THREE_D: "09_3d_parallelism",
-    Concept.MULTI_NODE: "10_multi_node", Concept.PARAMETER_SERVER: "11_async_and_ray",
-    Concept.RAY: "11_async_and_ray",
+    Concept.MULTI_NODE: "10_multi_node", Concept.PARAMETER_SERVER: "11_async_training",
+    Concept.RAY: "12_ray",
 }
 """The lesson a question belongs to unless it names its own (``lesson=``)."""
 

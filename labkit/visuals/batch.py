@@ -72,3 +72,39 @@ def plot_lr_schedule(*, target_lr: float = 0.004, warmup_steps: int = 500, steps
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return fig
+
+
+def plot_noise_scale(windows: Sequence[tuple[int, float, float]], b_noise: float,
+                     batches: Sequence[int]) -> Figure:
+    """Left: the measured simple noise scale over a run (one point per window of steps) with
+    the loss beside it. Right: McCandlish et al.'s trade-off ``S/S_min`` against ``E/E_min``
+    for that ``b_noise``, the lesson's ``batches`` marked on the curve."""
+    from labkit.theory import examples_needed, steps_needed
+
+    fig = new_figure(figsize=(10, 3.8))
+    left, right = fig.subplots(1, 2)
+    steps = [w[0] for w in windows]
+    left.plot(steps, [w[2] for w in windows], "o-", color="C0", label="B_simple (measured)")
+    left.axhline(b_noise, ls=":", color="C0")
+    left.set_xlabel("optimizer step")
+    left.set_ylabel("simple noise scale (samples)")
+    left.set_title("Gradient noise scale during a real 2-rank run")
+    twin = left.twinx()
+    twin.plot(steps, [w[1] for w in windows], "s--", color="C1", ms=4, label="loss")
+    twin.set_ylabel("training loss", color="C1")
+    left.legend(loc="upper left", fontsize=8)
+    span = [b_noise * 2 ** (k / 4) for k in range(-28, 29)]
+    right.plot([examples_needed(b, b_noise) for b in span], [steps_needed(b, b_noise) for b in span],
+               color="grey", label=f"predicted, B_noise = {b_noise:.0f}")
+    for b in batches:
+        e, s = examples_needed(b, b_noise), steps_needed(b, b_noise)
+        right.plot([e], [s], "o", ms=7)
+        right.annotate(f"batch {b}", (e, s), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("samples / E_min")
+    right.set_ylabel("steps / S_min")
+    right.set_title("Steps vs samples (McCandlish et al. 2018)")
+    right.legend(fontsize=8)
+    right.grid(alpha=0.3, which="both")
+    return fig

@@ -8,12 +8,14 @@
 * ``plot_train_step``: one real step: per-rank loss, local gradient norms (different per
   rank), averaged gradient norms (identical), the update;
 * ``plot_scaling``: step time and efficiency for 1, 2, 4 ranks vs the alpha-beta prediction;
+* ``plot_roofline``: compute vs all-reduce time per step as the batch per rank grows;
 * ``plot_bucket_sweep``, ``plot_stale_sgd``, ``plot_duplicates``: the experiments.
 Units: bytes, seconds; GB = 1e9 bytes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -64,11 +66,6 @@ def plot_bench(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
     b_ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
-
-
-def bytes_sent_per_rank(timeline: Timeline) -> list[int]:
-    """Bytes each rank put on the wire, read from the trace (sends and collectives)."""
-    return [timeline.bytes_sent(r) for r in timeline.ranks]
 
 
 def bytes_per_scheme(timeline: Timeline) -> dict[str, list[int]]:
@@ -207,6 +204,27 @@ def plot_bucket_sweep(caps_mb: Sequence[float], step_s: Sequence[float],
     ax2.set_ylabel("share of comm hidden", color="#4C9BE8")
     ax2.set_ylim(0, 1)
     ax.set_title("bucket size: small = many messages, large = late start")
+    fig.tight_layout()
+    return fig
+
+
+def plot_roofline(batches: Sequence[int], compute_s: Sequence[float], allreduce_s: Sequence[float],
+                  crossover: float | None = None) -> Figure:
+    """Compute and all-reduce time per step against the batch per rank (log-log): compute
+    grows with the batch, the all-reduce does not; the crossover marked where measured."""
+    fig, axes = _fig(1, 1, (7, 3.5))
+    ax = axes[0, 0]
+    ax.plot(batches, compute_s, "o-", color="#F28E2B", label="compute (forward + backward)")
+    ax.plot(batches, allreduce_s, "s-", color="#E15759", label="all-reduce of the gradients")
+    if crossover is not None and math.isfinite(crossover):
+        ax.axvline(crossover, color="grey", ls="--", lw=1,
+                   label=f"crossover ~ {crossover:.0f} samples")
+    log_ticks(ax, "x", "plain")
+    log_ticks(ax, "y", "seconds")
+    ax.set_xlabel("batch per rank (samples, log scale)")
+    ax.set_ylabel("time per step (log scale)")
+    ax.set_title("the roofline of data parallelism, measured (least of the repeats)")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

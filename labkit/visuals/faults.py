@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from labkit.analysis.plots import new_figure
+from labkit.visuals.axes import log_ticks
 
 
 @dataclass
@@ -117,3 +118,52 @@ def story_from_runs(*, checkpoint_dir: str, steps: int, resumed_from: int,
                       resumed_from=resumed_from, label=label,
                       reference_losses=list(reference_losses),
                       resumed_losses=list(resumed_losses))
+
+
+def plot_checkpoint_interval(saves_s: Sequence[float], step_s: float, mtbf_s: float, *,
+                             measured: dict[int, float] | None = None) -> Figure:
+    """Expected time lost per second of training against the checkpoint interval (Daly's
+    2006 model, Young's 1974 first order), for this run's save cost; the band spans the
+    model over the fastest and slowest measured save. ``measured`` maps an interval in
+    steps to the seconds a real run spent saving per second of training (its points)."""
+    import numpy as np
+
+    from labkit.theory.checkpointing import (
+        daly_interval,
+        waste_fraction,
+        young_interval,
+        young_waste_fraction,
+    )
+
+    delta = float(np.median(saves_s))
+    lo, hi = min(saves_s), max(saves_s)
+    taus = np.logspace(np.log10(step_s), np.log10(mtbf_s * 3), 200)
+    fig = new_figure(figsize=(8.5, 4.2))
+    ax = fig.subplots()
+    daly = [waste_fraction(t, delta, mtbf_s) for t in taus]
+    ax.fill_between(taus, [waste_fraction(t, lo, mtbf_s) for t in taus],
+                    [waste_fraction(t, hi, mtbf_s) for t in taus], color="C0", alpha=0.15,
+                    label=f"model over the saves' spread ({lo * 1e3:.0f}-{hi * 1e3:.0f} ms)")
+    ax.plot(taus, daly, color="C0", lw=2, label=f"Daly's model, save {delta * 1e3:.0f} ms")
+    ax.plot(taus, [young_waste_fraction(t, delta, mtbf_s) for t in taus], "--", color="grey",
+            label="Young's first order: delta/tau + tau/(2M)")
+    for tau, name, color in ((young_interval(delta, mtbf_s), "Young", "C1"),
+                             (daly_interval(delta, mtbf_s), "Daly", "C2")):
+        ax.axvline(tau, color=color, ls=":", lw=1.5, label=f"{name}'s interval: {tau:.1f} s")
+    if measured:
+        ks = sorted(measured)
+        ax.plot([k * step_s for k in ks], [measured[k] for k in ks], "o", color="C3", ms=8,
+                label="measured: time saving / time training")
+        for k in ks:
+            ax.annotate(f"every {k} steps", (k * step_s, measured[k]), textcoords="offset points",
+                        xytext=(8, 4), fontsize=8)
+    log_ticks(ax, "x", "seconds")
+    log_ticks(ax, "y", "plain")
+    ax.set_xlabel("checkpoint interval tau (seconds of training)")
+    ax.set_ylabel("time lost per second of training")
+    ax.set_title(f"How often to save: a failure every {mtbf_s / 3600:.1f} h (M), "
+                 f"this run's save cost (delta)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig

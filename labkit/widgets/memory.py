@@ -1,9 +1,10 @@
 """The memory explorer of lesson 05: the calculator, and the same rules measured live.
 
 Top: the memory calculator (``labkit.theory.fits``). Move the sliders (parameters, GPUs,
-GPU size, ZeRO stage, precision, optimizer, tensor / pipeline degrees, activation memory)
-and read whether training fits, with the binding term named and a bar of the per-GPU
-bytes. Pure prediction.
+GPU size, ZeRO stage, precision, optimizer, tensor / pipeline degrees, and the activations:
+sequence length, micro-batch and recomputation of a transformer's shape, Korthikanti et al.
+2022, or an activation size of your own) and read whether training fits, with the binding
+term named and a bar of the per-GPU bytes. Pure prediction.
 
 Bottom (``measure=True``): the same ZeRO stage, precision and optimizer -- the very same
 controls -- applied to a small model trained for real by ``labkit run zero`` on the
@@ -16,10 +17,12 @@ prediction (``labkit.visuals.memory.plot_memory_bars``), with plain data paralle
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from labkit.base.errors import ConfigError
-from labkit.theory import fits
+from labkit.theory import TransformerShape, fits
+from labkit.theory.activations import GPT_3B, RECOMPUTE
 from labkit.theory.memory import MEMORY_TERMS
 from labkit.widgets.live import Debouncer, FigureView, timed_run, warm_runner
 
@@ -49,9 +52,14 @@ def memory_figure(report: Any) -> Any:
 
 
 def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0, *,
+                    shape: TransformerShape | None = GPT_3B, activation_gb: float = 6.0,
                     measure: bool = False, runner: Any = None, world_size: int = 2) -> Any:
     """Sliders over ``fits``; defaults are the seeds' exercise (3B params, 4 x 24 GB).
 
+    Activations come from ``shape`` (default: a 3B GPT, 36 layers of width 2560; its
+    sequence length, micro-batch and recomputation are controls; they do not follow the
+    parameter slider) or, with ``shape=None``, from a slider starting at ``activation_gb``
+    (problem set 2's estimate for the seed's exercise).
     ``measure=True`` adds the live measurement (see the module docstring) on ``runner``
     (default: the kernel's ``labkit.pool(world_size)``).
     """
@@ -74,22 +82,37 @@ def memory_explorer(params: float = 3e9, gpus: int = 4, gpu_gb: float = 24.0, *,
                                 description="optimizer", **label),
         "tp": w.IntSlider(value=1, min=1, max=8, description="tensor parallel", **slider),
         "pp": w.IntSlider(value=1, min=1, max=8, description="pipeline parallel", **slider),
-        "activation_gb": w.FloatSlider(value=0.0, min=0, max=80, step=0.5,
-                                       description="activations GB", **slider),
     }
+    if shape is None:
+        controls["activation_gb"] = w.FloatSlider(value=activation_gb, min=0, max=80, step=0.5,
+                                                  description="activations GB", **slider)
+    else:
+        controls |= {
+            "seq": w.IntSlider(value=shape.seq, min=128, max=32768, step=128,
+                               description="sequence length", **slider),
+            "micro_batch": w.IntSlider(value=shape.micro_batch, min=1, max=32,
+                                       description="micro-batch", **slider),
+            "recompute": w.Dropdown(options=list(RECOMPUTE), value="none",
+                                    description="recompute", **label)}
     out = w.Output()
 
     def update(**kw: Any) -> None:
         out.clear_output(wait=True)
         with out:
             try:
+                acts: dict[str, Any] = (
+                    {"activation_gb": kw["activation_gb"]} if shape is None else
+                    {"shape": replace(shape, seq=kw["seq"], micro_batch=kw["micro_batch"]),
+                     "recompute": kw["recompute"]})
                 report = fits(kw["params_b"] * 1e9, gpus=kw["gpus"], gpu_gb=kw["gpu_gb"],
                               stage=kw["stage"], precision=kw["precision"],
-                              optimizer=kw["optimizer"], tp=kw["tp"], pp=kw["pp"],
-                              activation_gb=kw["activation_gb"])
+                              optimizer=kw["optimizer"], tp=kw["tp"], pp=kw["pp"], **acts)
             except ConfigError as err:
                 print(err)
                 return
+            if shape is not None:
+                print(f"Activations of a GPT with {shape.layers} layers of width {shape.hidden}, "
+                      f"{shape.heads} heads (Korthikanti et al. 2022), whatever the parameters.")
             print(report.explanation)
             display(memory_figure(report))
 

@@ -36,12 +36,22 @@ def timed(holds: bool, detail: str, said: str | None = None) -> None:
 
 def lesson_00(ns: dict[str, Any]) -> None:
     """Two and four DDP ranks end with one process's weights (float rounding, < 1e-6), and
-    the printed comparison covers both runs."""
+    the printed comparison covers both runs; one rank all-reduces 4 bytes per parameter;
+    the hand-written loop trains labkit's weights bit for bit; the drawn steps are past
+    warm-up (compute within 1.5x of the median step's)."""
     for name in ("result", "result4"):
         diff = ns[name].metrics["max_abs_diff_vs_reference"]
         assert diff < 1e-6, f"{name}: |w - one process| = {diff:g} >= 1e-6"
     text = ns["welcome_text"](ns["result"], ns["result4"])
     assert text.startswith("2 ranks:") and "\n4 ranks:" in text, text
+    m = ns["result"].metrics
+    assert m["bytes_per_step"] == 4 * m["num_params"], m
+    assert all(r["params_sha256"] == ns["labkits"].params_sha256 for r in ns["mine"])
+    from labkit.lessons.welcome import SETTLED, step_compute_ms
+
+    compute = step_compute_ms(ns["result"].timeline)
+    median = sorted(compute[s] for s in compute if s > 0)[(len(compute) - 1) // 2]
+    assert all(compute[s] <= SETTLED * median for s in ns["shown"]), (ns["shown"], compute)
 
 
 def lesson_03(ns: dict[str, Any]) -> None:
@@ -50,7 +60,8 @@ def lesson_03(ns: dict[str, Any]) -> None:
     miss is replayed in the lesson's words); 8 microbatches shrink it; every rank held
     exactly its plan's activations, 1F1B fewer than GPipe on rank 0; interleaving sends
     (v*p-1)/(p-1) times 1F1B's messages; zero bubble ran I and W apart; balancing by cost took
-    layers off the heavy last stage. No sentence says "holds" for numbers that do not."""
+    layers off the heavy last stage. No sentence says "holds" for numbers that do not. The
+    1F1B loop on the page equals labkit's executor and holds p - r microbatches on rank r."""
     from labkit.lessons.pipeline_text import formula_verdict, sweep_text
     from labkit.strategies.pipeline.metrics import op_times_ms
 
@@ -66,6 +77,9 @@ def lesson_03(ns: dict[str, Any]) -> None:
         timed(v.holds, v.sentence())
         if not v.holds:
             assert f"m={m} replayed with this run's own action times" in text, text
+    from labkit.lessons.dedicated import SHOWN, missed
+
+    assert not missed(text) or "GPipe's step at m = 8" in SHOWN, "a missed bubble, no replay drawn"
     for m in (gpipe, one_f):
         assert m["peak_activations"] == m["peak_activations_predicted"], m["schedule"]
     assert one_f["peak_activations"][0] < gpipe["peak_activations"][0]
@@ -77,13 +91,19 @@ def lesson_03(ns: dict[str, Any]) -> None:
     bounds = {k: r.metrics["stage_bounds"] for k, r in ns["runs"].items()}
     last = {k: b[-1] - b[-2] for k, b in bounds.items()}
     assert last["by measured cost"] < last["by layer count"], bounds
+    from labkit.lessons.mechanism import compare
+
+    both = ns["both"]  # the 1F1B loop on the page, as the lesson wrote it
+    assert compare([b[0] for b in both], [b[1] for b in both], what="1F1B", atol=1e-9)
+    assert [b[0]["peak_held"] for b in both] == [2, 1], "rank r holds p - r microbatches"
 
 
 def lesson_04(ns: dict[str, Any]) -> None:
     """The sharded blocks compute the unsharded function (< 1e-5); each rank keeps 1/2 of
     the parameters plus the replicated few (under 52%); the bytes of every layer equal the
     prediction; under 15% of the all-reduce time hides; DTensor's MLP issues one all-reduce
-    forward and one backward."""
+    forward and one backward; f and g on the page equal labkit's; a step issues 4 all-reduces
+    per layer."""
     m = ns["tp"].metrics
     diffs = {k: m[k] for k in ("max_abs_diff_output", "max_abs_diff_loss",
                                "max_abs_diff_vs_reference")}
@@ -95,13 +115,22 @@ def lesson_04(ns: dict[str, Any]) -> None:
         layer == want for layer in m["comm_bytes_per_layer_measured"]), m
     assert m["overlap_fraction"] < 0.15, f"TP hid {m['overlap_fraction']:.0%} of its comm"
     assert m["dtensor"]["comm_counts"] == {"all_reduce": 2}, m["dtensor"]
+    from labkit.lessons.mechanism import compare
+    from labkit.lessons.tp_text import allreduces_in_step
+
+    both = ns["both"]  # Megatron's f and g on the page, as the lesson wrote them
+    assert compare([b[0] for b in both], [b[1] for b in both], what="f/g", atol=1e-6)
+    count = allreduces_in_step(ns["tp"], step=2)
+    assert count == 2 * 4, f"rank 0 issued {count} all-reduces in step 2, not 2 layers x 4"
 
 
 def lesson_05(ns: dict[str, Any]) -> None:
     """Each ZeRO stage keeps fewer model-state bytes per rank than the one before, within
     0.1% of the formula, stage 3 half of DDP's on 2 ranks; stages 0-2 send what DDP sends and
     stage 3 1.5x; every stage and FSDP2 train one process's weights; bf16 saves at most 0.55x
-    fp32's activations and checkpointing at most 0.75x bf16's; the seed run fits its GPU."""
+    fp32's activations and checkpointing at most 0.75x bf16's; the seed run fits its GPU; the
+    hand-written ZeRO-1 matches labkit's; plain SGD's stage 1 saves nothing; the 3B GPT needs
+    recomputation; fp16 without a loss scaler flushes its gradients to 0 and does not train."""
     from labkit.lessons.zero_text import model_states
 
     runs = ns["runs"]
@@ -121,13 +150,29 @@ def lesson_05(ns: dict[str, Any]) -> None:
     per_rank = [sum(v for k, v in r.items() if k in ("params", "grads", "optimizer"))
                 for r in ns["seed_run"].metrics["per_rank_bytes"]]
     assert max(per_rank) <= capacity, (per_rank, capacity)
+    # the hand-written ZeRO-1 matched labkit's, with half the unsharded momentum per rank
+    assert ns["zero1_check"], str(ns["zero1_check"])
+    assert all(2 * m["optimizer bytes"] == 4 * ns["psi_small"] for m in ns["mine"]), ns["mine"]
+    # plain SGD: stage 1 measured the same bytes as stage 0, stage 2 fewer
+    kept = ns["sgd_kept"]
+    assert kept[1] == kept[0] and kept[2] < kept[1], kept
+    # the seed's 3B GPT: no stage fits without recomputation, full recomputation fits
+    from labkit.theory import GPT_3B, fits
+    assert not any(fits(3e9, gpus=4, gpu_gb=24, stage=s, shape=GPT_3B).fits for s in range(4))
+    assert fits(3e9, gpus=4, gpu_gb=24, stage=2, shape=GPT_3B, recompute="full").fits
+    # fp16: unscaled, (nearly) every gradient flushes to 0 and the loss stays; scaled, it trains
+    plain, scaled = ns["fp16_plain"], ns["fp16_scaled"]
+    assert min(plain["zero_share"]) > 0.9 > max(scaled["zero_share"]), (plain, scaled)
+    assert plain["loss"][-1] > 0.9 * plain["loss"][0], plain["loss"]
+    assert scaled["loss"][-1] < 0.3 * plain["loss"][-1], (plain["loss"], scaled["loss"])
 
 
 def lesson_06(ns: dict[str, Any]) -> None:
     """The alpha-beta fit's verdict over three measurements is printed, with the missed size
     named when it does not hold (its small sizes are still too noisy here to hold on a quiet
-    machine: issue 32); every compressor sends exactly its predicted bytes, fp16 2x and int8 about 4x fewer
-    than none; DDP's smallest buckets hide at least 0.1 more of their communication than one
+    machine: issue 32); every compressor sends exactly its predicted bytes, fp16 2x, int8 about 4x
+    and top-k (1%) about 50x fewer than none, over 40 trained steps; the hand-written top-k sent
+    labkit's bytes; DDP's smallest buckets hide at least 0.1 more of their communication than one
     big bucket, and tensor parallelism hides under 15%."""
     from labkit.lessons.comm_text import fit_text
 
@@ -138,6 +183,10 @@ def lesson_06(ns: dict[str, Any]) -> None:
     for name, r in rows.items():
         assert r["wire_bytes"] == r["predicted_wire_bytes"], (name, r)
     assert rows["fp16"]["ratio"] == 2.0 and 3.9 < rows["int8"]["ratio"] <= 4.0, rows
+    assert 45 < rows["topk"]["ratio"] <= 50.1, rows["topk"]  # 1%: values + int32 positions
+    assert all(len(curve) == 40 for curve in ns["comp"]["losses"].values())  # trained, not 5 steps
+    mine, labkits = ns["both"][0]
+    assert mine["bytes"] == labkits["bytes"] == 3 * 2 * 2 * 10 * 4, (mine, labkits)  # 3 steps, n=2, 2k
     ddp = [r for r in ns["rows"] if not r["name"].startswith("tp")]
     small, big = (min(ddp, key=lambda r: r["bucket_cap_mb"]),
                   max(ddp, key=lambda r: r["bucket_cap_mb"]))
@@ -151,7 +200,12 @@ def lesson_06(ns: dict[str, Any]) -> None:
 def lesson_11(ns: dict[str, Any]) -> None:
     """With a straggler, ASP handles at least 1.5x BSP's gradients per second while every
     worker computes (predicted 2.5), reaches the target loss first, and the printed race says
-    so; BSP stays synchronous SGD and SSP within its bound."""
+    so; BSP stays synchronous SGD and SSP within its bound. The server on the page ends with
+    labkit's server's exact weights and puts 2 x W x 4N bytes through rank 0 per step."""
+    mech, w = ns["mech"], ns["w"]
+    assert mech.weights_sha256(w) == ns["labkits"].params_sha256, "the page's server != labkit's"
+    moved, sent = mech.server_bytes(ns["mine"]), ns["server_bytes_per_step"](2, ns["params"])
+    assert moved == sent, f"server bytes per step: traced {moved}, predicted {sent}"
     ps, exp = ns["ps"], ns["exp"]
     rows = {r["quantity"]: r for r in ps.straggler_predictions(exp)}
     ratio = rows["ASP / BSP gradients per second"]["measured"]
@@ -171,7 +225,8 @@ def lesson_01(ns: dict[str, Any]) -> None:
     """The ring sends 2(n-1)/n x S per rank (within one chunk's rounding); DDP equals one
     process; buckets hide communication that the naive variant leaves exposed; without a
     DistributedSampler every sample is loaded twice, with one none; SyncBatchNorm equals
-    one process where BatchNorm does not."""
+    one process where BatchNorm does not; the bucket hooks (yours and labkit's) launch an
+    all-reduce before backward ends (counted); the roofline's compute grows with the batch."""
     ring, runs, demo = ns["ring"], ns["runs"], ns["demo"]
     sent = ring["bytes_sent"][-1]
     assert max(abs(b - ring["predicted_bytes_per_rank"]) for b in sent) <= 4 * 3, sent
@@ -183,31 +238,90 @@ def lesson_01(ns: dict[str, Any]) -> None:
     assert report([r["correct"] for r in demo])["duplicate_fraction"][0] == 0.0
     assert demo[0]["syncbatchnorm"]["max_abs_diff_vs_reference"] < 1e-5
     assert demo[0]["batchnorm"]["max_abs_diff_vs_reference"] > 1e-3
+    from labkit.lessons.dp_lesson import launched_in_backward
+
+    for step in (0, 1):  # the hand-written hook and labkit's: a bucket left during backward
+        counts = launched_in_backward(ns["hook_run"].timeline, step)
+        assert all(k >= 1 and n > 1 for k, n in counts.values()), (step, counts)
+    roof = ns["roof"]  # 256x the samples: compute grows, at least 8x (a CPU's fixed costs)
+    comp = roof.least("compute")
+    timed(comp[-1] > 8 * comp[0], f"compute at batch {roof.batches[-1]} {comp[-1] * 1e3:.2f} ms, "
+                                   f"at batch {roof.batches[0]} {comp[0] * 1e3:.2f} ms")
+    from labkit.lessons.dedicated import SHOWN, missed
+    from labkit.lessons.dp_lesson import scaling_text
+
+    scaling = scaling_text(ns["scal"], ns["predicted"])
+    assert not missed(scaling) or "the 2-rank step" in SHOWN, "a missed scaling verdict, no replay"
 
 
 def lesson_02(ns: dict[str, Any]) -> None:
     """At equal samples, unscaled N-rank training ends above linear scaling; 16x the LR
-    diverges and clipping keeps it finite; accumulation equals the big batch."""
+    diverges and clipping keeps it finite; accumulation equals the big batch; the noise scale
+    grows as the loss falls and lies between the lesson's batch 64 and 1024; the resized run
+    used the rule's LR; LARS beats momentum SGD at batch 1024 on every seed, as printed."""
+    from labkit.lessons.large_batch_text import race_text
+    from labkit.theory import lr_after_resize
+
     rows = {r["run"]: r for r in ns["exp"].table()}
     unscaled = next(r for k, r in rows.items() if "unscaled" in k)
     linear = next(r for k, r in rows.items() if "linear scaling" in k)
     assert unscaled["final_loss"] > linear["final_loss"] + 0.1, (unscaled, linear)
     assert next(r for k, r in rows.items() if k.endswith("too large"))["diverged"]
     assert not next(r for k, r in rows.items() if "clipping" in k)["diverged"]
+    assert ns["acc"]["max_abs_diff"] < 1e-6, ns["acc"]
+    noise = ns["ns"]
+    half = len(noise.losses) // 2
+    early, late = noise.b_simple(0, half), noise.b_simple(half)
+    assert late > 1.3 * early, f"B_simple {early:.0f} -> {late:.0f}: did not grow as the loss fell"
+    assert 64 < late < 1024, f"B_simple {late:.0f} not between the lesson's batches 64 and 1024"
+    rz = ns["rz"]
+    assert rz["batch_after"] * 2 == rz["batch_before"] and rz["resumed_from"] > 0, rz
+    want = lr_after_resize(rz["lr_before"][-1], rz["old_world"], rz["new_world"])
+    assert all(abs(lr - want) < 1e-12 for lr in rz["lr_after"]), (rz["lr_after"], want)
+    race = ns["race"]
+    gaps = race.gaps()
+    assert len(gaps) >= 3 and race.lars_wins(), f"SGD - LARS final loss per seed at batch 1024: {gaps}"
+    assert "it holds here" in race_text(race)
 
 
 def lesson_07(ns: dict[str, Any]) -> None:
-    """The resumed run ends bit-identical to the uninterrupted one; so does torchrun's
-    elastic restart; a 4-rank checkpoint loads on 2 ranks exactly."""
+    """The hand-written resume and labkit's both end bit-identical to the uninterrupted run;
+    so does torchrun's elastic restart; the crash at step 9 redid 9 mod 4 steps; the sentence
+    names the longest red bar the figure draws; saving every 2 steps wrote 6 checkpoints and
+    the interval text reads the saves' own durations; a 4-rank checkpoint loads on 2 exactly."""
+    from labkit.base.events import Lane, Op
+    from labkit.lessons.checkpoints import failure_text, interval_text
+
+    assert ns["second"][0] == ns["reference"].params_sha256, "the hand-written resume differs"
     assert ns["resumed"].params_sha256 == ns["reference"].params_sha256
     assert ns["rep"]["params_sha256"] == ns["ref10"].params_sha256
+    assert ns["story"].lost_steps == 9 % 4 == ns["steps_redone"](9, 4), ns["story"]
+    tl = ns["failed"].timeline
+    bars = [e for e in tl.events if e.lane == Lane.COMM and e.op != Op.WAIT and e.step in (7, 8, 9)]
+    top = max(bars, key=lambda e: e.dur_ns)
+    text = failure_text(tl, ns["failed"].rank, range(7, 10))
+    assert f"rank {top.rank}'s {top.op.value} in step {top.step}," in text, text
+    assert len(ns["every2"].metrics["checkpoints_saved"]) == 6, ns["every2"].metrics
+    saves = ns["saves"]
+    assert len(saves) == 3 and f"median of {len(saves)} saves" in interval_text(saves, ns["step_s"], 4)
     assert ns["r"]["max_abs_diff"] == 0.0
 
 
 def lesson_09(ns: dict[str, Any]) -> None:
-    """Every layout equals one process and puts the predicted bytes on each axis; balancing
-    by measured cost moves blocks off the heavy last stage and makes the slowest stage at
-    least 10% faster."""
+    """The grid written from arange(world).view(dp, pp, tp) gives labkit's coordinates and
+    groups on 4 ranks; every layout equals one process and puts the predicted bytes on each
+    axis (TP 8x the pipeline's on pp2 x tp2), its fullest rank the predicted model state;
+    balancing by measured cost moves blocks off the heavy last stage and makes the slowest
+    stage at least 10% faster."""
+    from labkit.lessons.mechanism import compare
+
+    both = ns["both"]
+    assert compare([b[0] for b in both], [b[1] for b in both], what="grid"), both
+    lay, m = ns["layout"](1, 2, 2), ns["runs"]["pp2 x tp2"].metrics
+    sent = m["comm_bytes_per_axis"]
+    assert sent["tp"] / sent["pp"] == lay.traffic["tp"] / lay.traffic["pp"] == 8.0, sent
+    fullest = max(sum(b[k] for k in ("params", "grads", "optimizer")) for b in m["per_rank_bytes"])
+    assert fullest == lay.max_memory(), (fullest, lay.max_memory())
     for name, r in ns["runs"].items():
         assert r.metrics["max_abs_diff_vs_reference"] < 1e-5, name
         assert all(abs(v - 1) < 1e-6 for v in r.metrics["comm_ratio_per_axis"].values()), name
@@ -222,9 +336,18 @@ def lesson_09(ns: dict[str, Any]) -> None:
 
 
 def lesson_10(ns: dict[str, Any]) -> None:
-    """Across the link TP is never predicted below TP measured inside one node (nor the
-    pipeline below its own), and the link slows TP more than the pipeline; every link
-    delivers its shaped rate within 10%."""
+    """The hierarchical all-reduce written on the page sums what labkit's hierarchical one and
+    its flat ring sum, and sends 1.0x the tensor out of each node where the flat ring sends
+    1.5x (counted from the trace); across the link TP is never predicted below TP measured
+    inside one node (nor the pipeline below its own), and the link slows TP more than the
+    pipeline; every link delivers its shaped rate within 10%."""
+    from labkit.lessons.mechanism import compare
+
+    sums, uplink, size = ns["sums"], ns["uplink"], 4 * ns["NUMEL"]
+    for k in (1, 2):
+        assert compare([s[0] for s in sums], [s[k] for s in sums], what="sum"), k
+    assert uplink["yours"] == uplink["labkit's hierarchical"] == [1.0 * size] * 2, uplink
+    assert uplink["flat ring"] == [1.5 * size] * 2, uplink
     rows = ns["place"]["rows"]
     inside = {r["strategy"]: r for r in rows if r["where"].startswith("inside")}
     across = {r["strategy"]: r for r in rows if not r["where"].startswith("inside")}
@@ -242,8 +365,13 @@ def lesson_10(ns: dict[str, Any]) -> None:
 def lesson_12(ns: dict[str, Any]) -> None:
     """Ray Train trains the same weights as labkit's launcher; the restarted actor lost
     exactly the updates since its last checkpoint; the resumed run equals the run that
-    never failed."""
+    never failed. The actor server on the page ends with labkit's parameter server's exact
+    weights; the driver serialized a by-value payload once per task, a put one once."""
     assert ns["ours"].params_sha256 == ns["via_ray"].params_sha256
+    mech, w = ns["mech"], ns["w"]
+    assert mech.weights_sha256(w) == ns["labkits"].params_sha256, "the page's actor != labkit's ps"
+    store = ns["store"]
+    assert (store["serialized_by_value"], store["serialized_by_reference"]) == (store["tasks"], 1)
     r = ns["r"]
     assert r["updates_lost"] == r["actor_before"]["version"] % 3
     assert ns["resumed"].params_sha256 == ns["ours"].params_sha256

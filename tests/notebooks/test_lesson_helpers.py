@@ -182,6 +182,17 @@ def test_ray_reports_are_summed_up_in_one_sentence() -> None:
     assert "nothing" in ray_lesson.reports_text([])
 
 
+def test_ray_resources_become_a_sentence_not_a_raw_dict() -> None:
+    """Issue 33: lesson 12's first output was ``ray.cluster_resources()`` as a raw dict; it is
+    now a sentence with the CPUs, the memory, the object store and how many tasks run at once."""
+    text = ray_lesson.resources_text({"CPU": 2.0, "memory": 16.9e9, "object_store_memory": 7.2e9,
+                                      "node:127.0.0.1": 1.0, "node:__internal_head__": 1.0})
+    assert text.startswith("Ray is up: 1 node") and "2 CPUs and no GPU" in text
+    assert "16.9 GB of memory" in text and "object store of 7.2 GB" in text
+    assert "at most 2 run at once" in text and "{" not in text
+    assert "8 CPUs and 1 GPU to" in ray_lesson.resources_text({"CPU": 8.0, "GPU": 1.0, "node:a": 1.0})
+
+
 def test_the_price_sentence_reads_the_loss_figures_last_point() -> None:
     """The issue's lesson 11: "ASP ended 0.255 higher in loss than BSP" beside a figure where
     both curves ended at 1.28 -- the sentence read the mean of the last eighth of the

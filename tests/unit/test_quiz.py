@@ -113,19 +113,37 @@ def all_params(q: NumericQuestion):
 
 
 def test_bank_covers_every_lesson_including_3d_multi_node_async_and_ray():
-    """Issue 18: at least 80 questions; every lesson (09-11 too) tagged and asked about."""
+    """Issue 18: at least 80 questions; every lesson (09-12 too) tagged and asked about."""
     from labkit.quiz.bank import by_lesson
     from labkit.quiz.questions import LESSONS
 
     assert len(BANK) >= 80
     counts = by_lesson()
     assert set(counts) == set(LESSONS) and all(n >= 3 for n in counts.values()), counts
-    for lesson in ("09_3d_parallelism", "10_multi_node", "11_async_and_ray"):
+    for lesson in ("09_3d_parallelism", "10_multi_node", "11_async_training", "12_ray"):
         assert counts[lesson] >= 6, counts
     topics = " ".join(q.prompt + getattr(q, "correct", "") for q in BANK).lower()
     for word in ("lars", "lamb", "amdahl", "ssp", "actor", "object reference", "hierarchical",
                  "mfu", "tp fastest", "stale"):
         assert word in topics, word
+
+
+def test_every_lesson_tag_is_a_notebook_and_every_notebook_lesson_has_three_questions():
+    """Issue 33: a question names the lesson that teaches its concept by the notebook's stem
+    (``notebooks/11_async_training.ipynb`` -> "11_async_training"), so a tag that matches no
+    notebook (the old "11_async_and_ray") fails here; and every lesson notebook (08, the
+    quick test itself, aside) is tagged by at least 3 questions."""
+    from pathlib import Path
+
+    from labkit.quiz.questions import CONCEPT_LESSON, LESSONS
+
+    notebooks = Path(__file__).resolve().parents[2] / "notebooks"
+    stems = {p.stem for p in notebooks.glob("[0-9][0-9]_*.ipynb")} - {"08_quick_test"}
+    assert len(stems) >= 12, sorted(stems)
+    tags = {q.lesson for q in BANK} | set(LESSONS) | set(CONCEPT_LESSON.values())
+    assert tags <= stems, f"lesson tags that are no notebook: {sorted(tags - stems)}"
+    per_notebook = {stem: sum(q.lesson == stem for q in BANK) for stem in sorted(stems)}
+    assert all(n >= 3 for n in per_notebook.values()), per_notebook
 
 
 def test_bank_has_at_least_30_questions_with_unique_stable_ids():

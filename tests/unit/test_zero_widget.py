@@ -77,3 +77,18 @@ def test_measured_panel_says_when_the_calculator_splits_over_other_gpus() -> Non
     gpus = box.children[0].children[0].children[0].children[1]
     gpus.value = 2
     assert "splits over" not in head.value and "2 warm ranks" in head.value
+
+
+def test_explorer_activations_default_to_a_3b_gpt_not_zero() -> None:
+    """Issue 33: the explorer's activations start from the seed model's shape (seq 2048,
+    micro-batch 1, no recomputation: 30.6 GB), or from problem set 2's 6 GB without one."""
+    from labkit.theory import GPT_3B, model_activation_bytes
+
+    calc = memory_explorer()  # without measure=True: the calculator itself
+    names = [c.description for col in calc.children[0].children for c in col.children]
+    assert {"sequence length", "micro-batch", "recompute"} <= set(names)
+    assert "activations GB" not in names
+    assert model_activation_bytes(GPT_3B) / 1e9 == pytest.approx(30.6, abs=0.05)
+    bare = memory_explorer(shape=None)
+    sliders = {c.description: c.value for col in bare.children[0].children for c in col.children}
+    assert sliders["activations GB"] == 6.0

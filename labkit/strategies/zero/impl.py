@@ -14,6 +14,9 @@ them by rank beside ``labkit.theory.zero_memory`` / ``zero_comm_volume``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import torch
 
 from labkit.base.events import Op
@@ -75,12 +78,16 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
     def final_state(self) -> dict[str, torch.Tensor]:
         return self.model.full_state()  # stages 1-3 gather the masters: every rank calls it
 
+    def model_state_bytes(self) -> dict[str, int]:
+        """This rank's bytes per term, over the distinct storages it keeps between steps."""
+        kept = self.model.kept()
+        kept["optimizer"] = kept["optimizer"] + acc.optimizer_tensors(self.optimizer)
+        return acc.storage_bytes(kept)
+
     def fill_record(self) -> None:
         from labkit.theory import mlp_activation_bytes
 
-        kept = self.model.kept()
-        kept["optimizer"] = kept["optimizer"] + acc.optimizer_tensors(self.optimizer)
-        mine = acc.storage_bytes(kept)
+        mine = self.model_state_bytes()
         opts, n, layers = self.cfg.options, self.ctx.world_size, self.model.units
         pred = acc.predicted(self.stats[0], n, opts.stage, opts.precision, self.cfg.optimizer)
         elt = 2 if opts.precision == "bf16" else 4
@@ -104,6 +111,17 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
                 self.cfg.batch_size, widths, elt, opts.checkpointing, final_relu=False,
                 segment=opts.checkpoint_segment)
         acc.fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)
+
+
+def zero_on_rank(ctx: RankContext, config: Any) -> dict[str, Any]:
+    """labkit's ZeRO (``config.options``) for ``config.steps`` steps on this rank, inside any
+    ``labkit.launch``ed function: what a lesson sets a hand-written ZeRO step beside. Returns
+    ``weights`` (the whole final fp32 parameters, by name: a collective) and ``bytes`` (this
+    rank's model-state bytes per term, counted as ``labkit run zero`` counts them)."""
+    loop = ZeroLoop(replace(ctx, config=config))
+    for step in range(config.steps):
+        loop.train_step(step)
+    return {"weights": loop.final_state(), "bytes": loop.model_state_bytes()}
 
 
 def train(ctx: RankContext) -> RankOutput:

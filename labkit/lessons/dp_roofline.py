@@ -1,0 +1,183 @@
+"""Lesson 01's roofline of data parallelism, measured: compute vs all-reduce per step as the
+batch per device grows, the crossover batch on this machine, and on an 8-GPU node from the
+datasheets (``labkit.theory.roofline``).
+
+Each rank builds the same MLP and, for every batch size in turn (alternated over the
+repeats, ``labkit.lessons.measure``'s protocol), times one forward + backward on that many
+samples, then -- after a barrier, so a late peer's compute is not counted as wire time --
+one all-reduce of all its gradients as a single flat message. A synchronous step lasts as
+long as its slowest rank, so each (repeat, batch) keeps the larger of the ranks' times; a
+time's statistic is the least repeat (noise only lengthens a time), its noise the
+half-spread. The crossover is found per repeat (where all-reduce / compute crosses 1, interpolated
+on log scales) and reported over the repeats with its spread.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+BATCHES = (4, 32, 256, 1024)
+"""Batch per rank, from far below to far above a CPU's crossover (a few dozen samples)."""
+
+
+def roofline_rank(ctx: Any, batches: Sequence[int], rounds: int, width: int,
+                  depth: int) -> dict[str, Any]:
+    """Rank side: per round, per batch, the seconds of one forward + backward and of one
+    all-reduce of the gradients (``"compute"`` and ``"allreduce"``: rounds x batches), and
+    the model's ``"params"``."""
+    import torch
+
+    from labkit.base.events import Op
+    from labkit.config.run import ModelConfig
+    from labkit.train.models.mlp import build_mlp
+
+    m = ModelConfig(width=width, depth=depth)
+    model = build_mlp(m, 0)
+    params = [p for p in model.parameters()]
+    out: dict[str, Any] = {"compute": [], "allreduce": [],
+                           "params": sum(p.numel() for p in params)}
+    for round_ in range(rounds):
+        comp, comm = [], []
+        for b in batches:
+            x = torch.randn(b, m.in_dim, generator=torch.Generator().manual_seed(round_))
+            y = torch.randint(0, m.out_dim, (b,), generator=torch.Generator().manual_seed(1))
+            model.zero_grad(set_to_none=True)
+            ctx.comm.barrier()
+            t0 = time.perf_counter()
+            with ctx.span(Op.BACKWARD, step=round_, name=f"batch {b}"):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+            comp.append(time.perf_counter() - t0)
+            flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+            ctx.comm.barrier()
+            t0 = time.perf_counter()
+            ctx.comm.all_reduce(flat, step=round_, name=f"batch {b}")
+            comm.append(time.perf_counter() - t0)
+        out["compute"].append(comp)
+        out["allreduce"].append(comm)
+    return out
+
+
+@dataclass
+class Roofline:
+    """Measured seconds per repeat and batch (the slower rank's), kept repeats only."""
+
+    batches: list[int]
+    compute: list[list[float]]
+    allreduce: list[list[float]]
+    params: int
+    world_size: int
+
+    def least(self, kind: str) -> list[float]:
+        rows = self.compute if kind == "compute" else self.allreduce
+        return [min(r[i] for r in rows) for i in range(len(self.batches))]
+
+    def crossovers(self) -> list[float]:
+        """Per repeat: the batch where the all-reduce / compute ratio crosses 1, interpolated
+        on log scales between the two measured batches around it; ``nan`` for a repeat whose
+        ratio does not cross inside the measured range (its crossover lies outside)."""
+        out = []
+        for comp, comm in zip(self.compute, self.allreduce):
+            ratios = [math.log(a / c) for a, c in zip(comm, comp)]
+            found = math.nan
+            for i in range(len(ratios) - 1):
+                if ratios[i] >= 0 > ratios[i + 1]:
+                    lo, hi = math.log(self.batches[i]), math.log(self.batches[i + 1])
+                    share = ratios[i] / (ratios[i] - ratios[i + 1])
+                    found = math.exp(lo + share * (hi - lo))
+                    break
+            out.append(found)
+        return out
+
+    def crossover(self) -> float:
+        """The median crossover over the repeats that crossed inside the range (``nan`` if none
+        did): the one number the sentence, the reveal and the figure all read."""
+        found = [b for b in self.crossovers() if not math.isnan(b)]
+        return statistics.median(found) if found else math.nan
+
+    def flops_per_s(self) -> float:
+        """This machine's training FLOP/s per rank, from the compute slope (6 x params per
+        sample, ``labkit.theory.roofline``) between the smallest and largest batch."""
+        comp = self.least("compute")
+        slope = (comp[-1] - comp[0]) / (self.batches[-1] - self.batches[0])
+        return 6 * self.params / slope if slope > 0 else float("nan")
+
+
+    def formula_crossover(self, bandwidth_Bps: float, bytes_per_param: float = 4.0) -> float:
+        """``labkit.theory.dp_crossover_batch`` with this machine's FLOP/s (``flops_per_s``)
+        and a measured bandwidth; ``nan`` when compute did not grow with the batch."""
+        from labkit.theory.roofline import dp_crossover_batch
+
+        flops = self.flops_per_s()
+        if not math.isfinite(flops):
+            return math.nan
+        return dp_crossover_batch(self.world_size, flops, bandwidth_Bps, bytes_per_param)
+
+
+def roofline_sweep(pool: Any, batches: Sequence[int] = BATCHES, repeats: int = 4,
+                   width: int = 256, depth: int = 4, warmup: int = 1) -> Roofline:
+    """Every batch size, alternated ``warmup + repeats`` times on ``pool``'s ranks."""
+    res = pool.launch(roofline_rank, list(batches), warmup + repeats, width, depth)
+    per_rank = res.results
+    keep = slice(warmup, None)
+    slowest = {k: [[max(r[k][i][j] for r in per_rank) for j in range(len(batches))]
+                   for i in range(warmup + repeats)][keep] for k in ("compute", "allreduce")}
+    return Roofline(list(batches), slowest["compute"], slowest["allreduce"],
+                    int(per_rank[0]["params"]), len(per_rank))
+
+
+def roofline_text(r: Roofline) -> str:
+    """The measured split per batch, the rule judged at both ends, the crossover with its
+    noise, and the formula's crossover from this machine's FLOP/s and fitted bandwidth."""
+    from labkit.analysis.claims import Claim, Sample, judge
+
+    comp, comm = r.least("compute"), r.least("allreduce")
+    lines = [f"batch {b:5d} per rank: compute {c * 1e3:7.2f} ms, all-reduce of "
+             f"{4 * r.params / 1e6:.2f} MB {a * 1e3:6.2f} ms -> "
+             + ("communication-bound" if a > c else "compute-bound")
+             + f"  (least of {len(r.compute)} repeats)" for b, c, a in zip(r.batches, comp, comm)]
+    lo, hi = 0, len(r.batches) - 1
+    for i, says, claim in ((lo, "below the crossover the all-reduce takes longer than compute",
+                            Claim.above(1.0, "")),
+                           (hi, "above the crossover compute takes longer than the all-reduce",
+                            Claim.below(1.0, ""))):
+        ratio = Sample.ratio([row[i] for row in r.allreduce], [row[i] for row in r.compute])
+        lines.append(judge(ratio, Claim(claim.lo, claim.hi, says),
+                           f"all-reduce / compute at batch {r.batches[i]}", fmt=".2f").sentence())
+    grows = judge(Sample.ratio([row[hi] for row in r.allreduce], [row[lo] for row in r.allreduce]),
+                  Claim.within_factor(1.0, 2.0, "the all-reduce does not grow with the batch"),
+                  f"all-reduce at batch {r.batches[hi]} / at batch {r.batches[lo]}", fmt=".2f")
+    lines.append(grows.sentence())
+    found = [b for b in r.crossovers() if not math.isnan(b)]
+    if found:
+        cross = Sample.of(found, "median")
+        noise = f"+- {cross.noise:.0f}" if len(found) > 1 else "one repeat: noise not measured"
+        lines.append(f"crossover on this machine: about {r.crossover():.0f} samples per rank "
+                     f"({noise}; {len(found)} of {len(r.compute)} repeats crossed between "
+                     f"batch {r.batches[0]} and {r.batches[-1]})")
+    else:
+        lines.append(f"crossover on this machine: no repeat crossed between batch "
+                     f"{r.batches[0]} and {r.batches[-1]} -- it lies outside the measured range")
+    return "\n".join(lines)
+
+
+def node_text(params: float, batches: Sequence[float] = (256, 1024, 4096),
+              gpus: Mapping[str, str] | None = None) -> str:
+    """From the datasheets: the crossover on 8-GPU nodes, and a named model's step split."""
+    from labkit.theory.roofline import ACCELERATORS, dp_roofline, node_crossover
+
+    lines = []
+    for gpu in gpus or {g: g for g in ACCELERATORS}:
+        rows = dp_roofline(params, gpu, batches)
+        split = "; ".join(f"{row['batch_per_device']:.0f} tokens: compute "
+                          f"{float(row['compute_s']) * 1e3:.1f} ms vs all-reduce "
+                          f"{float(row['allreduce_s']) * 1e3:.1f} ms ({row['bound']}-bound)"
+                          for row in rows)
+        lines.append(f"8 x {gpu} ({ACCELERATORS[gpu].note}): crossover "
+                     f"{node_crossover(gpu):.0f} tokens per GPU with bf16 gradients\n  "
+                     f"a {params / 1e9:g}B-parameter model: {split}")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""Lesson 01's measured roofline and bucket-overlap count, from hand-made numbers and traces:
+the crossover is where all-reduce / compute crosses 1, the sentence, the reveal and the figure
+read one number, and "launched before backward ended" is counted from the trace's order."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from labkit.analysis.timeline import Timeline
+from labkit.base.events import Event, Lane, Op
+from labkit.lessons.dp_lesson import launched_in_backward, overlap_text
+from labkit.lessons.dp_roofline import Roofline, roofline_text
+
+pytestmark = pytest.mark.lesson01
+MS = 1e-3
+
+
+def _roof(comm_ms: list[float]) -> Roofline:
+    """Compute 1 ms + 0.1 ms per sample; the all-reduce of each repeat flat at ``comm_ms``."""
+    batches = [4, 32, 256, 1024]
+    compute = [[(1 + 0.1 * b) * MS for b in batches] for _ in comm_ms]
+    allreduce = [[c * MS] * len(batches) for c in comm_ms]
+    return Roofline(batches, compute, allreduce, params=200_000, world_size=2)
+
+
+def test_crossover_interpolates_where_the_ratio_crosses_one() -> None:
+    """All-reduce 5 ms: compute 1.4 ms at 4 and 4.2 ms at 32 (below), 26.6 ms at 256 (above):
+    the ratio crosses 1 between 32 and 256, log-interpolated."""
+    r = _roof([5.0])
+    lo, hi = math.log(5 / 4.2), math.log(5 / 26.6)
+    want = math.exp(math.log(32) + lo / (lo - hi) * (math.log(256) - math.log(32)))
+    assert r.crossovers() == [pytest.approx(want)]
+    assert 32 < r.crossover() < 256
+
+
+def test_one_number_for_sentence_reveal_and_figure() -> None:
+    """Three repeats: the median crossover is what the sentence prints."""
+    r = _roof([3.0, 5.0, 8.0])
+    assert f"about {r.crossover():.0f} samples per rank" in roofline_text(r)
+    assert r.crossover() == sorted(r.crossovers())[1]
+
+
+def test_no_crossing_in_range_says_so() -> None:
+    r = _roof([0.5])  # the all-reduce is shorter than compute at every batch
+    assert math.isnan(r.crossover())
+    assert "lies outside the measured range" in roofline_text(r)
+
+
+def test_verdicts_hold_for_a_clean_roofline() -> None:
+    """Repeats that agree: the ends hold, a flat all-reduce holds; the FLOP/s is 6P / slope."""
+    text = roofline_text(_roof([20.0, 20.5, 21.0]))
+    assert "at batch 4" in text and text.count("-- holds") == 3
+    assert _roof([5.0]).flops_per_s() == pytest.approx(6 * 200_000 / (0.1 * MS))
+    assert math.isnan(Roofline([4, 8], [[1.0, 1.0]], [[1.0, 1.0]], 10, 2).formula_crossover(1e9))
+
+
+def _trace(launch_ms: list[float], backward_end_ms: float) -> Timeline:
+    ns = 1_000_000
+    ev = [Event(0, Lane.STEP, Op.STEP, 0, 100 * ns, step=0),
+          Event(0, Lane.COMPUTE, Op.BACKWARD, 0, int(backward_end_ms * ns))]
+    ev += [Event(0, Lane.COMM, Op.ALL_REDUCE, int(t * ns), 5 * ns) for t in launch_ms]
+    return Timeline(ev, 1)
+
+
+def test_overlap_is_counted_from_launch_order() -> None:
+    """Two buckets launched inside backward and one after it: 2 of 3; none inside: 'nothing
+    could overlap'."""
+    assert launched_in_backward(_trace([10, 20, 60], 50), 0) == {0: (2, 3)}
+    assert "rank 0 2 of 3 -- the first bucket went on the wire" in overlap_text(
+        _trace([10, 20, 60], 50), {"yours": 0})
+    assert "nothing could overlap" in overlap_text(_trace([60, 70], 50), {"naive": 0})
