@@ -26,7 +26,6 @@ import torch
 import torch.distributed as dist
 
 from labkit.base.events import Op
-from labkit.theory.comm import BUSBW_FACTORS
 from labkit.trace.tracer import Tracer
 
 _now = time.monotonic_ns
@@ -58,6 +57,10 @@ _ALL_GATHER = tensor_collective("all_gather")
 def wire_bytes(op: Op, payload: int, world_size: int) -> float:
     """Bytes one rank sends for a collective implemented as a ring (nccl-tests convention)."""
     if op in (Op.ALL_REDUCE, Op.REDUCE_SCATTER, Op.ALL_GATHER):
+        # imported here, not at the top: see ``docs/developing.md``, "A rank that aborts at
+        # its end" -- a module-level import of labkit.theory made PowerSGD ranks abort
+        from labkit.theory.comm import BUSBW_FACTORS
+
         return BUSBW_FACTORS[op.value](world_size) * payload
     return float(payload)
 
