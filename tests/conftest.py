@@ -239,7 +239,7 @@ XDIST_GROUPS = {
     "ray": ("tests/distributed/test_ray.py", "test_notebook_runs_top_to_bottom[12_ray]"),
     "browser": ("tests/browser/",),
     "nbgrader": ("tests/grading/test_nbgrader_flow.py", "tests/grading/test_grading_attacks.py",
-                 "tests/grading/test_grading_box.py"),
+                 "tests/grading/test_grading_box.py", "tests/grading/test_grading_robust.py"),
 }
 """Tests that share machine-wide state run on one worker, one after another: emulated
 clusters and torchrun (their leftover checks count every labkit namespace and cluster

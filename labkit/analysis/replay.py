@@ -8,8 +8,11 @@ trace holds what is needed to take that wait out (issue 32, item 3):
 * each compute span's ``cpu_ns``: the CPU time its thread used, i.e. what the op cost without
   the wait for a core (``labkit.trace.tracer``); the Python between spans is scaled by the share
   of a core the rank got during that step's compute;
-* each message's bytes, timed by the alpha-beta model (``labkit.theory.comm``): a ring for the
-  collectives, ``alpha + bytes / bandwidth`` for a send.
+* each message timed by the run's own fastest message of the same kind (op, bytes, ranks),
+  measured from its last rank's arrival to its end -- the transfer with the least waiting in
+  it -- or, given a ``wire``, by the alpha-beta model (``labkit.theory.comm``: a ring for the
+  collectives, ``alpha + bytes / bandwidth`` for a send). The run's own messages carry the
+  per-call costs (Python, the backend) that a benchmark's fit leaves out.
 
 ``replay(timeline, wire)`` walks every rank's spans in the order the rank ran them and re-times
 them as a discrete-event simulation: compute takes its cost; a blocking collective starts when
@@ -74,7 +77,8 @@ class Replay:
     """The re-timed run. ``timeline`` holds the same spans on the replayed clock."""
 
     timeline: Timeline
-    wire: AlphaBeta
+    wire: AlphaBeta | None
+    """The alpha-beta model the messages were timed with (None: the run's own messages)."""
 
     def step_times_s(self) -> list[float]:
         return self.timeline.step_times_s()
@@ -147,8 +151,29 @@ def _programs(timeline: Timeline) -> dict[int, list[_Item]]:
     return programs
 
 
-def replay(timeline: Timeline, wire: AlphaBeta) -> Replay:
-    """Re-time ``timeline`` as if every rank had a core and the wire were ``wire``."""
+def _own_wire(members: dict[tuple[object, ...], dict[int, _Item]]) -> dict[tuple[object, ...], int]:
+    """The run's own wire: per kind of message (op, bytes, ranks), the least time one instance
+    took from its last rank's arrival to its end -- the transfer with the least waiting in it."""
+    best: dict[tuple[object, ...], int] = {}
+    for key, parties in members.items():
+        evs = [it.event for it in parties.values()]
+        first = evs[0]
+        if key[0] == "p2p":
+            send = next((e for e in evs if e.op is Op.SEND), first)
+            recv = next((e for e in evs if e.op is Op.RECV), first)
+            took = recv.end_ns - max(send.start_ns, recv.start_ns)
+        else:
+            ends = sorted(e.end_ns for e in evs)
+            took = ends[len(ends) // 2] - max(e.start_ns for e in evs)
+        kind = ("p2p" if key[0] == "p2p" else first.op, first.bytes or 0, len(evs))
+        best[kind] = min(best.get(kind, took), max(0, took))
+    return best
+
+
+def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
+    """Re-time ``timeline`` as if every rank had a core. Messages cost what ``wire`` (an
+    alpha-beta model) says; without one, what the run's own fastest message of the same kind
+    (op, bytes, ranks) took once every rank had arrived (``_own_wire``)."""
     programs = _programs(timeline)
     share = _core_share(list(timeline))
     ranks = sorted(programs)
@@ -157,6 +182,7 @@ def replay(timeline: Timeline, wire: AlphaBeta) -> Replay:
         for it in items:
             if it.key is not None:
                 members[it.key][rank] = it
+    own = _own_wire(members) if wire is None else {}
     issued: dict[tuple[object, ...], dict[int, int]] = defaultdict(dict)
     done: dict[tuple[object, ...], int] = {}
     wire_free = dict.fromkeys(ranks, 0)
@@ -174,16 +200,19 @@ def replay(timeline: Timeline, wire: AlphaBeta) -> Replay:
         if len(issued[key]) < len(parties) or not parties:
             return None
         first = next(iter(parties.values())).event
+        kind = ("p2p" if key[0] == "p2p" else first.op, first.bytes or 0, len(parties))
         if key[0] == "p2p":
             start = max(issued[key].values())
-            end = start + int(wire_s(Op.SEND, first.bytes or 0, 2, wire) * 1e9)
+            end = start + (own[kind] if wire is None else
+                           int(wire_s(Op.SEND, first.bytes or 0, 2, wire) * 1e9))
         else:
             group_size = len(key[1])  # type: ignore[arg-type]
             if len(parties) != group_size:
                 raise ReplayError(f"a {first.op.value} reached {len(parties)} of its "
                                   f"{group_size} ranks")
             start = max(max(issued[key].values()), *(wire_free[r] for r in parties))
-            end = start + int(wire_s(first.op, first.bytes or 0, len(parties), wire) * 1e9)
+            end = start + (own[kind] if wire is None else
+                           int(wire_s(first.op, first.bytes or 0, len(parties), wire) * 1e9))
             for r in parties:
                 wire_free[r] = end
         done[key] = end
@@ -252,8 +281,10 @@ def replay(timeline: Timeline, wire: AlphaBeta) -> Replay:
                                                         dur_ns=max(0, done[it.key] - t0))
     _close_steps(programs, new)
     events = sorted(new.values(), key=lambda ev: ev.start_ns)
-    meta = dict(timeline.meta, replay={"alpha_s": wire.alpha_s, "bandwidth_Bps": wire.bandwidth_Bps,
-                                       "model": "dedicated cores, alpha-beta wire"})
+    model = ({"model": "dedicated cores, the run's own fastest messages"} if wire is None else
+             {"model": "dedicated cores, alpha-beta wire", "alpha_s": wire.alpha_s,
+              "bandwidth_Bps": wire.bandwidth_Bps})
+    meta = dict(timeline.meta, replay=model)
     return Replay(Timeline(events, timeline.world_size, meta), wire)
 
 
