@@ -168,7 +168,7 @@ def test_a_hung_rank_times_out_named_and_nothing_is_left() -> None:
     # labkit's comm layer), so the waiting rank would not look like it is communicating
     with pytest.raises(RunTimeout) as err:
         labkit.run(strategy="ddp", world_size=2, nodes=2, steps=4, inject_fault="1:2:hang",
-                   timeout_s=30, progress=False)
+                   timeout_s=60, progress=False)  # start-up under a loaded suite
     assert err.value.rank == 1, str(err.value)
     assert "outside any communication call" in str(err.value)
     assert_nothing_left()
@@ -193,7 +193,7 @@ def test_ctrl_c_stops_the_run_and_nothing_is_left() -> None:
     try:
         _wait_for_workers()
         p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=60)
+        _, err = p.communicate(timeout=150)  # a loaded suite slows the teardown
     finally:
         if p.poll() is None:
             p.kill()
