@@ -202,13 +202,13 @@ def resize_experiment(*, old_world: int = 4, new_world: int = 2, per_rank_batch:
     from labkit.api import run
     from labkit.config.run import RunConfig
 
-    root = tempfile.mkdtemp(prefix="labkit-resize-")
-    opts = {"lr_rule": "linear", "base_batch": per_rank_batch, "checkpoint_dir": root,
-            "checkpoint_every": steps_before}
     common: dict[str, Any] = {"strategy": "scaling", "batch_size": per_rank_batch,
                               "lr": base_lr, "model": LESSON_MODEL, "progress": False,
                               "backend": "gloo", "timeout_s": timeout_s}
-    with sharing_cores():  # the lesson says that 4 ranks share 2 cores
+    # the lesson says that 4 ranks share 2 cores; the checkpoints go with the experiment
+    with sharing_cores(), tempfile.TemporaryDirectory(prefix="labkit-resize-") as root:
+        opts = {"lr_rule": "linear", "base_batch": per_rank_batch, "checkpoint_dir": root,
+                "checkpoint_every": steps_before}
         before = run(RunConfig(world_size=old_world, steps=steps_before, options=opts, **common))
         after = run(RunConfig(world_size=new_world, steps=steps_before + steps_after,
                               options={**opts, "resume": True}, **common))
