@@ -83,6 +83,13 @@ class Experiment:
                          f"{row['diverged']}")
         return "\n".join(lines)
 
+    def reading(self) -> str:
+        """What the table shows, one computed sentence per comparison
+        (``labkit.lessons.scaling_text``): which runs lag, land close or blow up."""
+        from labkit.lessons.scaling_text import reading
+
+        return reading(self.runs)
+
 
 def _record(name: str, cfg: RunConfig) -> CurveRun:
     """One variant as its own ``labkit.run`` (what the CLI would do)."""
@@ -103,6 +110,7 @@ def record_variants(named: dict[str, RunConfig], timeout_s: float = 120.0
     Losses are averaged over ranks per step, exactly as ``labkit.run`` reports them.
     """
     from labkit.api import launch
+    from labkit.base.progress import waiting
     from labkit.strategies.scaling.impl import run_variants
 
     by_world: dict[int, list[str]] = {}
@@ -110,8 +118,10 @@ def record_variants(named: dict[str, RunConfig], timeout_s: float = 120.0
         by_world.setdefault(cfg.world_size, []).append(name)
     runs: dict[str, CurveRun] = {}
     for world, names in by_world.items():
-        res = launch(run_variants, world, [named[n] for n in names], timeout_s=timeout_s,
-                     threads_per_rank=1, trace=False)
+        with waiting(f"training {len(names)} variant(s) on {world} rank(s): "
+                     f"{', '.join(names)}", after_s=2.0):
+            res = launch(run_variants, world, [named[n] for n in names], timeout_s=timeout_s,
+                         threads_per_rank=1, trace=False)
         for i, name in enumerate(names):
             per_rank = [r[i] for r in res.results]
             cfg, first = named[name], per_rank[0]
@@ -174,7 +184,7 @@ def accumulation_check(*, world_size: int = 2, per_rank_batch: int = 16, accumul
 
     res = run(RunConfig(strategy="scaling", world_size=world_size, steps=steps,
                         batch_size=per_rank_batch, lr=lr, model=model, check_reference=True,
-                        timeout_s=timeout_s, progress=False, backend="gloo",
+                        timeout_s=timeout_s, progress=None, backend="gloo",
                         options={"accumulation": accumulation}))
     return {"global_batch": res.metrics["global_batch"], "steps": steps,
             "max_abs_diff": res.metrics["max_abs_diff_vs_reference"], "losses": res.losses}
@@ -190,7 +200,7 @@ def optimizer_comparison(*, world_size: int = 2, per_rank_batch: int = 128, step
     """SGD, Adam, LARS, LAMB at one large global batch, each a real run."""
     configs = {name: RunConfig(strategy="scaling", world_size=world_size, steps=steps,
                                batch_size=per_rank_batch, lr=lr, optimizer=name, model=model,
-                               timeout_s=timeout_s, progress=False, backend="gloo",
+                               timeout_s=timeout_s, progress=None, backend="gloo",
                                options={"warmup_steps": 2})
                for name, lr in (lrs or OPTIMIZER_LRS).items()}
     runs = record_variants(configs, timeout_s)
