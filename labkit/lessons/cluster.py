@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from labkit.base.netsupport import support
+from labkit.base.progress import waiting
 from labkit.config.links import LinkWarning, parse_link
 from labkit.config.run import ModelConfig
 from labkit.lessons import cluster_predict as predict
@@ -33,7 +34,7 @@ def _run(**kw: Any) -> Any:
     import labkit
 
     kw.setdefault("timeout_s", 180)
-    kw.setdefault("progress", False)
+    kw.setdefault("progress", None)  # a bar once a run lasts 2 s (a cross-node run can)
     with warnings.catch_warnings():  # the rows say whether the latency was applied
         warnings.simplefilter("ignore", LinkWarning)
         return labkit.run(**kw)
@@ -87,7 +88,10 @@ def _run_many(configs: list[dict[str, Any]]) -> list[Any]:
         shape = _shape(next(iter(todo.values())))
         riders = {k: c for k, c in _PLANNED.items() if _shape(c) == shape and k not in todo}
         batch = {**todo, **riders}
-        with warnings.catch_warnings():
+        nodes, link, _ = shape
+        with warnings.catch_warnings(), waiting(
+                f"{len(batch)} run(s) on {nodes} emulated nodes over {link or 'an unshaped link'} "
+                f"(namespaces, links and one torchrun agent per node start first)", after_s=2.0):
             warnings.simplefilter("ignore", LinkWarning)
             results = run_many([RunConfig(**{"timeout_s": 180, "progress": False, **c})
                                 for c in batch.values()])

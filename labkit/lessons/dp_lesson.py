@@ -107,7 +107,7 @@ def bucket_sweep(pool: Any, model: Any, caps: Sequence[float] = BUCKET_CAPS, rep
     _, results = alternate({c: partial(pool.run, strategy="ddp-bucketed", world_size=2,
                                        steps=steps, model=model, progress=False,
                                        options={"bucket_cap_mb": c}) for c in caps},
-                           repeats, on_run=line)
+                           repeats, on_run=line, desc="bucket sweep")
     return results
 
 

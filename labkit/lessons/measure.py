@@ -15,7 +15,9 @@ flips between two runs. So a lesson that times something:
    lesson's sentence.
 
 ``alternate`` takes plain callables, so it times ``labkit.run`` calls, ``Pool.run`` calls or
-anything else; the lesson shows progress through ``on_run``.
+anything else. A sweep shows one progress bar over all its runs (``labkit.base.progress``:
+a bar in a notebook once the sweep has lasted a few seconds, nothing in a pipe), and a
+lesson can add its own line per run through ``on_run``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from labkit.analysis.claims import Sample
+from labkit.base.progress import Progress
 
 
 def step_seconds(result: Any) -> float:
@@ -33,26 +36,33 @@ def step_seconds(result: Any) -> float:
 
 def alternate(variants: Mapping[Any, Callable[[], Any]], repeats: int = 3, *, warmup: int = 0,
               measure: Callable[[Any], float] = step_seconds,
-              on_run: Callable[[Any, int, float], None] | None = None
+              on_run: Callable[[Any, int, float], None] | None = None,
+              desc: str = "runs", progress: bool | None = None
               ) -> tuple[dict[Any, list[float]], dict[Any, list[Any]]]:
     """Run every variant once per round, in the order given, for ``warmup + repeats`` rounds;
     return each variant's numbers (``measure`` of each kept run) and the kept results.
-    ``on_run(name, round, number)`` sees each run as it lands (a lesson's progress line)."""
+    ``on_run(name, round, number)`` sees each run as it lands (a lesson's progress line);
+    one bar named ``desc`` counts the runs (``progress``: None shows it where it can redraw
+    once the sweep lasts 5 s, True always, False never)."""
     if not variants:
         raise ValueError("alternate needs at least one variant")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats ({repeats}) must be >= 1 and warmup ({warmup}) >= 0")
     numbers: dict[Any, list[float]] = {name: [] for name in variants}
     results: dict[Any, list[Any]] = {name: [] for name in variants}
-    for round_ in range(warmup + repeats):
-        for name, run in variants.items():
-            result = run()
-            value = measure(result)
-            if round_ >= warmup:
-                numbers[name].append(value)
-                results[name].append(result)
-            if on_run is not None:
-                on_run(name, round_ - warmup, value)
+    rounds = warmup + repeats
+    with Progress(desc, total=rounds * len(variants), unit="run", enabled=progress,
+                  delay=5.0) as bar:
+        for round_ in range(rounds):
+            for name, run in variants.items():
+                result = run()
+                value = measure(result)
+                if round_ >= warmup:
+                    numbers[name].append(value)
+                    results[name].append(result)
+                bar.step(f"{name} ({'warm-up' if round_ < warmup else f'repeat {round_ - warmup + 1}'})")
+                if on_run is not None:
+                    on_run(name, round_ - warmup, value)
     return numbers, results
 
 

@@ -69,7 +69,8 @@ def repeat_pipeline(variants: Mapping[Any, Mapping[str, Any]], repeats: int = 3,
     common.setdefault("batch_size", TIMED_BATCH)
     _, results = alternate({name: partial(run_pipeline, **{**common, **kw})
                             for name, kw in variants.items()}, repeats,
-                           measure=lambda r: r.metrics["bubble_fraction"], on_run=line)
+                           measure=lambda r: r.metrics["bubble_fraction"], on_run=line,
+                           desc="pipeline repeats")
     return results
 
 

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from labkit.base.progress import waiting
 from labkit.launchers.ray.session import ensure_ray
 from labkit.lessons.scaling import LESSON_MODEL
 
@@ -57,7 +58,9 @@ def tune_lr_scaling(*, rules: tuple[str, ...] = ("none", "linear", "sqrt"),
             tune_config=tune.TuneConfig(metric="final_loss", mode="min", reuse_actors=True),
             run_config=tune.RunConfig(storage_path=storage, name="lr_scaling", verbose=0,
                                       progress_reporter=_quiet_reporter()))
-        with contextlib.redirect_stdout(io.StringIO()):  # Tune's banner, not the lesson's
+        trials = len(rules) * len(warmups)
+        with waiting(f"Ray Tune: {trials} trials of {ranks} ranks x {steps} steps", after_s=2.0), \
+                contextlib.redirect_stdout(io.StringIO()):  # Tune's banner, not the lesson's
             grid = tuner.fit()
         rows = []
         for i in range(len(grid)):

@@ -161,3 +161,21 @@ def test_variants_run_alternated_with_the_warmup_discarded():
     assert least(numbers, "bucketed").value == 1.0
     with pytest.raises(ValueError, match="repeats"):
         alternate({"a": variant("a")}, repeats=0)
+
+
+def test_a_sweep_counts_its_runs_on_one_progress_line(capsys):
+    """A sweep of alternated runs shows how far it is (one line per run where no bar can
+    redraw, when asked), on stderr only: stdout stays the lesson's own."""
+    from types import SimpleNamespace
+
+    from labkit.lessons.measure import alternate
+
+    alternate({"a": lambda: SimpleNamespace(step_time_s=1.0),
+               "b": lambda: SimpleNamespace(step_time_s=2.0)}, repeats=2, warmup=1,
+              desc="bucket sweep", progress=True)
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.splitlines()
+    assert lines[0] == "bucket sweep: 1/6 a (warm-up)" and lines[-1] == "bucket sweep: 6/6 b (repeat 2)"
+    alternate({"a": lambda: SimpleNamespace(step_time_s=1.0)}, repeats=1, progress=False)
+    assert capsys.readouterr() == ("", "")
