@@ -115,6 +115,7 @@ def overlap_row(name: str, timeline: Any) -> dict[str, Any]:
     return {"name": name, "comm_s": comm, "hidden_s": comm * frac,
             "exposed_s": comm * (1 - frac), "overlap_fraction": frac,
             "compute_s": w.compute_s() / steps, "step_time_s": timeline.median_step_s(),
+            "step_times_s": timeline.step_times_s()[1:],
             "comm_spans_rank0": step_comm_spans}
 
 

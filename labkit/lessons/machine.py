@@ -51,6 +51,10 @@ def load_now() -> Load:
     return Load(load, cpu_count())
 
 
+NOT_DEDICATED = "the rule is about ranks with a core each, which this run did not have"
+"""The end of every ``why_not`` sentence (the notebook checks look for it)."""
+
+
 def why_not(load: Load, ranks: int) -> str:
     """The sentence a lesson adds when its run contradicts the rule: how many processes
     shared how many cores, and how busy the machine already was."""
@@ -58,8 +62,7 @@ def why_not(load: Load, ranks: int) -> str:
     if load.busy:
         parts.append(f"and other programs kept the machine busy ({load.text()})")
     return (" ".join(parts) + ": a rank waiting for a core looks like a slow rank or a slow "
-            "message, and that waiting is not in the formula. Run the cell again on a "
-            "quieter machine")
+            "message, and that waiting is not in the formula; " + NOT_DEDICATED)
 
 
 OVERSUBSCRIBED = r"world_size \(\d+\) > CPU cores"

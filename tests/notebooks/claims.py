@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from labkit.lessons.machine import load_now
+from labkit.lessons.machine import NOT_DEDICATED, load_now
 
-SAID = "Run the cell again on a quieter machine"
+SAID = NOT_DEDICATED
 """The end of ``why_not``'s sentence: the lesson told the student its run missed the rule."""
 
 

@@ -288,15 +288,22 @@ def test_overlap_sentence_compares_small_and_big_buckets_and_tp() -> None:
 
 
 def test_step_sentence_names_overlap_or_waiting() -> None:
-    """Within 1.5x the model holds; below it the run hid communication; above it the
-    all-reduce took longer than the wire needs."""
+    """The steady steps, judged: all within 1.5x the model holds; a spread that crosses the
+    edge is inconclusive; below it the run hid communication; above it the all-reduce took
+    longer than the wire needs."""
     pred = SimpleNamespace(total_s=0.050, comm_s=0.010)
-    row = {"step_time_s": 0.055, "comm_s": 0.012, "overlap_fraction": 0.0}
-    assert comm_text.step_text(pred, row).endswith("the model holds")
-    assert "hid under compute" in comm_text.step_text(pred, {**row, "step_time_s": 0.030,
-                                                              "overlap_fraction": 0.6})
-    slow = comm_text.step_text(pred, {**row, "step_time_s": 0.100, "comm_s": 0.060})
-    assert "took 60.0 ms where the fitted wire needs 10.0" in slow
+    row = {"step_time_s": 0.055, "step_times_s": [0.054, 0.056], "comm_s": 0.012,
+           "overlap_fraction": 0.0}
+    held = comm_text.step_text(pred, row)
+    assert "-- holds (1.10x the prediction)" in held and "55.0 +- 1.0" in held
+    edge = comm_text.step_text(pred, {**row, "step_times_s": [0.060, 0.090]})
+    assert "inconclusive on this machine" in edge
+    fast = comm_text.step_text(pred, {**row, "step_times_s": [0.029, 0.031], "overlap_fraction": 0.6})
+    assert "contradicted by this run" in fast and "60% of its communication hid under compute" in fast
+    slow = comm_text.step_text(pred, {**row, "step_times_s": [0.099, 0.101], "comm_s": 0.060})
+    assert "took 60.0 ms where the fitted wire needs 10.0" in slow and "holds" not in slow
+    one = comm_text.step_text(pred, {"step_time_s": 0.055, "comm_s": 0.012, "overlap_fraction": 0.0})
+    assert "one run cannot tell" in one
 
 
 def _ddp(n: int, compute_ms: float, comm_ms: float) -> SimpleNamespace:
