@@ -54,12 +54,24 @@ from typing import Any
 
 import pytest
 
+from tests.notebooks.teaching import NOT_A_LESSON
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SHOTS = ROOT / "artifacts" / "screenshots"
 CHROMIUM = os.environ.get("LABKIT_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+CONCEPT_DIAGRAMS = tuple(sorted(
+    name for module in ("data_parallel", "grid3d", "parameter_server", "pipeline", "ring",
+                        "tensor_parallel", "zero")
+    for name, fn in vars(importlib.import_module(f"labkit.visuals.concepts.{module}")).items()
+    if callable(fn) and not name.startswith("_") and name.startswith(("plot_", "zero_"))
+    and getattr(fn, "__module__", "") == f"labkit.visuals.concepts.{module}"))
+"""The diagram functions of ``labkit.visuals.concepts`` a lesson calls before it measures."""
+DIAGRAM_LESSONS = {"01", "03", "04", "05", "09", "11"}
+"""Lessons whose mechanism has a conceptual diagram (issue 33: the ring and DP replicas, the
+pipeline's stages, the TP split, ZeRO's partitions, the 3D grid, the parameter server)."""
 DRAWS = ("plot", "_figure(", "animation_html(", "_viewer(", "_widget(", "_explorer(")
 """A code cell whose last statement calls one of these shows a figure, an animation or a
 widget: its output must not be empty."""
@@ -404,6 +416,37 @@ def _look_at_every_output(page: Any, cells: list[dict[str, Any]], stem: str) -> 
     return problems
 
 
+def _look_at_teaching(page: Any, cells: list[dict[str, Any]], stem: str) -> list[str]:
+    """The teaching cells as a student meets them (issue 33): every predict-then-reveal
+    prompt shows its ``VAR = None`` line, every conceptual diagram
+    (``labkit.visuals.concepts``) shows as a drawn figure; a screenshot of each
+    (``STEM-cellNN-prompt.png``, ``STEM-cellNN-diagram.png``). A lesson (not the quiz) shows
+    at least two prompts, and a lesson of ``DIAGRAM_LESSONS`` at least one diagram."""
+    problems, prompts, diagrams = [], 0, 0
+    dom = page.locator(".jp-Notebook .jp-CodeCell")
+    for n, saved in enumerate(cells):
+        meta = saved.get("metadata", {}).get("labkit", {})
+        cell = dom.nth(n)
+        if "predict" in meta:
+            prompts += 1
+            if f"{meta['predict']} = None" not in cell.locator(".jp-InputArea").inner_text():
+                problems.append(f"cell {n}: the prompt for {meta['predict']!r} is not shown")
+            _shoot(cell, SHOTS / f"{stem}-cell{n:02d}-prompt.png")
+        if any(f"{name}(" in saved["source"] for name in CONCEPT_DIAGRAMS):
+            diagrams += 1
+            images = cell.locator(".jp-OutputArea-output img")
+            if not images.count() or not images.first.evaluate(
+                    "i => i.complete && i.naturalWidth > 0"):
+                problems.append(f"cell {n}: the diagram did not draw")
+                continue
+            _shoot(images.first, SHOTS / f"{stem}-cell{n:02d}-diagram.png")
+    if stem not in NOT_A_LESSON and prompts < 2:
+        problems.append(f"{prompts} prompt(s) shown; a lesson asks for at least 2 predictions")
+    if stem[:2] in DIAGRAM_LESSONS and not diagrams:
+        problems.append("no conceptual diagram shown before the lesson's measurements")
+    return problems
+
+
 def _no_ray_left(name: str) -> None:
     """No Ray process the lesson's kernel started outlives the lesson (its last cell stops
     Ray; the daemons take a moment to exit)."""
@@ -455,7 +498,7 @@ def test_lesson_renders_in_jupyterlab(lab: Lab, browser: Any, path: Path) -> Non
                      if "(raylet)" in str(o.get("text", ""))]
         assert not ray_noise, f"{path.name} shows Ray's log lines: {ray_noise[0][:300]}"
         assert all(c.get("execution_count") for c in cells), f"{path.name}: a cell did not run"
-        problems = _look_at_every_output(page, cells, stem)
+        problems = _look_at_every_output(page, cells, stem) + _look_at_teaching(page, cells, stem)
         assert not problems, f"{path.name}:\n" + "\n".join(problems)
         assert any(_draws(c["source"]) for c in cells), f"{path.name} draws nothing"
         _no_ray_left(path.name)
