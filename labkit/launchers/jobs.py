@@ -17,16 +17,10 @@ from typing import Any
 from labkit.base import devices
 from labkit.base.errors import ConfigError
 from labkit.base.files import dir_problem
-from labkit.base.validate import (
-    MAX_LOCAL_WORLD_SIZE,
-    bool_problem,
-    int_problem,
-    is_int,
-    local_world_size_problem,
-    real_problem,
-)
+from labkit.base.validate import MAX_LOCAL_WORLD_SIZE, is_int, local_world_size_problem
 from labkit.config import registry
-from labkit.config.run import MAX_THREADS, MAX_TIMEOUT_S, SEED_MAX, RunConfig
+from labkit.config.rules import settings_problems
+from labkit.config.run import RunConfig
 from labkit.rank.job import Job
 
 
@@ -103,16 +97,15 @@ def launch_world_size_problem(world_size: Any) -> str | None:
 
 def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed: Any,
                     threads_per_rank: Any, trace: Any) -> list[str]:
-    """Every rule ``launch``'s arguments break (the same rules as ``RunConfig``'s fields)."""
+    """Every rule ``launch``'s arguments break: its own (a callable, a whole number of
+    ranks, an explicit backend) and those it shares with ``RunConfig``
+    (``labkit.config.rules.settings_problems``)."""
     checks = [
         launch_world_size_problem(world_size),
         None if backend in ("gloo", "nccl") else
         f"backend {backend!r} must be 'gloo' or 'nccl' for launch",
-        real_problem("timeout_s", timeout_s, MAX_TIMEOUT_S, unit=" seconds", example=60),
-        int_problem("seed", seed, 0, SEED_MAX, example=0),
-        None if threads_per_rank is None else int_problem(
-            "threads_per_rank", threads_per_rank, 1, MAX_THREADS, example=1),
-        bool_problem("trace", trace),
+        *settings_problems(timeout_s=timeout_s, seed=seed, threads_per_rank=threads_per_rank,
+                           trace=trace),
         None if callable(fn) else f"fn ({fn!r}) must be callable as fn(ctx, *args)",
         cwd_problem(),
     ]

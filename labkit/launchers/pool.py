@@ -44,7 +44,8 @@ from typing import Any
 from labkit.base import devices
 from labkit.base.errors import ConfigError, LabError, RunFailed
 from labkit.base.validate import choice_problem, int_problem, local_world_size_problem
-from labkit.config.run import MAX_THREADS, MAX_TIMEOUT_S, RunConfig
+from labkit.config.rules import MAX_THREADS, MAX_TIMEOUT_S
+from labkit.config.run import RunConfig
 from labkit.launchers.jobs import launch_job, make_config
 from labkit.launchers.reaper import exited
 from labkit.launchers.results import LaunchResult, RunResult

@@ -1,10 +1,11 @@
-"""What a strategy receives on every rank: the ``RankContext``, and what it returns, the
-``RankOutput``.
+"""What a rank receives: the ``RankContext`` (a ``labkit.launch`` function) or the
+``RunContext`` (a strategy: the same, with the run's config always set), and what a
+strategy returns, the ``RankOutput``.
 
 A context names this rank (``rank``, ``world_size``, its grid coordinates ``dp_rank`` /
 ``pp_rank`` / ``tp_rank``), hands it the traced ``Comm`` of the world and of each grid
-axis, the tracer, the device and the run's config, and marks steps (``ctx.step(s)``: the
-progress bar, fault injection and the STEP span). ``labkit.rank.group`` builds it; nothing
+axis, the tracer and the device, and marks steps (``ctx.step(s)``: the progress bar,
+fault injection and the STEP span). ``labkit.rank.group`` builds it; nothing
 here starts a process or opens a group.
 
 Torch is imported lazily: the supervisor unpickles ``RankOutput`` without it.
@@ -90,7 +91,8 @@ def inject_fault(kind: str, step: int) -> None:
 
 @dataclass
 class RankContext:
-    """Handed to every strategy and to every function run with ``labkit.launch``."""
+    """Handed to every function run with ``labkit.launch`` (and, as a ``RunContext``, to every
+    strategy)."""
 
     rank: int
     world_size: int
@@ -99,7 +101,6 @@ class RankContext:
     device: torch.device
     tracer: Tracer
     comm: Comm
-    config: RunConfig | None = None
     seed: int = 0
     progress: Any = None
     fault: Any = None
@@ -114,10 +115,6 @@ class RankContext:
     ranks_per_node: int | None = None
     """Ranks on each node (torchrun's LOCAL_WORLD_SIZE); None: every rank on one node."""
     _node_comms: tuple[Comm, Comm] | None = field(default=None, repr=False)
-
-    @property
-    def options(self) -> Any:
-        return self.config.options if self.config is not None else None
 
     # ---- the rank grid -----------------------------------------------------------------
     @property
@@ -190,3 +187,17 @@ class RankContext:
         self.comm.drain()
         return self.tracer.events()
 
+
+
+@dataclass
+class RunContext(RankContext):
+    """What every rank of a ``labkit.run`` gets: a ``RankContext`` that also holds the run's
+    config (always: a strategy reads its settings from it)."""
+
+    config: RunConfig = field(kw_only=True)
+    """The run's resolved config (``labkit.config.run``)."""
+
+    @property
+    def options(self) -> Any:
+        """The strategy's options dataclass (``config.options``)."""
+        return self.config.options

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from labkit.rank.context import RankContext
+from labkit.rank.context import RankContext, RunContext
 from labkit.rank.job import Job, RankReport
 from labkit.rank.subgroups import build_axis_comms
 
@@ -137,12 +137,13 @@ class RankGroup:
             from labkit.trace.spool import Spool, spool_path
 
             spool = Spool(spool_path(spool_dir, self.rank), tracer, offset)
-        ctx = RankContext(rank=self.rank, world_size=self.world_size,
-                          local_rank=self.local_rank, backend=self.backend, device=self.device,
-                          tracer=tracer, comm=comm, config=cfg, seed=job.seed,
-                          progress=progress,
-                          fault=cfg.inject_fault if cfg is not None else None, spool=spool,
-                          grid=grid, axis_comms=axis_comms, ranks_per_node=ranks_per_node)
+        common: dict[str, Any] = dict(
+            rank=self.rank, world_size=self.world_size, local_rank=self.local_rank,
+            backend=self.backend, device=self.device, tracer=tracer, comm=comm, seed=job.seed,
+            progress=progress, spool=spool, grid=grid, axis_comms=axis_comms,
+            ranks_per_node=ranks_per_node)
+        ctx = (RankContext(**common) if cfg is None else
+               RunContext(**common, config=cfg, fault=cfg.inject_fault))
         try:  # 4.
             if job.fn is not None:
                 output = job.fn(ctx, *job.args)

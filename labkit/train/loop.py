@@ -36,7 +36,7 @@ from torch import nn
 from labkit.base.events import Op
 from labkit.config.metrics import RankMetrics
 from labkit.config.run import RunConfig
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankContext, RankOutput, RunContext
 from labkit.train.data import Task
 from labkit.train.models import task_for
 from labkit.train.optim import make_optimizer
@@ -62,11 +62,14 @@ class TrainLoop(Generic[R]):
     def __init__(self, ctx: RankContext, model: Any, *, full_model: nn.Module | None = None,
                  params: Sequence[torch.Tensor] | None = None, optimizer: Any = None,
                  checkpoint_module: nn.Module | None = None, clock: bool = True,
-                 config: Any = None, stats: tuple[int, int] | None = None,
+                 config: RunConfig | None = None, stats: tuple[int, int] | None = None,
                  task: Task | None = None):
-        cfg = config if config is not None else ctx.config
-        assert cfg is not None
-        self.ctx, self.cfg = ctx, cast("RunConfig", cfg)
+        if config is None:
+            if not isinstance(ctx, RunContext):
+                raise TypeError("TrainLoop on a labkit.launch rank needs config=RunConfig(...): "
+                                "only a labkit.run rank's context holds one")
+            config = ctx.config
+        self.ctx, self.cfg = ctx, config
         self.model = model
         self.full_model = full_model if full_model is not None else model
         self.stats = stats if stats is not None else model_stats(self.full_model)

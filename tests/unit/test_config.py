@@ -160,3 +160,42 @@ def test_model_parameters_count_the_mlp():
 
     m = ModelConfig(in_dim=5, width=7, depth=3, out_dim=2)
     assert m.parameters() == sum(p.numel() for p in build_mlp(m, 0).parameters())
+
+
+def test_every_field_reads_resolved_and_the_config_is_frozen_for_real():
+    """Issue 39: RunConfig resolves its defaults once, in ``resolve``; afterwards no field
+    can be written (the dataclass is frozen, with no ``object.__setattr__`` behind it)."""
+    import dataclasses
+
+    cfg = RunConfig(strategy="ddp", model="gpt", inject_fault="1:3:raise",
+                    options={"bucket_cap_mb": 1.0})
+    assert (cfg.steps, cfg.lr, cfg.optimizer, cfg.batch_size) == (40, 0.1, "momentum", 32)
+    assert cfg.model == ModelConfig(kind="gpt") and cfg.world_size == 2
+    assert cfg.inject_fault == FaultSpec(rank=1, step=3, kind="raise")
+    assert cfg.options.bucket_cap_mb == 1.0 and cfg.timeout_s >= 120.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.steps = 5  # type: ignore[misc]
+    import inspect
+
+    import labkit.config.run as run_module
+    assert "object.__setattr__" not in inspect.getsource(run_module)
+
+
+def test_pickles_copies_and_replace_keep_the_resolved_values():
+    """A config crosses to the ranks pickled: it arrives equal, without being resolved (or
+    validated) again; ``replace`` resolves and validates the changed copy."""
+    import copy
+    import pickle
+
+    cfg = RunConfig(strategy="pipeline", model={"kind": "mlp", "width": 64}, steps=3)
+    for twin in (pickle.loads(pickle.dumps(cfg)), copy.copy(cfg), copy.deepcopy(cfg)):
+        assert twin == cfg and type(twin) is RunConfig and twin.options == cfg.options
+    changed = cfg.replace(steps=5)
+    assert changed.steps == 5 and changed.model.width == 64 and cfg.steps == 3
+    with pytest.raises(ConfigError, match=r"steps \(0\) must be >= 1"):
+        cfg.replace(steps=0)
+
+
+def test_a_strategy_without_options_resolves_them_to_none():
+    assert RunConfig(strategy="ddp-naive").options is None
+    assert RunConfig(strategy="ddp-naive", options={}).options is None

@@ -18,13 +18,13 @@ from typing import Any
 import torch
 
 from labkit.base.errors import ConfigError
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.strategies.collectives.hierarchical import hierarchical_allreduce
 from labkit.strategies.collectives.ring import ALGORITHMS
 from labkit.theory import busbw, fit_alpha_beta
 
 
-def _one_call(ctx: RankContext, impl: str, tensor: torch.Tensor, step: int) -> None:
+def _one_call(ctx: RunContext, impl: str, tensor: torch.Tensor, step: int) -> None:
     if impl == "builtin":
         ctx.comm.all_reduce(tensor, step=step)
     elif impl == "hierarchical":
@@ -34,7 +34,7 @@ def _one_call(ctx: RankContext, impl: str, tensor: torch.Tensor, step: int) -> N
         ALGORITHMS[impl](ctx.comm, tensor, step=step)
 
 
-def time_allreduce(ctx: RankContext, impl: str, size_bytes: int, iters: int, warmup: int,
+def time_allreduce(ctx: RunContext, impl: str, size_bytes: int, iters: int, warmup: int,
                    step: int = 0) -> float:
     """Median seconds per all-reduce of ``size_bytes`` (the slowest rank's median).
 
@@ -85,9 +85,8 @@ def alpha_beta_summary(sizes: list[int], times: list[float], world_size: int
             "predicted_time_s": [fit.predict(s) for s in sizes]}
 
 
-def train(ctx: RankContext) -> RankOutput:
+def train(ctx: RunContext) -> RankOutput:
     cfg = ctx.config
-    assert cfg is not None
     opts = cfg.options
     sizes = list(opts.sizes_bytes)
     if opts.impl == "hierarchical":

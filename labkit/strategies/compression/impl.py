@@ -14,7 +14,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from labkit.base.events import Lane, Op
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.strategies.compression import CompressionMetrics
 from labkit.strategies.compression.cost import allreduce_wire, predicted_payload_bytes
 from labkit.strategies.compression.hooks import (
@@ -44,9 +44,8 @@ def bytes_per_step(events: list[Any], world_size: int) -> tuple[list[int], list[
 class CompressedDDPLoop(TorchDDPLoop[CompressionMetrics]):
     Record = CompressionMetrics
 
-    def __init__(self, ctx: RankContext) -> None:
+    def __init__(self, ctx: RunContext) -> None:
         self.feedback: TopKHook | RandomKHook | Int8Hook | None = None  # error-feedback hooks
-        assert ctx.config is not None
         super().__init__(ctx, ctx.config.options.bucket_cap_mb)
 
     def register_hook(self, ddp: DistributedDataParallel) -> None:
@@ -102,5 +101,5 @@ class CompressedDDPLoop(TorchDDPLoop[CompressionMetrics]):
         rec.grad_bytes = grad_bytes
 
 
-def train(ctx: RankContext) -> RankOutput:
+def train(ctx: RunContext) -> RankOutput:
     return CompressedDDPLoop(ctx).run()

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.strategies.dp import DPMetrics
 from labkit.train.loop import TrainLoop
 from labkit.train.models import build_model
@@ -53,8 +53,7 @@ class TorchDDPLoop(TrainLoop[D]):
 
     Record = DPMetrics
 
-    def __init__(self, ctx: RankContext, bucket_cap_mb: float):
-        assert ctx.config is not None
+    def __init__(self, ctx: RunContext, bucket_cap_mb: float):
         model = build_model(ctx.config).to(ctx.device)
         ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
         ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, device_ids=ids)
@@ -74,6 +73,5 @@ class TorchDDPLoop(TrainLoop[D]):
         self.record.buckets = len(self.step_ref.buckets)
 
 
-def train(ctx: RankContext) -> RankOutput:
-    assert ctx.config is not None
+def train(ctx: RunContext) -> RankOutput:
     return TorchDDPLoop[DPMetrics](ctx, ctx.config.options.bucket_cap_mb).run()

@@ -10,7 +10,7 @@ from typing import Any
 
 from torch import nn
 
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.strategies.dp.buckets import BucketManager
 from labkit.strategies.dp.loop import grad_bytes, train_data_parallel
 
@@ -23,7 +23,7 @@ class BucketedSync:
         self.manager: BucketManager | None = None
         self._params: list[tuple[str, nn.Parameter]] = []
 
-    def attach(self, ctx: RankContext, params: list[tuple[str, nn.Parameter]]) -> None:
+    def attach(self, ctx: RunContext, params: list[tuple[str, nn.Parameter]]) -> None:
         self._params = params
         self.manager = BucketManager(params, ctx.comm, self.cap_bytes)
 
@@ -44,7 +44,6 @@ class BucketedSync:
                 "bucket_params": [[n for n, _ in b.params] for b in self.manager.buckets]}
 
 
-def train(ctx: RankContext) -> RankOutput:
+def train(ctx: RunContext) -> RankOutput:
     cfg = ctx.config
-    assert cfg is not None
     return train_data_parallel(ctx, BucketedSync(cfg.options.bucket_cap_mb))

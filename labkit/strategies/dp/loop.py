@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.strategies.dp import DPMetrics
 from labkit.train.loop import TrainLoop
 from labkit.train.models import build_model
@@ -29,7 +29,7 @@ from labkit.train.reference import params_sha256
 class GradSync(Protocol):
     """How gradients are averaged: hooks installed once, then ``finish`` after each backward."""
 
-    def attach(self, ctx: RankContext, params: list[tuple[str, nn.Parameter]]) -> None: ...
+    def attach(self, ctx: RunContext, params: list[tuple[str, nn.Parameter]]) -> None: ...
 
     def begin_step(self, step: int) -> None: ...
 
@@ -47,8 +47,7 @@ def _norms(params: list[tuple[str, nn.Parameter]]) -> list[float]:
 class DataParallelLoop(TrainLoop[DPMetrics]):
     Record = DPMetrics
 
-    def __init__(self, ctx: RankContext, grad_sync: GradSync):
-        assert ctx.config is not None
+    def __init__(self, ctx: RunContext, grad_sync: GradSync):
         model = build_model(ctx.config).to(ctx.device)
         super().__init__(ctx, model)
         self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -97,7 +96,7 @@ class DataParallelLoop(TrainLoop[DPMetrics]):
         return out
 
 
-def train_data_parallel(ctx: RankContext, grad_sync: GradSync) -> RankOutput:
+def train_data_parallel(ctx: RunContext, grad_sync: GradSync) -> RankOutput:
     return DataParallelLoop(ctx, grad_sync).run()
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import nn
 
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankContext, RankOutput, RunContext
 from labkit.strategies.dp.loop import grad_bytes, train_data_parallel
 
 
@@ -39,5 +39,5 @@ class PerParameterSync:
                 "allreduce_calls_per_step": len(self._params)}
 
 
-def train(ctx: RankContext) -> RankOutput:
+def train(ctx: RunContext) -> RankOutput:
     return train_data_parallel(ctx, PerParameterSync())

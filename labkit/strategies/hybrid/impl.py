@@ -33,7 +33,7 @@ import torch
 
 from labkit.base.events import Lane
 from labkit.base.events import Op as Ev
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.schedules import build_plan
 from labkit.strategies.hybrid import HybridMetrics
 from labkit.strategies.pipeline.engine import StepRecord, run_step
@@ -71,8 +71,8 @@ class HybridLoop(TrainLoop[HybridMetrics]):
 
     Record = HybridMetrics
 
-    def __init__(self, ctx: RankContext):
-        assert ctx.config is not None and ctx.grid is not None
+    def __init__(self, ctx: RunContext):
+        assert ctx.grid is not None
         cfg, grid = ctx.config, ctx.grid
         o = self.axes = Axes3D.of(cfg.options)
         full, task = build_model(cfg), task_for(cfg)                   # 1.
@@ -155,5 +155,5 @@ def axis_bytes_per_step(events: list[Any], grid: Any) -> dict[str, float]:
             for axis in ("dp", "pp", "tp")}
 
 
-def train(ctx: RankContext) -> RankOutput:
+def train(ctx: RunContext) -> RankOutput:
     return HybridLoop(ctx).run()

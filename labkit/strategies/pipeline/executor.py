@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.schedules import Op, Plan
 from labkit.strategies.pipeline import PipelineOptions, options_for, plan_for
 from labkit.strategies.pipeline.engine import StepRecord, check_only_linears, run_step
@@ -24,7 +24,7 @@ from labkit.train.parallel.pipeline import Stage, choose_bounds, gather_stages
 from labkit.train.reference import Reference, reference_run
 
 
-def build_stages(ctx: RankContext, plan: Plan, opts: PipelineOptions, full: Any,
+def build_stages(ctx: RunContext, plan: Plan, opts: PipelineOptions, full: Any,
                  sample: Any) -> tuple[dict[int, Stage], list[int]]:
     """This rank's stages of ``full`` (the registry's model) and the stage boundaries."""
     layout = layout_of(full)
@@ -43,9 +43,8 @@ class PipelineLoop(TrainLoop[PipelineMetrics]):
 
     Record = PipelineMetrics
 
-    def __init__(self, ctx: RankContext):
+    def __init__(self, ctx: RunContext):
         cfg = ctx.config
-        assert cfg is not None
         self.opts = options_for(cfg)
         self.plan = plan_for(self.opts, ctx.grid.pp if ctx.grid is not None else ctx.world_size)
         rows = cfg.batch_size // self.plan.microbatches
@@ -110,7 +109,7 @@ class PipelineLoop(TrainLoop[PipelineMetrics]):
                                         default=0.0)
 
 
-def train(ctx: RankContext) -> RankOutput:
+def train(ctx: RunContext) -> RankOutput:
     """The strategy entry: ``labkit run pipeline`` on every rank (``--model gpt`` runs on the
     3D loop, ``labkit.strategies.hybrid.impl``: the registry routes it)."""
     return PipelineLoop(ctx).run()

@@ -20,12 +20,11 @@ workers can wait on each other across servers. Workers never talk to each other.
 
 from __future__ import annotations
 
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 
 
-def train(ctx: RankContext) -> RankOutput:
+def train(ctx: RunContext) -> RankOutput:
     """Servers run the server loop; workers run the training skeleton."""
-    assert ctx.config is not None
     if ctx.rank < ctx.config.options.servers:
         from labkit.strategies.ps.server import serve
 

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from labkit.base.events import Op
-from labkit.rank.context import RankContext, RankOutput, inject_fault
+from labkit.rank.context import RankOutput, RunContext, inject_fault
 from labkit.strategies.ps import workers_of
 from labkit.strategies.ps.messages import flat_params
 from labkit.strategies.ps.protocol import (
@@ -47,8 +47,7 @@ from labkit.train.reference import finish_run, reference_run
 
 
 class ParameterServer:
-    def __init__(self, ctx: RankContext):
-        assert ctx.config is not None
+    def __init__(self, ctx: RunContext):
         self.ctx, self.cfg = ctx, ctx.config
         opts = self.cfg.options
         self.servers, self.workers = opts.servers, workers_of(self.cfg)
@@ -160,7 +159,7 @@ class ParameterServer:
         return out
 
 
-def serve(ctx: RankContext) -> RankOutput:
+def serve(ctx: RunContext) -> RankOutput:
     server = ParameterServer(ctx)
     server.serve()
     return server.finish()

@@ -23,7 +23,7 @@ import time
 import torch
 
 from labkit.base.events import Op
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.strategies.ps import workers_of
 from labkit.strategies.ps.messages import flat_params, header
 from labkit.strategies.ps.protocol import (
@@ -42,8 +42,7 @@ from labkit.train.models import build_model
 class PSWorker(TrainLoop[PSMetrics]):
     Record = PSMetrics
 
-    def __init__(self, ctx: RankContext):
-        assert ctx.config is not None
+    def __init__(self, ctx: RunContext):
         model = build_model(ctx.config).to(ctx.device)
         super().__init__(ctx, model)
         opts = self.cfg.options

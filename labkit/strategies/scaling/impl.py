@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from labkit.base.events import Op
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankContext, RankOutput, RunContext
 from labkit.strategies.scaling import ScalingMetrics, global_batch_of
 from labkit.theory import lr_at_step, scaled_lr
 from labkit.train.loop import TrainLoop
@@ -121,8 +121,7 @@ class ScalingLoop(TrainLoop[ScalingMetrics]):
         return out
 
 
-def train(ctx: RankContext) -> RankOutput:
-    assert ctx.config is not None
+def train(ctx: RunContext) -> RankOutput:
     return ScalingLoop(ctx, ctx.config).run()
 
 

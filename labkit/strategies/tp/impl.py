@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from labkit.base.events import Op
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.strategies.tp import TPMetrics
 from labkit.strategies.tp.cost import tp_bytes_per_layer
 from labkit.train.data import ActivationTask
@@ -62,8 +62,7 @@ class TPLoop(TrainLoop[TPMetrics]):
 
     Record = TPMetrics
 
-    def __init__(self, ctx: RankContext):
-        assert ctx.config is not None
+    def __init__(self, ctx: RunContext):
         self.clock_tp = ComputeClock(ctx.tracer)
         self.tpc = TPComm(ctx.tp_comm, self.clock_tp)
         if ctx.device.type == "cuda":
@@ -158,5 +157,5 @@ class TPLoop(TrainLoop[TPMetrics]):
         return out
 
 
-def train(ctx: RankContext) -> RankOutput:
+def train(ctx: RunContext) -> RankOutput:
     return TPLoop(ctx).run()

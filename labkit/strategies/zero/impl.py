@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from labkit.base.events import Op
-from labkit.rank.context import RankContext, RankOutput
+from labkit.rank.context import RankOutput, RunContext
 from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
 from labkit.train.loop import TrainLoop
@@ -32,8 +32,7 @@ from labkit.train.training import model_stats
 class ZeroLoop(TrainLoop[ZeroMetrics]):
     Record = ZeroMetrics
 
-    def __init__(self, ctx: RankContext):
-        assert ctx.config is not None
+    def __init__(self, ctx: RunContext):
         opts = ctx.config.options
         self.bf16 = opts.precision == "bf16"
         if ctx.device.type == "cuda":
@@ -113,7 +112,7 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
         acc.fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)
 
 
-def zero_on_rank(ctx: RankContext, config: Any) -> dict[str, Any]:
+def zero_on_rank(ctx: RunContext, config: Any) -> dict[str, Any]:
     """labkit's ZeRO (``config.options``) for ``config.steps`` steps on this rank, inside any
     ``labkit.launch``ed function: what a lesson sets a hand-written ZeRO step beside. Returns
     ``weights`` (the whole final fp32 parameters, by name: a collective) and ``bytes`` (this
@@ -124,8 +123,7 @@ def zero_on_rank(ctx: RankContext, config: Any) -> dict[str, Any]:
     return {"weights": loop.final_state(), "bytes": loop.model_state_bytes()}
 
 
-def train(ctx: RankContext) -> RankOutput:
-    assert ctx.config is not None
+def train(ctx: RunContext) -> RankOutput:
     if ctx.config.options.impl == "torch":
         from labkit.strategies.zero.torch_impl import TorchZeroLoop
 

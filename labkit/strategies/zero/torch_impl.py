@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from labkit.base.events import Op
-from labkit.rank.context import RankContext
+from labkit.rank.context import RunContext
 from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
 from labkit.train.loop import TrainLoop
@@ -32,7 +32,7 @@ from labkit.train.optim import make_optimizer
 class _TracedAllGather:
     """FSDP2's all-gather, sent through ``ctx.comm`` (duck-types FSDP2's AllGather)."""
 
-    def __init__(self, ctx: RankContext, clock: Any):
+    def __init__(self, ctx: RunContext, clock: Any):
         self.ctx, self.clock = ctx, clock
 
     def allocate(self, size: Sequence[Any], *, dtype: torch.dtype,
@@ -58,10 +58,9 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t  # DTensor -> this rank's shard
 
 
-def _wrap(ctx: RankContext, model: nn.Sequential, stage: int) -> tuple[nn.Module, Any, Any]:
+def _wrap(ctx: RunContext, model: nn.Sequential, stage: int) -> tuple[nn.Module, Any, Any]:
     """(the module forward calls, the optimizer, the object whose ``now`` tags spans)."""
     cfg = ctx.config
-    assert cfg is not None
     if stage == 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
         from torch.nn.parallel import DistributedDataParallel
@@ -99,8 +98,7 @@ class TorchZeroLoop(TrainLoop[ZeroMetrics]):
 
     Record = ZeroMetrics
 
-    def __init__(self, ctx: RankContext):
-        assert ctx.config is not None
+    def __init__(self, ctx: RunContext):
         self.stage = ctx.config.options.stage
         model = cast(nn.Sequential, build_model(ctx.config))
         wrapped, opt, self.clock_ref = _wrap(ctx, model, self.stage)
