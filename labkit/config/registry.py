@@ -1,7 +1,8 @@
 """The open registry of training strategies (``labkit run STRATEGY``).
 
 A strategy family is a subpackage of ``labkit.strategies`` whose ``__init__`` is
-*torch-free*: it defines the options dataclass and calls ``register(Strategy(...))``. The
+*torch-free*: it imports the family's ``options`` module, which defines the options
+dataclass and calls ``register(Strategy(...))``. The
 code that runs on each rank lives in a sibling module named by ``Strategy.entry``
 ("module:function") and is imported only inside the ranks, so the supervisor process stays
 light (no torch import) and validates configs instantly.

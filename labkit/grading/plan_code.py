@@ -152,11 +152,3 @@ def add_cases(q: Question, fn: Callable[..., Any],
     plans = [add_case(q, fn, stages, microbatches) for stages, microbatches in cases]
     if execute and executor_available() and plans and plans[0] is not None:
         q.record(RUNS, run_on_executor(plans[0]))
-
-
-def check_one_f_one_b(fn: Callable[..., Any], cases: Sequence[tuple[int, int]] = VISIBLE_CASES,
-                      execute: bool = False) -> Verdict:
-    """Every part as one Verdict (tests and scripts)."""
-    q = question()
-    add_cases(q, fn, cases, execute)
-    return q.verdict()

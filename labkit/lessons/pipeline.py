@@ -7,6 +7,10 @@ says how much of it is uneven compute and how much is communication. ``bench/ben
 uses batch 1024 and 16 layers, where the measured bubble lands within 0.02 of the formula.
 Each helper returns ``labkit.run`` results; the figures live in ``labkit.visuals.pipeline``.
 
+``torch_twin`` runs labkit's GPipe or 1F1B beside ``torch.distributed.pipelining``'s twin on
+the same GPT stages, seed and microbatches and returns how far the weights differ
+(``labkit.strategies.pipeline.torch_schedules``).
+
 The lesson's mechanism cell (a 1F1B loop written on the page) runs on ranks of
 ``labkit.launch``: ``page_stage`` gives each rank its stage of a small seeded MLP and a batch,
 ``labkits_step`` runs the same plan on an equal stage with labkit's own executor, so the two
@@ -15,12 +19,13 @@ steps' losses, activation counts and gradients can be compared.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
 from labkit.api import run
 from labkit.base.errors import ConfigError
+from labkit.base.validate import is_int
 from labkit.config.run import ModelConfig, RunConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.pipeline_text import (
@@ -72,12 +77,6 @@ def repeat_pipeline(variants: Mapping[Any, Mapping[str, Any]], repeats: int = 3,
                            measure=lambda r: r.metrics["bubble_fraction"], on_run=line,
                            desc="pipeline repeats")
     return results
-
-
-def bubble_sweep(stages: int = 2, microbatches: Iterable[int] = (2, 4, 8), *,
-                 schedule: str = "gpipe", **kwargs: Any) -> dict[int, RunResult]:
-    """One real run per microbatch count (same global batch, so only the split changes)."""
-    return {m: run_pipeline(schedule, stages, m, **kwargs) for m in microbatches}
 
 
 def balance_demo(layer_costs: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 4, 4), stages: int = 2,
@@ -183,3 +182,44 @@ def labkits_step(ctx: Any, plan: Plan, stage: Any, x: Any, y: Any) -> dict[str, 
 
     record = run_step(ctx, plan, {stage.stage: stage}, x, y, step=0)
     return {"loss": record.loss, "peak_held": record.peak_activations}
+
+
+# ---- the torch twin: the same schedule through torch.distributed.pipelining -------------------
+
+TWIN_MODEL = ModelConfig(kind="gpt", width=32, depth=4, heads=2, seq_len=16)
+"""The twin's GPT: four blocks, 32 wide, 16 characters (a run takes seconds)."""
+
+
+def torch_twin(schedule: str = "1f1b", stages: int = 2, microbatches: int = 4, *,
+               steps: int = 3, batch_size: int = 8, lr: float = 0.1, seed: int = 0,
+               model: ModelConfig = TWIN_MODEL, timeout_s: float = 120.0) -> dict[str, Any]:
+    """labkit's ``schedule`` ("gpipe" or "1f1b") and torch's ``ScheduleGPipe`` /
+    ``Schedule1F1B`` on ``stages`` real ranks, each training equal copies of its stage of the
+    seeded GPT for ``steps`` SGD steps on the same microbatches. Returns ``max_abs_diff`` (the
+    largest parameter difference over every stage: float rounding at most), the
+    per-stage differences and both loss curves (``labkit_losses``, ``torch_losses``)."""
+    from labkit.api import launch
+    from labkit.strategies.pipeline.torch_schedules import TORCH_SCHEDULES, compare_with_torch
+
+    problems = []
+    if schedule not in TORCH_SCHEDULES:
+        problems.append(f"schedule {schedule!r} has no torch twin here; it must be one of "
+                        f"{', '.join(TORCH_SCHEDULES)}; e.g. torch_twin('1f1b')")
+    if not (is_int(microbatches) and is_int(batch_size) and microbatches >= 1
+            and batch_size >= microbatches and batch_size % microbatches == 0):
+        problems.append(f"batch_size ({batch_size!r}) must be a multiple of microbatches "
+                        f"({microbatches!r}) >= 1, so every microbatch has as many rows; "
+                        f"e.g. batch_size=8, microbatches=4")
+    if is_int(stages) and model.depth < stages:
+        problems.append(f"model.depth ({model.depth}) must be >= stages ({stages}): every "
+                        f"stage holds at least one block; e.g. depth=4, stages=2")
+    if problems:
+        raise ConfigError(problems)
+    ranks = launch(compare_with_torch, stages, schedule, microbatches, model, steps,
+                   batch_size, lr, seed, timeout_s=timeout_s).results
+    last = ranks[-1]
+    return {"schedule": schedule, "torch_schedule": TORCH_SCHEDULES[schedule],
+            "stages": stages, "microbatches": microbatches, "steps": steps,
+            "max_abs_diff": max(r["max_abs_diff"] for r in ranks),
+            "per_stage": [r["max_abs_diff"] for r in ranks],
+            "labkit_losses": last["labkit_losses"], "torch_losses": last["torch_losses"]}
