@@ -61,8 +61,14 @@ def lesson_03(ns: dict[str, Any]) -> None:
     exactly its plan's activations, 1F1B fewer than GPipe on rank 0; interleaving sends
     (v*p-1)/(p-1) times 1F1B's messages; zero bubble ran I and W apart; balancing by cost took
     layers off the heavy last stage. No sentence says "holds" for numbers that do not. The
-    1F1B loop on the page equals labkit's executor and holds p - r microbatches on rank r."""
+    1F1B loop on the page equals labkit's executor and holds p - r microbatches on rank r.
+    labkit's GPipe and 1F1B train the weights torch.distributed.pipelining's schedules train
+    (float rounding: <= 1e-6)."""
     from labkit.lessons.pipeline_text import formula_verdict, sweep_text
+
+    for schedule, twin in ns["twins"].items():
+        assert twin["max_abs_diff"] <= 1e-6, (f"{schedule}: labkit vs torch's schedule differ by "
+                                              f"{twin['max_abs_diff']:.2e}")
     from labkit.strategies.pipeline.metrics import op_times_ms
 
     naive, gpipe = ns["naive"].metrics, ns["gpipe"].metrics
