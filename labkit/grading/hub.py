@@ -8,7 +8,9 @@ assignment files" exchange, labkit's grading box):
    home private (mode 700: a student cannot read another's notebooks or feedback);
 2. **the course**: ``nbgrader_config.py``, ``solutions/`` (with the instructor-only
    ``_grading/``) and ``exercises/`` copied into the instructor's course folder, mode 700;
-3. **the exchange**: nbgrader's ``Exchange.root``, world-writable with the sticky bit;
+3. **the exchange**: nbgrader's ``Exchange.root``, world-writable with the sticky bit, and
+   ``<root>/labkit`` made and owned by the instructor; collect is labkit's
+   (:mod:`labkit.grading.exchange`: identity from the owner, never a symlink followed);
 4. **nbgrader's system-wide config** (``course_id``, ``Exchange.root``, the grading cgroup);
 5. **the sandbox**: a cgroup folder per controller delegated to the instructor, so each
    grading box gets its own process, memory and CPU limits without root; then a probe box,
@@ -135,9 +137,12 @@ def install_course(plan: HubPlan, source: Path) -> list[str]:
 
 
 def make_exchange(plan: HubPlan) -> list[str]:
+    from labkit.grading.exchange import own_course_folder
+
     plan.exchange.mkdir(parents=True, exist_ok=True)
     os.chmod(plan.exchange, 0o1777)  # nbgrader's requirement: writable by all, sticky
-    return [f"exchange: {plan.exchange} (mode 1777, nbgrader keeps submissions unlistable)"]
+    return [f"exchange: {plan.exchange} (mode 1777, nbgrader keeps submissions unlistable)",
+            *own_course_folder(plan.exchange, COURSE_ID, plan.instructor)]
 
 
 def nbgrader_config(plan: HubPlan) -> str:
@@ -147,6 +152,8 @@ def nbgrader_config(plan: HubPlan) -> str:
         "c = get_config()  # noqa: F821",
         f"c.CourseDirectory.course_id = {COURSE_ID!r}",
         f"c.Exchange.root = {str(plan.exchange)!r}",
+        "# collect: the student is the folder's owner, the time the disk's, no symlink followed",
+        "c.ExchangeFactory.collect = 'labkit.grading.exchange.SafeCollect'",
         f"c.SandboxedExecute.cgroup = {plan.cgroup!r}", ""])
 
 
