@@ -7,7 +7,9 @@ assignment files" exchange, labkit's grading box):
 1. **users**: the instructor and every student as local Linux users (``useradd``), each
    home private (mode 700: a student cannot read another's notebooks or feedback);
 2. **the course**: ``nbgrader_config.py``, ``solutions/`` (with the instructor-only
-   ``_grading/``) and ``exercises/`` copied into the instructor's course folder, mode 700;
+   ``_grading/`` and a fresh course secret) and ``exercises/`` copied into the instructor's
+   course folder, mode 700; the checkout labkit runs from has its ``solutions/`` closed, and
+   what a student can still read is checked as that student (:mod:`labkit.grading.keys`);
 3. **the exchange**: nbgrader's ``Exchange.root``, world-writable with the sticky bit, and
    ``<root>/labkit`` made and owned by the instructor; collect is labkit's
    (:mod:`labkit.grading.exchange`: identity from the owner, never a symlink followed);
@@ -37,6 +39,7 @@ from typing import Any
 
 from labkit.base.errors import ConfigError, LabError
 from labkit.base.validate import check_fields, integer, option
+from labkit.grading import keys
 
 NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}")
 COURSE_ID = "labkit"
@@ -133,7 +136,9 @@ def install_course(plan: HubPlan, source: Path) -> list[str]:
     for path in [course, *course.rglob("*")]:
         os.chown(path, user.pw_uid, user.pw_gid, follow_symlinks=False)
     os.chmod(course, 0o700)
-    return [f"course: {course} (the instructor's only: solutions and keys stay there)"]
+    keys.write_course_secret(course / "solutions" / "_grading", user.pw_uid, user.pw_gid)
+    return [f"course: {course} (the instructor's only: solutions, keys and a fresh course "
+            "secret stay there)"]
 
 
 def make_exchange(plan: HubPlan) -> list[str]:
@@ -286,14 +291,14 @@ def setup(plan: HubPlan, source: Path) -> list[str]:
     lines.append(f"grading box: {box['mode']}, cgroup limits {'on' if box['cgroup'] else 'off'}"
                  f", box's pid 1 {box['pid1']}, environment {len(box['env'])} variables "
                  "(the grader's never)")
-    return lines + protections(box)
+    return lines + keys.audit(plan.students[0], plan.course,
+                                                keys.checkouts(plan.pythonpath)) + protections(box)
 
 
 def protections(box: dict[str, Any]) -> list[str]:
     """What the class set-up protects, and what it does not (docs/instructors.md)."""
-    held = ["protected: solutions/, keys and the gradebook (course folder mode 700; grading "
-            "boxes never see it)", "protected: one student's notebooks and feedback from "
-            "another (private homes; nbgrader's exchange lists nothing)"]
+    held = ["protected: one student's notebooks and feedback from another (private homes; "
+            "nbgrader's exchange lists nothing)"]
     if box["mode"] == "bwrap" and box["cgroup"]:
         held.append("protected: the server from a submission (processes, memory, /tmp, CPU "
                     "per box)")
