@@ -91,6 +91,10 @@ def _register_hub(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                    "checkout that is not installed)")
     h.add_argument("--cgroup", default="/labkit-grading",
                    help="cgroup folder delegated to the instructor for grading boxes")
+    h.add_argument("--server-memory-mb", type=int, default=4096, help="MiB one student's "
+                   "server may use with its kernels and ranks (a cgroup per server)")
+    h.add_argument("--server-processes", type=int, default=512,
+                   help="processes and threads one student's server may hold")
     h.add_argument("--serve", action="store_true", help="then start JupyterHub")
     h.set_defaults(func=_hub)
 
@@ -176,7 +180,8 @@ def _hub(args: argparse.Namespace) -> int:
             exchange=Path(args.exchange), hub_dir=Path(args.hub_dir),
             config_dir=Path(args.config_dir), ip=args.ip, port=args.port,
             hub_port=args.hub_port, api_port=args.api_port, python=args.python,
-            pythonpath=args.pythonpath, cgroup=args.cgroup, passwords=passwords)
+            pythonpath=args.pythonpath, cgroup=args.cgroup, passwords=passwords,
+            server_memory_mb=args.server_memory_mb, server_processes=args.server_processes)
         for line in hub.setup(plan, course.repo_root()):
             print(line)
     except ConfigError as error:

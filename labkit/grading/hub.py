@@ -18,7 +18,8 @@ assignment files" exchange, labkit's grading box):
    grading box gets its own process, memory and CPU limits without root; then a probe box,
    run as the instructor, says which protections hold on this machine;
 6. **the hub's config** (``jupyterhub_config.py``: PAM login, one local single-user server
-   per user on loopback by default, the proxy's API on loopback).
+   per user on loopback by default, each in a cgroup of its own with memory and process
+   limits (:mod:`labkit.grading.spawner`), the proxy's API on loopback).
 
 ``--serve`` then starts JupyterHub with that config. What is and is not protected is
 printed at the end (and written in ``docs/instructors.md``).
@@ -39,7 +40,8 @@ from typing import Any
 
 from labkit.base.errors import ConfigError, LabError
 from labkit.base.validate import check_fields, integer, option
-from labkit.grading import keys
+from labkit.grading import keys, spawner
+from labkit.grading.spawner import ServerLimits
 
 NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}")
 COURSE_ID = "labkit"
@@ -65,6 +67,10 @@ class HubPlan:
     pythonpath: str = ""
     """Put on PYTHONPATH of every server (a labkit checkout that is not installed)."""
     cgroup: str = "/labkit-grading"
+    server_memory_mb: int = option(4096, integer(128, 1 << 24, example=4096))
+    """MiB one student's server may use with all its kernels and ranks (its own cgroup)."""
+    server_processes: int = option(512, integer(16, 1 << 20, example=512))
+    """Processes and threads one student's server may hold at once."""
     passwords: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -195,7 +201,10 @@ def hub_config(plan: HubPlan) -> str:
         "c.JupyterHub.authenticator_class = 'pam'",
         "c.Authenticator.allowed_users = {" + ", ".join(map(repr, sorted(plan.users))) + "}",
         f"c.Authenticator.admin_users = {{{plan.instructor!r}}}",
-        "c.JupyterHub.spawner_class = 'localprocess'",
+        "# each server in a cgroup of its own: one student's runaway notebook stays hers",
+        "c.JupyterHub.spawner_class = 'labkit.grading.spawner.LimitedSpawner'",
+        f"c.Spawner.mem_limit = {plan.server_memory_mb * 2**20}",
+        f"c.LimitedSpawner.pids_limit = {plan.server_processes}",
         f"c.Spawner.cmd = [{plan.python!r}, '-m', 'jupyterhub.singleuser']",
         "c.Spawner.default_url = '/lab'",
         "c.Spawner.notebook_dir = '~'",
@@ -291,8 +300,9 @@ def setup(plan: HubPlan, source: Path) -> list[str]:
     lines.append(f"grading box: {box['mode']}, cgroup limits {'on' if box['cgroup'] else 'off'}"
                  f", box's pid 1 {box['pid1']}, environment {len(box['env'])} variables "
                  "(the grader's never)")
-    return lines + keys.audit(plan.students[0], plan.course,
-                                                keys.checkouts(plan.pythonpath)) + protections(box)
+    lines += keys.audit(plan.students[0], plan.course, keys.checkouts(plan.pythonpath))
+    return lines + protections(box) + spawner.check(ServerLimits(
+        memory_mb=plan.server_memory_mb, processes=plan.server_processes))
 
 
 def protections(box: dict[str, Any]) -> list[str]:
@@ -304,6 +314,4 @@ def protections(box: dict[str, Any]) -> list[str]:
                     "per box)")
     else:
         held.append("NOT protected: limits are per process only (no cgroup or no bwrap)")
-    held.append("NOT protected: students' own servers have no CPU or memory limits "
-                "(LocalProcessSpawner); use SystemdSpawner or a container spawner for that")
     return held

@@ -48,6 +48,8 @@ def test_the_hub_config_admits_the_class_on_loopback_with_pam() -> None:
     assert "admin_users = {'prof'}" in text
     assert "c.Spawner.cmd = ['/opt/labkit/venv/bin/python', '-m', 'jupyterhub.singleuser']" in text
     assert "'JUPYTER_CONFIG_PATH': '/srv/x/etc'" in text
+    assert "spawner_class = 'labkit.grading.spawner.LimitedSpawner'" in text
+    assert "c.Spawner.mem_limit = 4294967296" in text and "pids_limit = 512" in text
     compile(text, "jupyterhub_config.py", "exec")  # it is Python
 
 
