@@ -46,7 +46,10 @@ def repo_root() -> Path:
 def assignments(root: Path | None = None) -> list[str]:
     """Assignment names: the folders of ``solutions/`` (of ``exercises/`` in a student's copy)."""
     root = root or repo_root()
-    src = root / "solutions" if (root / "solutions").is_dir() else root / "exercises"
+    # a class's checkout has solutions/ closed to students (labkit.grading.keys): theirs is
+    # the release
+    readable = os.access(root / "solutions", os.R_OK | os.X_OK)
+    src = root / "solutions" if readable else root / "exercises"
     return sorted(p.name for p in src.iterdir()
                   if p.is_dir() and not p.name.startswith((".", "_")))
 
@@ -54,7 +57,7 @@ def assignments(root: Path | None = None) -> list[str]:
 def check_assignment(name: str, root: Path | None = None) -> str:
     root = root or repo_root()
     released = (root / "exercises" / name).is_dir() and not name.startswith((".", "_"))
-    if released and not (root / "solutions" / name).is_dir():
+    if released and not os.access(root / "solutions" / name, os.R_OK | os.X_OK):
         return name  # a student's copy: graded against the release (visible tests only)
     known = assignments(root)
     if name not in known:

@@ -14,8 +14,10 @@ Run it on its own: ``pytest -m classroom tests/classroom`` (``.ci/run`` does).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -99,6 +101,14 @@ class Classroom:
     def student(self, kind: str) -> Student:
         return self.students[self.users.student_names[KINDS.index(kind)]]
 
+    @property
+    def attacker(self) -> str:
+        """The fifth student: no browser, a shell, and the exchange as her target."""
+        return self.users.student_names[len(KINDS)]
+
+    def as_attacker(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return as_user(self.attacker, list(args), self.env(self.attacker), "/")
+
 
 def _wait_for(url: str, seconds: float) -> None:
     deadline = time.monotonic() + seconds
@@ -120,11 +130,12 @@ def classroom() -> Iterator[Classroom]:
         pytest.skip(why)
     base = Path(tempfile.mkdtemp(prefix="labkit-class-", dir="/tmp"))
     base.chmod(0o755)
-    users = Users(prefix=f"lk{secrets.token_hex(3)}", students=len(KINDS))
+    users = Users(prefix=f"lk{secrets.token_hex(3)}", students=len(KINDS) + 1)  # + attacker
     users.plan()
     cgroup = f"/labkit-grading-{users.prefix}"
     hub: subprocess.Popen[bytes] | None = None
     room: Classroom | None = None
+    solutions_mode = (REPO / "solutions").stat().st_mode & 0o7777  # the set-up closes it
     try:
         python, extra = class_python(base)
         (base / "passwords").write_text("".join(f"{u}:{p}\n" for u, p in users.passwords.items()))
@@ -137,7 +148,7 @@ def classroom() -> Iterator[Classroom]:
              str(base / "passwords"), "--exchange", str(base / "exchange"), "--hub-dir",
              str(base / "hub"), "--config-dir", str(base / "etc"), "--port", str(port),
              "--hub-port", str(hub_port), "--api-port", str(api_port), "--python", python,
-             "--pythonpath", str(REPO), "--cgroup", cgroup],
+             "--pythonpath", str(REPO), "--cgroup", cgroup, "--server-memory-mb", "3072"],
             env=root_env, capture_output=True, text=True, timeout=600, check=False)
         assert setup.returncode == 0, setup.stderr[-3000:]
         log = (base / "hub.log").open("wb")
@@ -155,6 +166,8 @@ def classroom() -> Iterator[Classroom]:
         stop(hub)
         uids = users.remove()
         _remove_cgroups(cgroup)
+        _remove_server_cgroups(users.names)
+        (REPO / "solutions").chmod(solutions_mode)
         proxy = _proxy_left(base)
         shutil.rmtree(base, ignore_errors=True)
         left = users.processes(uids)
@@ -169,6 +182,17 @@ def _remove_cgroups(name: str) -> None:
         for box in folder.glob("labkit-box-*"):
             box.rmdir()
         folder.rmdir()
+
+
+def _remove_server_cgroups(names: list[str]) -> None:
+    """The users' folders under LimitedSpawner's parent (each server removed its own)."""
+    for mount in Path("/sys/fs/cgroup").iterdir():
+        parent = mount / "labkit-users"
+        for name in names:
+            if (parent / name).is_dir():
+                (parent / name).rmdir()
+        with contextlib.suppress(OSError):  # another class's servers may still be in it
+            parent.rmdir()
 
 
 def _proxy_left(base: Path) -> int | None:
@@ -231,6 +255,19 @@ def test_one_command_sets_up_the_class(classroom: Classroom) -> None:
         assert Path(f"/home/{user}").stat().st_mode & 0o777 == 0o700
     assert classroom.course.stat().st_mode & 0o777 == 0o700
     assert (classroom.base / "exchange").stat().st_mode & 0o7777 == 0o1777
+    # item 2e: the course's exchange is the instructor's before any student could take it
+    course_x = classroom.base / "exchange" / "labkit"
+    assert course_x.stat().st_uid == pwd.getpwnam(classroom.users.instructor).pw_uid
+    assert classroom.as_attacker("mkdir", str(course_x / "outbound" / "ps1_numbers")).returncode
+    # item 3: the checkout labkit runs from is closed; what is still open is said, not hidden
+    key = REPO / "solutions" / "_grading" / "ps1_numbers.py"
+    read = classroom.as_attacker(classroom.python, "-c", f"print(open({str(key)!r}).read())")
+    assert read.returncode != 0 and "Permission denied" in read.stderr, read
+    assert "protected: solutions/, keys" not in out
+    assert all("objects (history" in line for line in out.splitlines()
+               if line.startswith("NOT protected:") and " can read " in line), out
+    # item 9: each student's server in a cgroup of its own
+    assert "protected: the class from one student's server (each in its own cgroup" in out, out
     for name in ASSIGNMENTS:
         classroom.instructor("generate_assignment", name, "--force")
         classroom.instructor("release_assignment", name)
@@ -246,7 +283,7 @@ def test_students_fetch_work_run_ranks_together_and_submit(classroom: Classroom)
     playwright = sync_playwright().start()
     classroom.browser = playwright.chromium.launch(
         executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox"])
-    for name in classroom.users.student_names:
+    for name in classroom.users.student_names[:len(KINDS)]:
         context = classroom.browser.new_context(viewport={"width": 1400, "height": 900})
         student = Student(context, classroom.url, name, classroom.users.passwords[name])
         student.log_in()
@@ -278,13 +315,44 @@ def test_students_fetch_work_run_ranks_together_and_submit(classroom: Classroom)
             student.submit(assignment)
 
 
+FORGED = "2020-01-01 00:00:00.000000 UTC"
+ATTACK = """set -e
+in=$1/labkit/inbound; release=$1/labkit/outbound/ps1_numbers/ps1_numbers.ipynb
+mine="$in/$2+ps1_numbers+$4"; theirs="$in/$3+ps1_numbers+2099-01-01 00:00:00.000000 UTC"
+mkdir "$mine" "$theirs"
+cp "$release" "$mine/"; cp "$release" "$theirs/"
+printf '%s' "$4" > "$mine/timestamp.txt"
+ln -s "$5/solutions/_grading/ps1_numbers.py" "$mine/key.py"
+ln -s "$5/course/gradebook.db" "$mine/gradebook.db"
+ln -s /etc/shadow "$mine/shadow"
+touch -d 2020-01-01 "$mine/ps1_numbers.ipynb" "$mine/timestamp.txt"
+"""
+
+
+def test_a_student_attacks_the_exchange(classroom: Classroom) -> None:
+    """The fifth student writes into inbound from a shell (issue 35, item 2): her own
+    submission with links to the keys, the gradebook and /etc/shadow and a 2020 time, and a
+    folder named for the honest student, later than his (the grading test checks the result)."""
+    honest = classroom.users.student_names[KINDS.index("honest")]
+    proc = classroom.as_attacker("/bin/sh", "-c", ATTACK, "sh", str(classroom.base / "exchange"),
+                                 classroom.attacker, honest, FORGED, str(classroom.course))
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_the_instructor_grades_in_the_box_and_releases_feedback(classroom: Classroom) -> None:
     """collect, autograde (each notebook in a box), generate and release feedback; each
-    submission scores what its honest parts deserve."""
+    submission scores what its honest parts deserve; the attacker's folders are skipped or
+    stripped, with a line each, and her time is the disk's."""
     from nbgrader.api import Gradebook
 
+    honest, attacker = classroom.users.student_names[0], classroom.attacker
     for name in ASSIGNMENTS:
-        classroom.instructor("collect", name)
+        collected = classroom.instructor("collect", name).stderr
+        if name == "ps1_numbers":
+            assert f"named for '{honest}' but made by '{attacker}'; skipped" in collected
+            for link in ("key.py", "gradebook.db", "shadow"):
+                assert f"left out {link}: a symlink (never followed)" in collected, collected
+            assert f"timestamp.txt says {FORGED}" in collected, collected
         start = time.monotonic()
         graded = classroom.instructor("autograde", name)
         print(f"autograde {name}: {time.monotonic() - start:.0f} s for "
@@ -296,7 +364,11 @@ def test_the_instructor_grades_in_the_box_and_releases_feedback(classroom: Class
     with Gradebook(f"sqlite:///{classroom.course / 'course' / 'gradebook.db'}") as gb:
         got = {kind: {name: gb.find_submission(name, student).score for name in ASSIGNMENTS}
                for kind, student in zip(KINDS, classroom.users.student_names)}
+        theirs = gb.find_submission("ps1_numbers", attacker)
+        assert (theirs.score, theirs.timestamp.year) == (0, time.gmtime().tm_year), theirs
     assert got == EXPECTED
+    kept = classroom.course / "course" / "submitted" / attacker / "ps1_numbers"
+    assert sorted(p.name for p in kept.iterdir()) == ["ps1_numbers.ipynb", "timestamp.txt"]
 
 
 def test_each_student_sees_their_own_feedback_and_no_one_elses(classroom: Classroom) -> None:
@@ -330,3 +402,43 @@ def test_each_student_sees_their_own_feedback_and_no_one_elses(classroom: Classr
     reply = page.goto(f"{classroom.url}/user/{names[0]}/lab")
     assert reply is None or reply.status >= 400 or "ps1_numbers" not in page.content()
     print(sys.version.split()[0], "class done")
+
+
+RUNAWAY = """import os, time
+end, child = time.time() + 40, False
+if os.fork() == 0:  # a memory hog
+    chunks = []
+    while time.time() < end:
+        chunks.append(bytearray(64 << 20))
+    os._exit(0)
+while time.time() < end:  # a fork bomb: every process forks again
+    try:
+        child = os.fork() == 0 or child
+    except OSError:
+        time.sleep(0.01)
+if child:
+    os._exit(0)
+print('RUNAWAY over')
+"""
+
+
+def test_a_runaway_notebook_leaves_the_other_kernels_running(classroom: Classroom) -> None:
+    """A student's fork bomb and memory hog (issue 35, item 9) meet her own server's cgroup;
+    the honest student's kernel runs a cell meanwhile and the hub keeps answering."""
+    runaway, honest = classroom.student("empty"), classroom.student("honest")
+    one = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(RUNAWAY)])
+    two = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('ALIVE', 6 * 7)")])
+    for nb in (one, two):
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
+    runaway.save("runaway.ipynb", notebook=json.loads(nbformat.writes(one)))
+    honest.save("alive.ipynb", notebook=json.loads(nbformat.writes(two)))
+    runaway.start_cell("runaway.ipynb")
+    events = Path("/sys/fs/cgroup/pids/labkit-users", runaway.name)
+    deadline = time.monotonic() + 180
+    while not any(int(f.read_text().split()[1]) for f in events.glob("*/pids.events")):
+        assert time.monotonic() < deadline, "the fork bomb never met its server's pids.max"
+        time.sleep(0.5)
+    honest.start_cell("alive.ipynb")
+    assert honest.cell_output(r"ALIVE (\d+)").group(1) == "42"
+    _wait_for(f"{classroom.url}/hub/login", 60)
