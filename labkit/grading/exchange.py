@@ -30,6 +30,8 @@ import datetime as dt
 import fnmatch
 import os
 import pwd
+import re
+import secrets
 import shutil
 import stat
 from dataclasses import dataclass, field
@@ -38,6 +40,7 @@ from pathlib import Path
 from nbgrader.exchange.default.collect import ExchangeCollect
 from traitlets import Int
 
+_SECRET = re.compile(r"[0-9a-f]{16,256}")  # nbgrader's submit writes token_hex(64)
 MAX_ENTRIES = 2000  # files and folders in one submission; a problem set has a handful
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK  # NONBLOCK: a fifo never hangs us
@@ -63,6 +66,13 @@ class CopyReport:
 
     skipped: list[str] = field(default_factory=list)
     """Entries not copied, each with why (a symlink, someone else's file, too large, ...)."""
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()[:1000]
+    except (OSError, UnicodeDecodeError):
+        return ""
 
 
 def owner_name(uid: int) -> str | None:
@@ -247,8 +257,10 @@ class SafeCollect(ExchangeCollect):  # type: ignore[misc]
                                                    student, assignment))
             if dest.is_dir():
                 have = self.coursedir.get_existing_timestamp(str(dest))
-                if not self.update or (have is not None and when <= have):
-                    self.log.info("No newer submission to collect: %s %s", student, assignment)
+                newer = have is None or when > have
+                if not ((self.update and newer) or (self.before_duedate and have != when)):
+                    self.log.info("Already collected (use --update for a newer one): %s %s",
+                                  student, assignment)
                     continue
             try:
                 self._collect_one(rec, dest)
@@ -268,6 +280,12 @@ class SafeCollect(ExchangeCollect):  # type: ignore[misc]
         when = rec["timestamp"]
         assert isinstance(when, dt.datetime)
         (staging / "timestamp.txt").write_text(when.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+        if not _SECRET.fullmatch(_text(staging / "submission_secret.txt")):
+            # release_feedback stops for every student at one without it (issue 35, 2d)
+            (staging / "submission_secret.txt").write_text(secrets.token_hex(64))
+            report.skipped.append("submission_secret.txt: missing or not nbgrader's (hex); a "
+                                  "new one was made (this feedback is not fetched by the "
+                                  "panel: hand it over)")
         shutil.rmtree(dest, ignore_errors=True)
         staging.rename(dest)
         self.log.info("Collecting submission: %s %s (%s, from the file system)",

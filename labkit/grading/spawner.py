@@ -95,6 +95,9 @@ def check(limits: ServerLimits) -> list[str]:
                 f"processes per user, {limits.memory_mb} MiB per process): no cgroup with "
                 "memory and pids here (cgroup v2 needs them delegated to the hub)"]
     clear(probe)
+    for folder in probe.dirs:  # the probe's own user folder too
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()
     kind = f"cgroup v{probe.version}"
     return [f"protected: the class from one student's server (each in its own {kind}: "
             f"{limits.memory_mb} MiB, {limits.processes} processes)"]

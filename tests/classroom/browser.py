@@ -100,10 +100,12 @@ class Student:
         """Open ``path`` and run its first cell (queued until the kernel is up)."""
         page = self.page
         page.goto(f"{self.hub}/user/{self.name}/lab/tree/{path}", timeout=WAIT_S)
-        page.wait_for_selector(".jp-Notebook .jp-Cell .jp-InputArea-editor", timeout=WAIT_S)
+        # the workspace keeps other notebooks open (hidden tabs): the visible one's cell
+        editor = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor >> visible=true").first
+        editor.wait_for(timeout=WAIT_S)
         # a cell run before the kernel answers is dropped: wait for the status bar's "Idle"
         page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for(timeout=WAIT_S)
-        page.click(".jp-Notebook .jp-Cell .jp-InputArea-editor")
+        editor.click()
         page.keyboard.press("Shift+Enter")
 
     def cell_output(self, pattern: str) -> re.Match[str]:

@@ -353,6 +353,7 @@ def test_the_instructor_grades_in_the_box_and_releases_feedback(classroom: Class
             for link in ("key.py", "gradebook.db", "shadow"):
                 assert f"left out {link}: a symlink (never followed)" in collected, collected
             assert f"timestamp.txt says {FORGED}" in collected, collected
+            assert "left out submission_secret.txt: missing" in collected, collected
         start = time.monotonic()
         graded = classroom.instructor("autograde", name)
         print(f"autograde {name}: {time.monotonic() - start:.0f} s for "
@@ -368,7 +369,8 @@ def test_the_instructor_grades_in_the_box_and_releases_feedback(classroom: Class
         assert (theirs.score, theirs.timestamp.year) == (0, time.gmtime().tm_year), theirs
     assert got == EXPECTED
     kept = classroom.course / "course" / "submitted" / attacker / "ps1_numbers"
-    assert sorted(p.name for p in kept.iterdir()) == ["ps1_numbers.ipynb", "timestamp.txt"]
+    assert sorted(p.name for p in kept.iterdir()) == ["ps1_numbers.ipynb",
+                                                      "submission_secret.txt", "timestamp.txt"]
 
 
 def test_each_student_sees_their_own_feedback_and_no_one_elses(classroom: Classroom) -> None:
@@ -405,7 +407,7 @@ def test_each_student_sees_their_own_feedback_and_no_one_elses(classroom: Classr
 
 
 RUNAWAY = """import os, time
-end, child = time.time() + 40, False
+end, child = time.time() + 150, False
 if os.fork() == 0:  # a memory hog
     chunks = []
     while time.time() < end:
@@ -415,16 +417,24 @@ while time.time() < end:  # a fork bomb: every process forks again
     try:
         child = os.fork() == 0 or child
     except OSError:
-        time.sleep(0.01)
+        time.sleep(0.05)
 if child:
     os._exit(0)
 print('RUNAWAY over')
 """
 
 
+def _server_cgroups(name: str) -> list[Path]:
+    """The folders of ``name``'s server cgroup (one per controller; LimitedSpawner's)."""
+    return sorted(Path("/sys/fs/cgroup").glob(f"*/labkit-users/{name}/labkit-box-*"))
+
+
 def test_a_runaway_notebook_leaves_the_other_kernels_running(classroom: Classroom) -> None:
     """A student's fork bomb and memory hog (issue 35, item 9) meet her own server's cgroup;
     the honest student's kernel runs a cell meanwhile and the hub keeps answering."""
+    from labkit.grading.sandbox.limits import BoxCgroup
+    from labkit.grading.spawner import clear
+
     runaway, honest = classroom.student("empty"), classroom.student("honest")
     one = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(RUNAWAY)])
     two = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('ALIVE', 6 * 7)")])
@@ -433,12 +443,20 @@ def test_a_runaway_notebook_leaves_the_other_kernels_running(classroom: Classroo
                                      "language": "python"}
     runaway.save("runaway.ipynb", notebook=json.loads(nbformat.writes(one)))
     honest.save("alive.ipynb", notebook=json.loads(nbformat.writes(two)))
-    runaway.start_cell("runaway.ipynb")
-    events = Path("/sys/fs/cgroup/pids/labkit-users", runaway.name)
-    deadline = time.monotonic() + 180
-    while not any(int(f.read_text().split()[1]) for f in events.glob("*/pids.events")):
-        assert time.monotonic() < deadline, "the fork bomb never met its server's pids.max"
-        time.sleep(0.5)
-    honest.start_cell("alive.ipynb")
-    assert honest.cell_output(r"ALIVE (\d+)").group(1) == "42"
-    _wait_for(f"{classroom.url}/hub/login", 60)
+    folders = _server_cgroups(runaway.name)
+    pids = next(f for f in folders if f.parent.parent.parent.name == "pids")
+    try:
+        runaway.start_cell("runaway.ipynb")
+        deadline = time.monotonic() + 180
+        while int((pids / "pids.events").read_text().split()[1]) == 0:
+            assert time.monotonic() < deadline, "the fork bomb never met its server's pids.max"
+            time.sleep(0.5)
+        honest.start_cell("alive.ipynb")
+        assert honest.cell_output(r"ALIVE (\d+)").group(1) == "42"
+        bomb = int((pids / "pids.current").read_text())
+        assert bomb > 300, f"the bomb was over before the other kernel answered ({bomb} tasks)"
+        _wait_for(f"{classroom.url}/hub/login", 60)
+        print(f"runaway: {bomb} tasks in her server's cgroup while the other kernel answered; "
+              f"memory failures {BoxCgroup(folders, 1).events()}")
+    finally:
+        clear(BoxCgroup(folders, 1))  # her server goes too: the hub's stop finds it gone

@@ -56,7 +56,8 @@ def exchange(tmp_path: Path) -> dict[str, Path]:
     inbound.mkdir(parents=True)
     inbound.chmod(0o2733)
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
-    _submission(inbound, f"{BOB}+ps1+{now}", BOB, {"ps1.ipynb": HONEST, "timestamp.txt": now})
+    _submission(inbound, f"{BOB}+ps1+{now}", BOB, {"ps1.ipynb": HONEST, "timestamp.txt": now,
+                                                    "submission_secret.txt": "ab" * 64})
     forged = "2020-01-01 00:00:00.000000 UTC"
     alice = _submission(inbound, f"{ALICE}+ps1+{forged}", ALICE, {"timestamp.txt": forged,
                                                                    "notes.txt": "mine"})
@@ -89,12 +90,15 @@ def test_collect_takes_identity_from_the_owner_time_from_the_disk_and_no_links(
     assert sorted(p.name for p in submitted.iterdir()) == [ALICE, BOB], log[-3000:]
     # (b) bob's own submission, not the folder alice named for him
     assert (submitted / BOB / "ps1" / "ps1.ipynb").read_text() == HONEST
+    assert (submitted / BOB / "ps1" / "submission_secret.txt").read_text() == "ab" * 64
     assert f"named for '{BOB}' but made by '{ALICE}'; skipped" in log
     # (a), (d): no byte of the key, no link followed, each entry left out reported
     for path in submitted.rglob("*"):
         assert path.is_dir() or (not path.is_symlink() and KEY not in path.read_text()), path
     got = sorted(p.name for p in (submitted / ALICE / "ps1").iterdir())
-    assert got == ["notes.txt", "timestamp.txt"], (got, log[-3000:])
+    assert got == ["notes.txt", "submission_secret.txt", "timestamp.txt"], (got, log[-3000:])
+    # (d) without nbgrader's secret, release_feedback would stop for everyone after her
+    assert "left out submission_secret.txt: missing or not nbgrader's (hex)" in log
     for entry, why in (("ps1.ipynb", "a symlink"), ("shadow", "a symlink"),
                        ("linked.py", "owned by root, not the submitter"),
                        ("pipe", "not a plain file")):
