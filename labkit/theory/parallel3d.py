@@ -113,9 +113,17 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
                     seq_len: int = 64, vocab: int = 96, in_dim: int = 32, out_dim: int = 10,
                     dp: int = 1, pp: int = 1, tp: int = 1, microbatches: int = 1,
                     batch_size: int = 32, zero_stage: int = 0, optimizer: str = "adam",
-                    bounds: list[int] | None = None) -> Layout3D:
+                    bounds: list[int] | None = None,
+                    sequence_parallel: bool = False) -> Layout3D:
     """Predict a dp x pp x tp run of labkit's GPT (or MLP): per-rank parameters and model
-    state, and wire bytes per step on each axis (fp32; ``batch_size`` per data rank)."""
+    state, and wire bytes per step on each axis (fp32; ``batch_size`` per data rank).
+
+    ``sequence_parallel`` (Korthikanti et al. 2022): each block's 4 all-reduces of one
+    activation B become 4 all-gather + reduce-scatter pairs, ``2 x (t-1)/t x B`` either way;
+    entering and leaving the split add one all-gather each per microbatch (the embedding's
+    gradient, the final LayerNorm's input); the 6 h-vectors of each block that now see a
+    slice of the tokens (2 LayerNorms, 2 output biases) all-reduce their gradients once per
+    microbatch, ``2 (t-1)/t x 24 h`` bytes; a pipeline cut carries B / t."""
     check_choice("kind", kind, KINDS, "kind='gpt'")
     d, p, t = (check_int(n, v, 1, f"{n}=2") for n, v in (("dp", dp), ("pp", pp), ("tp", tp)))
     m = check_int("microbatches", microbatches, 1, "microbatches=4")
@@ -123,6 +131,9 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
     if kind == "gpt" and (heads % t or width % t):
         raise ConfigError(f"tp ({t}) must divide heads ({heads}) and width ({width}); "
                           f"e.g. tp=2 with heads=4, width=128")
+    if sequence_parallel and (kind != "gpt" or seq_len % t):
+        raise ConfigError(f"sequence_parallel needs kind='gpt' and tp ({t}) dividing seq_len "
+                          f"({seq_len}); e.g. kind='gpt', seq_len=64, tp=2")
     if kind == "mlp" and t != 1:
         raise ConfigError(f"tp ({t}) must be 1 for the MLP: its layers have no column/row "
                           f"pair to split; use kind='gpt'")
@@ -148,8 +159,11 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
                    for n_r in params)
     blocks = [cuts[k + 1] - cuts[k] for k in range(p)]
     tp_bytes = (d * t * sum(blocks) * m * 4 * 2 * (t - 1) / t * act) if kind == "gpt" else 0.0
-    pp_bytes = d * t * (p - 1) * m * 2 * act
-    calls = {"tp": m * 4 * max(blocks) if t > 1 else 0,
+    sp = sequence_parallel and t > 1
+    if sp:
+        tp_bytes += d * t * m * (t - 1) / t * (2 * act + sum(blocks) * 2 * 24 * width)
+    pp_bytes = d * t * (p - 1) * m * 2 * act / (t if sp else 1)
+    calls = {"tp": m * (10 if sp else 4) * max(blocks) + (2 * m if sp else 0) if t > 1 else 0,
              "pp": 2 * m * (2 if p > 2 else 1) if p > 1 else 0, "dp": 1 if d > 1 else 0}
     notes = []
     if zero_stage == 3 and p > 1:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from labkit.base.errors import ConfigError
 from labkit.base.grid import Grid
-from labkit.base.validate import check_fields, integer, one_of, option
+from labkit.base.validate import check_fields, flag, integer, one_of, option
 from labkit.config.metrics import RankMetrics
 from labkit.config.registry import Strategy, register
 
@@ -48,6 +48,9 @@ class HybridOptions:
     """ZeRO stage on the data axis: 0 (all-reduce gradients), 1, 2 or 3."""
     balance: str = option("count", one_of(BALANCE, example="cost"))
     """Blocks per stage: count (equal numbers) or cost (by time measured on rank 0)."""
+    sequence_parallel: bool = option(False, flag())
+    """Split the LayerNorm regions of each TP group along the sequence (Korthikanti et al.
+    2022): TP's all-reduces become all-gathers and reduce-scatters; needs tp > 1."""
 
     def __post_init__(self) -> None:
         problems = check_fields(self)
@@ -82,6 +85,10 @@ def check(config: Any) -> list[str]:
         problems.append(f"tp ({o.tp}) needs --model gpt: tensor parallelism splits a "
                         f"transformer block's heads and MLP columns, and the {m.kind} has no "
                         f"such column/row pair; use --tp 1 or --model gpt")
+    if o.sequence_parallel and (o.tp < 2 or m.kind != "gpt" or m.seq_len % o.tp):
+        problems.append(f"sequence_parallel needs --model gpt, tp >= 2 and tp ({o.tp}) "
+                        f"dividing seq_len ({m.seq_len}): it splits the sequence over the TP "
+                        f"group; e.g. --tp 2 --seq-len 64 --sequence-parallel")
     if m.kind == "digits":
         problems.append("hybrid runs the gpt or the mlp; use --model gpt or --model mlp")
     if m.depth < o.pp:
@@ -111,6 +118,8 @@ class HybridMetrics(RankMetrics):
     zero_stage: int | None = None
     schedule: str | None = None
     microbatches: int | None = None
+    ln_activation_bytes: int | None = None
+    """Bytes the blocks' LayerNorms on this rank keep for backward, per microbatch."""
 
     REPORTED: ClassVar[tuple[str, ...]] = ("bubble_fraction", "bubble_fraction_predicted")
 
@@ -126,7 +135,7 @@ class HybridMetrics(RankMetrics):
 
         out = super().combine(records, config)
         for key in ("pp_rank", "axis_bytes", "model_state_bytes", "params_held", "step_stats",
-                    "stage_ms"):
+                    "stage_ms", "ln_activation_bytes"):
             out.pop(key, None)
         out.update(summarize([r for r in records if isinstance(r, HybridMetrics)], config))
         return out

@@ -56,12 +56,14 @@ class Axes3D:
     microbatches: int = 1
     zero_stage: int = 0
     balance: str = "count"
+    sequence_parallel: bool = False
 
     @classmethod
     def of(cls, options: Any) -> Axes3D:
         """The axes an options dataclass sets (what it does not have keeps its default)."""
         return cls(**{k: getattr(options, k) for k in ("schedule", "microbatches",
-                                                        "zero_stage", "balance")
+                                                        "zero_stage", "balance",
+                                                        "sequence_parallel")
                       if hasattr(options, k)})
 
 
@@ -80,7 +82,8 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         self.tpc = TPComm(ctx.tp_comm)
         local = full
         if grid.tp > 1:                                                # 2.
-            local = tensor_parallel(copy.deepcopy(full), ctx.tp_rank, grid.tp, self.tpc)
+            local = tensor_parallel(copy.deepcopy(full), ctx.tp_rank, grid.tp, self.tpc,
+                                    sequence_parallel=o.sequence_parallel)
         self.plan = build_plan(o.schedule, grid.pp, o.microbatches)
         rows = cfg.batch_size // o.microbatches
         self.bounds = choose_bounds(ctx.comm, layout_of(full), grid.pp, o.balance,
@@ -94,9 +97,11 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         super().__init__(ctx, self.sharded, full_model=full, params=self.sharded.masters,
                          clock=False, stats=stats, task=task)
         self.records: list[StepRecord] = []
+        self.ln_saved = LayerNormSaved(stage.blocks)
 
     def begin_step(self, step: int) -> None:
         self.sharded.step = self.tpc.step = step
+        self.ln_saved.on = step == 0
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float | None:
         record = run_step(self.ctx, self.plan, {self.ctx.pp_rank: self.stage_module}, x, y,
@@ -131,6 +136,8 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         rec.grid = {"dp": grid.dp, "pp": grid.pp, "tp": grid.tp}
         o = self.axes
         rec.zero_stage, rec.schedule, rec.microbatches = o.zero_stage, o.schedule, o.microbatches
+        rec.ln_activation_bytes = self.ln_saved.bytes // o.microbatches
+        self.ln_saved.close()
 
     def final_state(self) -> dict[str, torch.Tensor]:
         """The whole model's weights under its own names, on rank 0 (a collective on every
@@ -140,6 +147,33 @@ class HybridLoop(TrainLoop[HybridMetrics]):
 
     def reports_state(self) -> bool:
         return self.ctx.rank == 0
+
+
+class LayerNormSaved:
+    """Bytes autograd keeps for backward inside the blocks' LayerNorms while ``on`` (step 0:
+    every microbatch's forward), seen through saved-tensor hooks around each LayerNorm call
+    (``labkit.strategies.zero.accounting.SavedActivations``)."""
+
+    def __init__(self, blocks: Any):
+        self.on, self.bytes = False, 0
+        self._open: acc.SavedActivations | None = None
+        lns = [m for m in blocks.modules() if isinstance(m, torch.nn.LayerNorm)]
+        self._hooks = [h for ln in lns for h in (ln.register_forward_pre_hook(self._enter),
+                                                 ln.register_forward_hook(self._exit))]
+
+    def _enter(self, *_: Any) -> None:
+        if self.on and torch.is_grad_enabled():
+            self._open = acc.SavedActivations().__enter__()
+
+    def _exit(self, *_: Any) -> None:
+        if self._open is not None:
+            self._open.__exit__(None, None, None)
+            self.bytes += self._open.bytes
+            self._open = None
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
 
 
 def axis_bytes_per_step(events: list[Any], grid: Any) -> dict[str, float]:

@@ -30,7 +30,9 @@ def predicted_layout(config: Any, bounds: list[int], grid: dict[str, int],
                            in_dim=m.in_dim, out_dim=m.out_dim, dp=grid["dp"], pp=grid["pp"],
                            tp=grid["tp"], microbatches=r.microbatches or 1,
                            batch_size=config.batch_size, zero_stage=r.zero_stage or 0,
-                           optimizer=_THEORY_OPTIMIZER[config.optimizer], bounds=bounds)
+                           optimizer=_THEORY_OPTIMIZER[config.optimizer], bounds=bounds,
+                           sequence_parallel=bool(getattr(config.options, "sequence_parallel",
+                                                          False)))
 
 
 def summarize(records: Sequence[Any], config: Any) -> dict[str, Any]:
@@ -53,6 +55,7 @@ def summarize(records: Sequence[Any], config: Any) -> dict[str, Any]:
         "params_per_rank": [r.params_held for r in records],
         "predicted_params_per_rank": [layout.params_per_rank[r.pp_rank] for r in records],
     }
+    out.update(layer_norm_bytes(records, config, layout.bounds, grid))
     pp = grid.get("pp", 1)
     stage_ms = [[r.stage_ms for r in records if r.pp_rank == s and r.stage_ms is not None]
                 for s in range(pp)]
@@ -94,3 +97,21 @@ def report_lines(m: dict[str, Any]) -> list[str]:
                      f"{m.get('bubble_fraction_predicted', float('nan')):.3f}")
     return lines
 
+
+def layer_norm_bytes(records: Sequence[Any], config: Any, bounds: list[int],
+                     grid: dict[str, int]) -> dict[str, Any]:
+    """The LayerNorm regions' activation bytes per rank and microbatch, measured beside
+    ``labkit.theory.layer_norm_activation_bytes`` (the GPT only)."""
+    from labkit.theory import layer_norm_activation_bytes
+
+    m = config.model
+    if m.kind != "gpt" or any(r.ln_activation_bytes is None for r in records):
+        return {}
+    first = records[0]
+    rows = config.batch_size // (first.microbatches or 1)
+    sp = bool(getattr(config.options, "sequence_parallel", False))
+    want = [layer_norm_activation_bytes(m.seq_len, rows, m.width, tp=grid.get("tp", 1),
+                                        layers=bounds[r.pp_rank + 1] - bounds[r.pp_rank],
+                                        sequence_parallel=sp) for r in records]
+    return {"ln_activation_bytes_per_rank": [r.ln_activation_bytes for r in records],
+            "predicted_ln_activation_bytes_per_rank": want}

@@ -54,8 +54,8 @@ class Attention(nn.Module):
         self.exit: nn.Module = nn.Identity()  # and g here
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.enter(x)  # under sequence parallelism: the slices gathered into the whole
         b, s, _ = x.shape
-        x = self.enter(x)
         q, k, v = (m(x).view(b, s, self.heads, -1).transpose(1, 2)
                    for m in (self.q, self.k, self.v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -111,13 +111,17 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(width, heads, i) for i in range(depth))
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
+        self.sp_scatter: nn.Module = nn.Identity()  # sequence parallelism splits here
+        self.sp_gather: nn.Module = nn.Identity()  # and gathers here
+        self.seq_split = 1
+        """Ranks the sequence between the blocks is split over (1: whole)."""
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)
-        return self.tok(idx) + self.pos(pos)  # type: ignore[no-any-return]
+        return self.sp_scatter(self.tok(idx) + self.pos(pos))  # type: ignore[no-any-return]
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.ln_f(x))  # type: ignore[no-any-return]
+        return self.head(self.ln_f(self.sp_gather(x)))  # type: ignore[no-any-return]
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.embed(idx)
@@ -175,7 +179,7 @@ def build_blocks(width: int, depth: int, heads: int, seq_len: int, inner: int, p
 def gpt_layout(model: GPT) -> Layout:
     """The GPT in the pieces a pipeline cuts between: embedding, blocks, final LN and head."""
     return Layout(blocks=list(model.blocks), prologue=model.embed, epilogue=model.unembed,
-                  act_shape=lambda rows: (rows, model.seq_len, model.width),
+                  act_shape=lambda rows: (rows, model.seq_len // model.seq_split, model.width),
                   prologue_modules=[model.tok, model.pos], epilogue_modules=[model.ln_f,
                                                                              model.head])
 
