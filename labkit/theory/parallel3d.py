@@ -93,17 +93,19 @@ class Layout3D:
     """Messages per step on each axis for the busiest rank (each pays a latency): tp
     all-reduces, pp sends + receives, dp one bucketed gradient exchange."""
     notes: list[str] = field(default_factory=list)
+    cp: int = 1
+    """Context-parallel ranks (the sequence split over them)."""
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.pp * self.tp
+        return self.dp * self.pp * self.cp * self.tp
 
     def max_memory(self) -> float:
         """The fullest rank's model state (bytes): what must fit."""
         return max(m["total"] for m in self.memory_per_rank)
 
     def to_json(self) -> dict[str, Any]:
-        return {"dp": self.dp, "pp": self.pp, "tp": self.tp, "bounds": self.bounds,
+        return {"dp": self.dp, "pp": self.pp, "tp": self.tp, "cp": self.cp, "bounds": self.bounds,
                 "params_per_rank": self.params_per_rank,
                 "memory_per_rank": self.memory_per_rank, "traffic": self.traffic,
                 "activation_bytes": self.activation_bytes}
@@ -114,7 +116,7 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
                     dp: int = 1, pp: int = 1, tp: int = 1, microbatches: int = 1,
                     batch_size: int = 32, zero_stage: int = 0, optimizer: str = "adam",
                     bounds: list[int] | None = None,
-                    sequence_parallel: bool = False) -> Layout3D:
+                    sequence_parallel: bool = False, cp: int = 1) -> Layout3D:
     """Predict a dp x pp x tp run of labkit's GPT (or MLP): per-rank parameters and model
     state, and wire bytes per step on each axis (fp32; ``batch_size`` per data rank).
 
@@ -123,7 +125,14 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
     entering and leaving the split add one all-gather each per microbatch (the embedding's
     gradient, the final LayerNorm's input); the 6 h-vectors of each block that now see a
     slice of the tokens (2 LayerNorms, 2 output biases) all-reduce their gradients once per
-    microbatch, ``2 (t-1)/t x 24 h`` bytes; a pipeline cut carries B / t."""
+    microbatch, ``2 (t-1)/t x 24 h`` bytes; a pipeline cut carries B / t.
+
+    ``cp`` (context parallelism, ring attention; ``labkit.theory.context``): every rank holds
+    s / cp tokens, so every activation above is 1/cp as big and there are cp times as many
+    ranks; each attention layer sends ``(cp-1)`` K/V blocks forward and ``(cp-1)`` K/V plus
+    ``cp`` dK/dV blocks backward per microbatch (``ring_attention_traffic``, fp32), and the
+    replicated weights' step gradients are averaged over the cp group (an all-reduce of the
+    stage's parameters, ``2 (cp-1)/cp x 4 N_r``)."""
     check_choice("kind", kind, KINDS, "kind='gpt'")
     d, p, t = (check_int(n, v, 1, f"{n}=2") for n, v in (("dp", dp), ("pp", pp), ("tp", tp)))
     m = check_int("microbatches", microbatches, 1, "microbatches=4")
@@ -131,9 +140,13 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
     if kind == "gpt" and (heads % t or width % t):
         raise ConfigError(f"tp ({t}) must divide heads ({heads}) and width ({width}); "
                           f"e.g. tp=2 with heads=4, width=128")
-    if sequence_parallel and (kind != "gpt" or seq_len % t):
+    c = check_int("cp", cp, 1, "cp=2")
+    if c > 1 and (kind != "gpt" or seq_len % (2 * c)):
+        raise ConfigError(f"cp ({c}) needs kind='gpt' and seq_len ({seq_len}) a multiple of "
+                          f"2 x cp; e.g. kind='gpt', seq_len=64, cp=2")
+    if sequence_parallel and (kind != "gpt" or (seq_len // c) % t):
         raise ConfigError(f"sequence_parallel needs kind='gpt' and tp ({t}) dividing seq_len "
-                          f"({seq_len}); e.g. kind='gpt', seq_len=64, tp=2")
+                          f"({seq_len}) / cp ({c}); e.g. kind='gpt', seq_len=64, tp=2")
     if kind == "mlp" and t != 1:
         raise ConfigError(f"tp ({t}) must be 1 for the MLP: its layers have no column/row "
                           f"pair to split; use kind='gpt'")
@@ -154,15 +167,25 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
               + (last if k == p - 1 else 0) for k in range(p)]
     memory = [zero_memory(n_r, d, zero_stage, "fp32", optimizer) for n_r in params]
     ring = (d - 1) / d
+    ranks = d * c * t  # ranks per pipeline stage
     gathers = 2 * m if zero_stage == 3 else (1 if zero_stage in (1, 2) else 0)
-    dp_bytes = sum(d * t * 4 * n_r * ring * (2 if zero_stage == 0 else 1 + gathers)
+    dp_bytes = sum(ranks * 4 * n_r * ring * (2 if zero_stage == 0 else 1 + gathers)
                    for n_r in params)
     blocks = [cuts[k + 1] - cuts[k] for k in range(p)]
-    tp_bytes = (d * t * sum(blocks) * m * 4 * 2 * (t - 1) / t * act) if kind == "gpt" else 0.0
+    act_c = act / c  # one microbatch's activation on one cp rank (what TP talks about)
+    tp_bytes = (ranks * sum(blocks) * m * 4 * 2 * (t - 1) / t * act_c) if kind == "gpt" else 0.0
     sp = sequence_parallel and t > 1
     if sp:
-        tp_bytes += d * t * m * (t - 1) / t * (2 * act + sum(blocks) * 2 * 24 * width)
-    pp_bytes = d * t * (p - 1) * m * 2 * act / (t if sp else 1)
+        tp_bytes += ranks * m * (t - 1) / t * (2 * act_c + sum(blocks) * 2 * 24 * width)
+    pp_bytes = ranks * (p - 1) * m * 2 * act_c / (t if sp else 1)
+    cp_bytes = 0.0
+    if c > 1:
+        from labkit.theory.context import ring_attention_traffic
+
+        kv = ring_attention_traffic(b // m, seq_len, heads // t, width // heads, c, 4)
+        per_layer = kv["forward"] + kv["backward"]
+        cp_bytes = sum(ranks * (nb * m * per_layer + 2 * (c - 1) / c * 4 * n_r)
+                       for nb, n_r in zip(blocks, params))
     calls = {"tp": m * (10 if sp else 4) * max(blocks) + (2 * m if sp else 0) if t > 1 else 0,
              "pp": 2 * m * (2 if p > 2 else 1) if p > 1 else 0, "dp": 1 if d > 1 else 0}
     notes = []
@@ -170,5 +193,5 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
         notes.append(f"ZeRO-3 under a pipeline gathers every parameter 2 x {m} times a step "
                      f"(forward and backward of each microbatch)")
     return Layout3D(d, p, t, cuts, params, memory,
-                    {"dp": dp_bytes, "pp": float(pp_bytes), "tp": float(tp_bytes)}, act, calls,
-                    notes)
+                    {"dp": dp_bytes, "pp": float(pp_bytes), "cp": float(cp_bytes),
+                     "tp": float(tp_bytes)}, act, calls, notes, c)

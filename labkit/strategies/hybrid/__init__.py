@@ -48,6 +48,8 @@ class HybridOptions:
     """ZeRO stage on the data axis: 0 (all-reduce gradients), 1, 2 or 3."""
     balance: str = option("count", one_of(BALANCE, example="cost"))
     """Blocks per stage: count (equal numbers) or cost (by time measured on rank 0)."""
+    cp: int = option(1, integer(1, 64, example=2))
+    """Context-parallel ranks C: the sequence split over them, ring attention (gpt only)."""
     sequence_parallel: bool = option(False, flag())
     """Split the LayerNorm regions of each TP group along the sequence (Korthikanti et al.
     2022): TP's all-reduces become all-gathers and reduce-scatters; needs tp > 1."""
@@ -61,8 +63,8 @@ class HybridOptions:
 def hybrid_grid(config: Any) -> Grid:
     """The run's grid; dp defaults to whatever world_size leaves after pp x tp."""
     o = config.options
-    dp = o.dp if o.dp is not None else max(1, config.world_size // (o.pp * o.tp))
-    return Grid(dp=dp, pp=o.pp, tp=o.tp)
+    dp = o.dp if o.dp is not None else max(1, config.world_size // (o.pp * o.tp * o.cp))
+    return Grid(dp=dp, pp=o.pp, tp=o.tp, cp=o.cp)
 
 
 def check(config: Any) -> list[str]:
@@ -72,10 +74,15 @@ def check(config: Any) -> list[str]:
     problems = []
     if grid.world_size != n:
         dp = "dp" if o.dp is not None else "dp (inferred)"
-        problems.append(f"world_size ({n}) must equal dp x pp x tp ({dp} {grid.dp} x pp {o.pp} "
-                        f"x tp {o.tp} = {grid.world_size}); drop --world-size or pick sizes "
-                        f"whose product is {n}, e.g. --dp {max(1, n // (o.pp * o.tp))} "
-                        f"--pp {o.pp} --tp {o.tp}")
+        cp = f" x cp {o.cp}" if o.cp > 1 else ""
+        problems.append(f"world_size ({n}) must equal dp x pp{' x cp' if cp else ''} x tp ({dp} "
+                        f"{grid.dp} x pp {o.pp}{cp} x tp {o.tp} = {grid.world_size}); drop "
+                        f"--world-size or pick sizes whose product is {n}, e.g. --dp "
+                        f"{max(1, n // (o.pp * o.tp * o.cp))} --pp {o.pp} --tp {o.tp}")
+    if o.cp > 1 and (m.kind != "gpt" or m.seq_len % (2 * o.cp)):
+        problems.append(f"cp ({o.cp}) needs --model gpt and seq_len ({m.seq_len}) a multiple of "
+                        f"2 x cp ({2 * o.cp}): each rank holds two zig-zag chunks of the "
+                        f"sequence; e.g. --cp 2 --seq-len 64")
     if m.kind == "gpt":
         if m.heads % o.tp or (4 * m.width) % o.tp or m.width % o.tp:
             problems.append(f"tp ({o.tp}) must divide heads ({m.heads}) and width ({m.width}) "
@@ -85,10 +92,11 @@ def check(config: Any) -> list[str]:
         problems.append(f"tp ({o.tp}) needs --model gpt: tensor parallelism splits a "
                         f"transformer block's heads and MLP columns, and the {m.kind} has no "
                         f"such column/row pair; use --tp 1 or --model gpt")
-    if o.sequence_parallel and (o.tp < 2 or m.kind != "gpt" or m.seq_len % o.tp):
+    if o.sequence_parallel and (o.tp < 2 or m.kind != "gpt" or (m.seq_len // o.cp) % o.tp):
         problems.append(f"sequence_parallel needs --model gpt, tp >= 2 and tp ({o.tp}) "
-                        f"dividing seq_len ({m.seq_len}): it splits the sequence over the TP "
-                        f"group; e.g. --tp 2 --seq-len 64 --sequence-parallel")
+                        f"dividing the tokens per cp rank (seq_len {m.seq_len} / cp {o.cp}): "
+                        f"it splits the sequence over the TP group; e.g. --tp 2 --seq-len 64 "
+                        f"--sequence-parallel")
     if m.kind == "digits":
         problems.append("hybrid runs the gpt or the mlp; use --model gpt or --model mlp")
     if m.depth < o.pp:
@@ -145,4 +153,4 @@ register(Strategy(
     name="hybrid", entry="labkit.strategies.hybrid.impl:train", options=HybridOptions,
     summary="3D parallel: data x pipeline x tensor on one rank grid, ZeRO on the data axis",
     check=check, lesson="09_3d_parallelism", grid=hybrid_grid,
-    default_world_size=lambda o: (o.dp or 1) * o.pp * o.tp))
+    default_world_size=lambda o: (o.dp or 1) * o.pp * o.cp * o.tp))

@@ -4,7 +4,11 @@ Building this rank's model from the registry's, one transform per axis (phase nu
 match the code; ``labkit.train.parallel``):
   1. every rank builds the same seeded full model on the CPU (``build_model``);
   2. tensor parallelism keeps this rank's slice of each block's split matrices
-     (``tensor_parallel``; f/g all-reduce on the ``tp`` comm);
+     (``tensor_parallel``; f/g all-reduce on the ``tp`` comm; with ``sequence_parallel``
+     the LayerNorm regions keep 1/t of the sequence and f/g all-gather / reduce-scatter);
+     2b. context parallelism keeps this rank's zig-zag tokens and makes every attention
+     ring attention on the ``cp`` comm (``context_parallel``); the step's gradients are
+     averaged over the cp group before the data-parallel reduction;
   3. pipeline parallelism keeps this rank's stage (``Stage``: its run of blocks, plus the
      prologue on the first stage and the epilogue on the last);
   4. ZeRO on the ``dp`` comm turns every parameter-owning module of the stage into a flat
@@ -33,6 +37,7 @@ import torch
 
 from labkit.base.events import Lane
 from labkit.base.events import Op as Ev
+from labkit.base.grid import GROUP_AXES
 from labkit.rank.context import RankOutput, RunContext
 from labkit.schedules import build_plan
 from labkit.strategies.hybrid import HybridMetrics
@@ -41,7 +46,9 @@ from labkit.strategies.zero import accounting as acc
 from labkit.trace.comm import wire_bytes
 from labkit.train.loop import TrainLoop
 from labkit.train.models import build_model, layout_of, task_for
+from labkit.train.parallel.context import average_over_cp, context_parallel, shard_targets
 from labkit.train.parallel.pipeline import Stage, choose_bounds, gather_stages
+from labkit.train.parallel.ring_attention import Ring
 from labkit.train.parallel.tensor import TPComm, gather_state, tensor_parallel
 from labkit.train.parallel.zero import ShardedModel
 from labkit.train.training import model_stats
@@ -57,13 +64,14 @@ class Axes3D:
     zero_stage: int = 0
     balance: str = "count"
     sequence_parallel: bool = False
+    cp: int = 1
 
     @classmethod
     def of(cls, options: Any) -> Axes3D:
         """The axes an options dataclass sets (what it does not have keeps its default)."""
         return cls(**{k: getattr(options, k) for k in ("schedule", "microbatches",
                                                         "zero_stage", "balance",
-                                                        "sequence_parallel")
+                                                        "sequence_parallel", "cp")
                       if hasattr(options, k)})
 
 
@@ -84,6 +92,11 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         if grid.tp > 1:                                                # 2.
             local = tensor_parallel(copy.deepcopy(full), ctx.tp_rank, grid.tp, self.tpc,
                                     sequence_parallel=o.sequence_parallel)
+        self.rings: list[Ring] = []
+        if grid.cp > 1:                                                # 2b.
+            local = local if local is not full else copy.deepcopy(full)
+            self.rings = context_parallel(local, ctx.cp_comm)
+            self.cp_positions: torch.Tensor = local.cp_positions  # type: ignore[assignment]
         self.plan = build_plan(o.schedule, grid.pp, o.microbatches)
         rows = cfg.batch_size // o.microbatches
         self.bounds = choose_bounds(ctx.comm, layout_of(full), grid.pp, o.balance,
@@ -101,15 +114,24 @@ class HybridLoop(TrainLoop[HybridMetrics]):
 
     def begin_step(self, step: int) -> None:
         self.sharded.step = self.tpc.step = step
+        for ring in self.rings:
+            ring.step = step
         self.ln_saved.on = step == 0
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float | None:
         record = run_step(self.ctx, self.plan, {self.ctx.pp_rank: self.stage_module}, x, y,
-                          step, loss_fn=self.task.loss)
+                          step, loss_fn=self.stage_loss)
         self.records.append(record)
         return record.loss
 
+    def stage_loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The task's loss, against this cp rank's targets under context parallelism."""
+        if self.rings:
+            y = shard_targets(y, self.cp_positions)
+        return self.task.loss(out, y)
+
     def sync(self, step: int) -> None:
+        average_over_cp(self.sharded.trained, self.ctx.cp_comm, step)  # replicas over cp
         self.sharded.flush(step)            # one reduction per step across the data axis
         self.sharded.grads_to_masters(step)
 
@@ -133,7 +155,7 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         rec.stage_ms = statistics.fmean(sum(r.stage_ns.values()) for r in steady) \
             / self.axes.microbatches / 1e6
         rec.stage_bounds = self.bounds
-        rec.grid = {"dp": grid.dp, "pp": grid.pp, "tp": grid.tp}
+        rec.grid = grid.as_dict()
         o = self.axes
         rec.zero_stage, rec.schedule, rec.microbatches = o.zero_stage, o.schedule, o.microbatches
         rec.ln_activation_bytes = self.ln_saved.bytes // o.microbatches
@@ -186,7 +208,7 @@ def axis_bytes_per_step(events: list[Any], grid: Any) -> dict[str, float]:
         by_step[e.step][e.axis] += wire_bytes(e.op, e.bytes, grid.size(e.axis))
     steps = sorted(by_step)[1:] or sorted(by_step)
     return {axis: statistics.median(by_step[s][axis] for s in steps) if steps else 0.0
-            for axis in ("dp", "pp", "tp")}
+            for axis in GROUP_AXES}
 
 
 def train(ctx: RunContext) -> RankOutput:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labkit.base.grid import AXES
+from labkit.base.grid import GROUP_AXES as AXES
 
 _THEORY_OPTIMIZER = {"sgd": "sgd", "momentum": "momentum", "adam": "adam",
                      "lars": "momentum", "lamb": "adam"}
@@ -28,7 +28,7 @@ def predicted_layout(config: Any, bounds: list[int], grid: dict[str, int],
     return parallel_layout(kind=m.kind, width=m.width, depth=m.depth, heads=m.heads,
                            seq_len=m.seq_len, vocab=vocab_size_of(m.vocab_size),
                            in_dim=m.in_dim, out_dim=m.out_dim, dp=grid["dp"], pp=grid["pp"],
-                           tp=grid["tp"], microbatches=r.microbatches or 1,
+                           tp=grid["tp"], cp=grid.get("cp", 1), microbatches=r.microbatches or 1,
                            batch_size=config.batch_size, zero_stage=r.zero_stage or 0,
                            optimizer=_THEORY_OPTIMIZER[config.optimizer], bounds=bounds,
                            sequence_parallel=bool(getattr(config.options, "sequence_parallel",
@@ -40,14 +40,14 @@ def summarize(records: Sequence[Any], config: Any) -> dict[str, Any]:
     from labkit.theory import bubble_fraction
 
     first = records[0]
-    grid = first.grid or {"dp": 1, "pp": 1, "tp": 1}
+    grid = {"cp": 1, "ep": 1, **(first.grid or {"dp": 1, "pp": 1, "tp": 1})}
     layout = predicted_layout(config, first.stage_bounds or [], grid, first)
     measured = {a: sum((r.axis_bytes or {}).get(a, 0.0) for r in records) for a in AXES}
     terms = ("params", "grads", "optimizer")
     out: dict[str, Any] = {
         "comm_bytes_per_axis": measured,
-        "predicted_comm_bytes_per_axis": layout.traffic,
-        "comm_ratio_per_axis": {a: measured[a] / layout.traffic[a] if layout.traffic[a] else
+        "predicted_comm_bytes_per_axis": {a: layout.traffic.get(a, 0.0) for a in AXES},
+        "comm_ratio_per_axis": {a: measured[a] / layout.traffic[a] if layout.traffic.get(a) else
                                 (1.0 if measured[a] == 0 else float("inf")) for a in AXES},
         "per_rank_bytes": [r.model_state_bytes for r in records],
         "predicted_bytes": [{t: layout.memory_per_rank[r.pp_rank][t] for t in terms}
@@ -78,14 +78,16 @@ def report_lines(m: dict[str, Any]) -> list[str]:
     if "comm_bytes_per_axis" not in m:
         return []
     grid = m.get("grid", {})
-    lines = [f"  grid          dp{grid.get('dp', 1)} x pp{grid.get('pp', 1)} x tp{grid.get('tp', 1)}, "
+    axes = [a for a in AXES if a in ("dp", "pp", "tp") or grid.get(a, 1) > 1]
+    shown = " x ".join(f"{a}{grid.get(a, 1)}" for a in axes)
+    lines = [f"  grid          {shown}, "
              f"ZeRO-{m.get('zero_stage', 0)} on dp, {m.get('schedule')} x "
              f"{m.get('microbatches')} microbatches",
              "  traffic per step, all ranks (MB on the wire), measured vs "
              "labkit.theory.parallel_layout"]
     lines += table(["axis", "measured", "predicted", "ratio"],
                    [[a, mb(m["comm_bytes_per_axis"][a]), mb(m["predicted_comm_bytes_per_axis"][a]),
-                     f"{m['comm_ratio_per_axis'][a]:.4f}"] for a in AXES])
+                     f"{m['comm_ratio_per_axis'][a]:.4f}"] for a in axes])
     lines.append("  model state per rank (MB), measured (predicted)")
     terms = ("params", "grads", "optimizer")
     lines += table(["rank", *terms],
@@ -110,7 +112,8 @@ def layer_norm_bytes(records: Sequence[Any], config: Any, bounds: list[int],
     first = records[0]
     rows = config.batch_size // (first.microbatches or 1)
     sp = bool(getattr(config.options, "sequence_parallel", False))
-    want = [layer_norm_activation_bytes(m.seq_len, rows, m.width, tp=grid.get("tp", 1),
+    want = [layer_norm_activation_bytes(m.seq_len // grid.get("cp", 1), rows, m.width,
+                                        tp=grid.get("tp", 1),
                                         layers=bounds[r.pp_rank + 1] - bounds[r.pp_rank],
                                         sequence_parallel=sp) for r in records]
     return {"ln_activation_bytes_per_rank": [r.ln_activation_bytes for r in records],
