@@ -116,7 +116,8 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
                     dp: int = 1, pp: int = 1, tp: int = 1, microbatches: int = 1,
                     batch_size: int = 32, zero_stage: int = 0, optimizer: str = "adam",
                     bounds: list[int] | None = None,
-                    sequence_parallel: bool = False, cp: int = 1) -> Layout3D:
+                    sequence_parallel: bool = False, cp: int = 1, experts: int = 0,
+                    ep: int = 1, top_k: int = 1) -> Layout3D:
     """Predict a dp x pp x tp run of labkit's GPT (or MLP): per-rank parameters and model
     state, and wire bytes per step on each axis (fp32; ``batch_size`` per data rank).
 
@@ -132,7 +133,14 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
     ranks; each attention layer sends ``(cp-1)`` K/V blocks forward and ``(cp-1)`` K/V plus
     ``cp`` dK/dV blocks backward per microbatch (``ring_attention_traffic``, fp32), and the
     replicated weights' step gradients are averaged over the cp group (an all-reduce of the
-    stage's parameters, ``2 (cp-1)/cp x 4 N_r``)."""
+    stage's parameters, ``2 (cp-1)/cp x 4 N_r``).
+
+    ``experts`` > 0 (tp = 1): every MLP is an MoE layer (router ``h x E``, ``E`` MLPs) whose
+    experts are split over ``ep`` data ranks (1 or dp). The experts are not in ZeRO's units:
+    with ep = 1 their gradients are all-reduced over dp, with ep = dp not at all; each MoE
+    forward sends ``labkit.theory.experts.expert_parallel_traffic``'s bytes on the ep axis,
+    here with no token dropped (``tokens x top_k`` rows kept). Model-state memory is that of
+    ZeRO on every parameter (the experts' own accounting is left out)."""
     check_choice("kind", kind, KINDS, "kind='gpt'")
     d, p, t = (check_int(n, v, 1, f"{n}=2") for n, v in (("dp", dp), ("pp", pp), ("tp", tp)))
     m = check_int("microbatches", microbatches, 1, "microbatches=4")
@@ -163,14 +171,22 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
             width * out_dim + out_dim
         act = (b // m) * width * 4
     block = _block_local(kind, width, t)
-    params = [(cuts[k + 1] - cuts[k]) * block + (first if k == 0 else 0)
+    per_expert = 8 * width * width + 5 * width  # one GELU MLP, 4x wide, with its biases
+    if experts:  # the MLP gives way to the router and this rank's experts
+        block += width * experts - per_expert
+        if experts % ep or (d % ep) or t != 1 or kind != "gpt":
+            raise ConfigError(f"experts ({experts}) need kind='gpt', tp=1 and ep ({ep}) "
+                              f"dividing experts and dp ({d}); e.g. experts=4, ep=2, dp=2")
+    local_experts = [(cuts[k + 1] - cuts[k]) * (experts // ep) * per_expert for k in range(p)]
+    params = [(cuts[k + 1] - cuts[k]) * block + local_experts[k] + (first if k == 0 else 0)
               + (last if k == p - 1 else 0) for k in range(p)]
     memory = [zero_memory(n_r, d, zero_stage, "fp32", optimizer) for n_r in params]
     ring = (d - 1) / d
     ranks = d * c * t  # ranks per pipeline stage
     gathers = 2 * m if zero_stage == 3 else (1 if zero_stage in (1, 2) else 0)
-    dp_bytes = sum(ranks * 4 * n_r * ring * (2 if zero_stage == 0 else 1 + gathers)
-                   for n_r in params)
+    dp_bytes = sum(ranks * 4 * (n_r - x) * ring * (2 if zero_stage == 0 else 1 + gathers)
+                   + (ranks * 4 * x * 2 * ring if ep == 1 else 0.0)
+                   for n_r, x in zip(params, local_experts))
     blocks = [cuts[k + 1] - cuts[k] for k in range(p)]
     act_c = act / c  # one microbatch's activation on one cp rank (what TP talks about)
     tp_bytes = (ranks * sum(blocks) * m * 4 * 2 * (t - 1) / t * act_c) if kind == "gpt" else 0.0
@@ -186,6 +202,13 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
         per_layer = kv["forward"] + kv["backward"]
         cp_bytes = sum(ranks * (nb * m * per_layer + 2 * (c - 1) / c * 4 * n_r)
                        for nb, n_r in zip(blocks, params))
+    ep_bytes = 0.0
+    if experts and ep > 1:
+        from labkit.theory.experts import expert_parallel_traffic
+
+        kept = (b // m) * (seq_len // c) * top_k * m  # one rank, one layer, every microbatch
+        ep_bytes = sum(ranks * expert_parallel_traffic([kept * nb], width, experts, m * nb)
+                       for nb in blocks)
     calls = {"tp": m * (10 if sp else 4) * max(blocks) + (2 * m if sp else 0) if t > 1 else 0,
              "pp": 2 * m * (2 if p > 2 else 1) if p > 1 else 0, "dp": 1 if d > 1 else 0}
     notes = []
@@ -194,4 +217,4 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
                      f"(forward and backward of each microbatch)")
     return Layout3D(d, p, t, cuts, params, memory,
                     {"dp": dp_bytes, "pp": float(pp_bytes), "cp": float(cp_bytes),
-                     "tp": float(tp_bytes)}, act, calls, notes, c)
+                     "tp": float(tp_bytes), "ep": ep_bytes}, act, calls, notes, c)

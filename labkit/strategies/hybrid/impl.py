@@ -9,6 +9,8 @@ match the code; ``labkit.train.parallel``):
      2b. context parallelism keeps this rank's zig-zag tokens and makes every attention
      ring attention on the ``cp`` comm (``context_parallel``); the step's gradients are
      averaged over the cp group before the data-parallel reduction;
+     2c. with experts, every MLP is an MoE layer whose experts are split over the ``ep``
+     comm (``labkit.strategies.hybrid.experts``; they stay outside ZeRO's units);
   3. pipeline parallelism keeps this rank's stage (``Stage``: its run of blocks, plus the
      prologue on the first stage and the epilogue on the last);
   4. ZeRO on the ``dp`` comm turns every parameter-owning module of the stage into a flat
@@ -41,6 +43,7 @@ from labkit.base.grid import GROUP_AXES
 from labkit.rank.context import RankOutput, RunContext
 from labkit.schedules import build_plan
 from labkit.strategies.hybrid import HybridMetrics
+from labkit.strategies.hybrid.experts import ExpertsOnGrid, build_moe_gpt
 from labkit.strategies.pipeline.engine import StepRecord, run_step
 from labkit.strategies.zero import accounting as acc
 from labkit.trace.comm import wire_bytes
@@ -86,6 +89,9 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         cfg, grid = ctx.config, ctx.grid
         o = self.axes = Axes3D.of(cfg.options)
         full, task = build_model(cfg), task_for(cfg)                   # 1.
+        self.moe = getattr(cfg.options, "experts", 0) > 0
+        if self.moe:
+            full = build_moe_gpt(full, cfg.options, cfg.seed)
         stats = model_stats(full)
         self.tpc = TPComm(ctx.tp_comm)
         local = full
@@ -97,6 +103,10 @@ class HybridLoop(TrainLoop[HybridMetrics]):
             local = local if local is not full else copy.deepcopy(full)
             self.rings = context_parallel(local, ctx.cp_comm)
             self.cp_positions: torch.Tensor = local.cp_positions  # type: ignore[assignment]
+        self.experts: ExpertsOnGrid | None = None
+        if self.moe:                                                   # 2c.
+            local = local if local is not full else copy.deepcopy(full)
+            self.experts = ExpertsOnGrid(ctx, local)
         self.plan = build_plan(o.schedule, grid.pp, o.microbatches)
         rows = cfg.batch_size // o.microbatches
         self.bounds = choose_bounds(ctx.comm, layout_of(full), grid.pp, o.balance,
@@ -105,10 +115,13 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         self.stage_module = stage.to(ctx.device)
         self.params_held = sum(p.numel() for p in stage.parameters())
         self.full_names = dict(stage.full_names)
+        plain = self.experts.local if self.experts is not None else []
         self.sharded = ShardedModel(stage, stage=o.zero_stage, comm=ctx.dp_comm,  # 4.
-                                    defer=True)
-        super().__init__(ctx, self.sharded, full_model=full, params=self.sharded.masters,
-                         clock=False, stats=stats, task=task)
+                                    defer=True, exclude=plain)
+        extra = self.experts.params if self.experts is not None else []
+        super().__init__(ctx, self.sharded, full_model=full,
+                         params=[*self.sharded.masters, *extra], clock=False, stats=stats,
+                         task=task)
         self.records: list[StepRecord] = []
         self.ln_saved = LayerNormSaved(stage.blocks)
 
@@ -116,6 +129,8 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         self.sharded.step = self.tpc.step = step
         for ring in self.rings:
             ring.step = step
+        if self.experts is not None:
+            self.experts.begin_step(step)
         self.ln_saved.on = step == 0
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float | None:
@@ -132,6 +147,8 @@ class HybridLoop(TrainLoop[HybridMetrics]):
 
     def sync(self, step: int) -> None:
         average_over_cp(self.sharded.trained, self.ctx.cp_comm, step)  # replicas over cp
+        if self.experts is not None:
+            self.experts.sync(step)
         self.sharded.flush(step)            # one reduction per step across the data axis
         self.sharded.grads_to_masters(step)
 
@@ -160,15 +177,34 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         rec.zero_stage, rec.schedule, rec.microbatches = o.zero_stage, o.schedule, o.microbatches
         rec.ln_activation_bytes = self.ln_saved.bytes // o.microbatches
         self.ln_saved.close()
+        if self.experts is not None:
+            e = self.experts
+            steps = sorted(e.kept)
+            rec.moe_kept_per_step = [e.kept[s] for s in steps]
+            rec.moe_calls_per_step = [e.calls[s] for s in steps]
+            rec.moe_tokens_per_expert, rec.moe_dropped = e.routed, e.dropped
+            rec.moe_aux_loss = e.aux_loss
+            e.close()
 
     def final_state(self) -> dict[str, torch.Tensor]:
         """The whole model's weights under its own names, on rank 0 (a collective on every
         axis): each stage's units gathered over dp, its slices over tp, the stages over pp."""
         state = {self.full_names[k]: v for k, v in self.sharded.full_state().items()}
+        if self.experts is not None:
+            state.update(self.experts.full_state(self.full_names, self.stage_module))
         return gather_stages(gather_state(state, self.ctx.tp_comm), self.ctx.pp_comm)
 
     def reports_state(self) -> bool:
         return self.ctx.rank == 0
+
+    def reference_state(self) -> dict[str, torch.Tensor]:
+        """One process on the global batch; the MoE GPT when the run has experts."""
+        if not self.moe:
+            return super().reference_state()
+        from labkit.train.reference import reference_run
+
+        return reference_run(self.cfg, dp=self.dp, build=lambda c: build_moe_gpt(
+            build_model(c), c.options, c.seed)).state
 
 
 class LayerNormSaved:

@@ -8,6 +8,7 @@ pipeline's idle share of total step time (``labkit.strategies.pipeline.metrics``
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,9 @@ def predicted_layout(config: Any, bounds: list[int], grid: dict[str, int],
                            batch_size=config.batch_size, zero_stage=r.zero_stage or 0,
                            optimizer=_THEORY_OPTIMIZER[config.optimizer], bounds=bounds,
                            sequence_parallel=bool(getattr(config.options, "sequence_parallel",
-                                                          False)))
+                                                          False)),
+                           experts=getattr(config.options, "experts", 0),
+                           ep=grid.get("ep", 1), top_k=getattr(config.options, "top_k", 1))
 
 
 def summarize(records: Sequence[Any], config: Any) -> dict[str, Any]:
@@ -56,6 +59,7 @@ def summarize(records: Sequence[Any], config: Any) -> dict[str, Any]:
         "predicted_params_per_rank": [layout.params_per_rank[r.pp_rank] for r in records],
     }
     out.update(layer_norm_bytes(records, config, layout.bounds, grid))
+    out.update(expert_routing(records, config, grid, out))
     pp = grid.get("pp", 1)
     stage_ms = [[r.stage_ms for r in records if r.pp_rank == s and r.stage_ms is not None]
                 for s in range(pp)]
@@ -118,3 +122,31 @@ def layer_norm_bytes(records: Sequence[Any], config: Any, bounds: list[int],
                                         sequence_parallel=sp) for r in records]
     return {"ln_activation_bytes_per_rank": [r.ln_activation_bytes for r in records],
             "predicted_ln_activation_bytes_per_rank": want}
+
+
+def expert_routing(records: Sequence[Any], config: Any, grid: dict[str, int],
+                   out: dict[str, Any]) -> dict[str, Any]:
+    """MoE runs: tokens per expert, dropped assignments and load imbalance (step 0, all
+    ranks), and the ep axis's bytes predicted from the routing the ranks recorded
+    (``labkit.theory.experts.expert_parallel_traffic``, the steady steps as measured)."""
+    from labkit.theory.experts import expert_parallel_traffic, load_imbalance
+
+    if any(r.moe_kept_per_step is None for r in records):
+        return {}
+    experts = config.options.experts
+    routed = [sum(col) for col in zip(*(r.moe_tokens_per_expert for r in records))]
+    res: dict[str, Any] = {"tokens_per_expert": routed,
+                           "dropped_assignments": sum(r.moe_dropped or 0 for r in records),
+                           "load_imbalance": load_imbalance(routed),
+                           "aux_loss": [x for r in records for x in (r.moe_aux_loss or [])]}
+    if grid.get("ep", 1) > 1:
+        n = len(records[0].moe_kept_per_step)
+        steady = range(1, n) if n > 1 else range(n)
+        per_step = [expert_parallel_traffic([r.moe_kept_per_step[s] for r in records],
+                                            config.model.width, experts,
+                                            records[0].moe_calls_per_step[s]) for s in steady]
+        want = statistics.median(per_step) if per_step else 0.0
+        out["predicted_comm_bytes_per_axis"]["ep"] = want
+        got = out["comm_bytes_per_axis"]["ep"]
+        out["comm_ratio_per_axis"]["ep"] = got / want if want else float("inf")
+    return res
