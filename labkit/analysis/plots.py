@@ -30,7 +30,7 @@ COLORS: dict[Op, str] = {
     Op.WAIT: "#D7D7D7", Op.STEP: "#F0F0F0",
 }
 LANE_ORDER = (Lane.COMPUTE, Lane.COMM)
-AXIS_COLORS = {"dp": "#E15759", "pp": "#9467BD", "tp": "#2CA02C"}
+AXIS_COLORS = {"dp": "#E15759", "pp": "#9467BD", "tp": "#2CA02C", "cp": "#F28E2B", "ep": "#17BECF"}
 """Communication coloured by the grid axis it ran on, when a run uses several axes."""
 
 

@@ -89,10 +89,10 @@ class Timeline:
     def rank_labels(self) -> list[str]:
         """"rank 3" or, on a grid with several axes, "rank 3 dp0 pp1 tp1"."""
         grid = self.meta.get("grid") or {}
-        active = [a for a in ("dp", "pp", "tp") if grid.get(a, 1) > 1]
+        active = [a for a in ("dp", "pp", "cp", "tp", "ep") if grid.get(a, 1) > 1]
         if len(active) < 2:
             return [f"rank {r}" for r in self.ranks]
-        g = Grid(**{a: int(grid.get(a, 1)) for a in ("dp", "pp", "tp")})
+        g = Grid(**{a: int(grid.get(a, 1)) for a in ("dp", "pp", "tp", "cp", "ep")})
         return [f"rank {r} " + " ".join(f"{a}{g.coords(r)[a]}" for a in active)
                 for r in self.ranks]
 

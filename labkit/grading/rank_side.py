@@ -105,3 +105,21 @@ def zero_adam_rank(ctx: Any, fn: Callable[..., Any], params: list[torch.Tensor],
             "state_values": state_values(state) if isinstance(state, dict) else -1,
             "used": sorted({u for r in records for u in r["used"]}),
             "tampered": any(r["tampered"] for r in records)}
+
+
+def ring_step_rank(ctx: Any, fn: Callable[..., Any], q: torch.Tensor, k: torch.Tensor,
+                   v: torch.Tensor, forbid: Sequence[str]) -> dict[str, Any]:
+    """Problem set 8: this rank's queries attend to its own key/value block (the start of the
+    ring, computed here), then the student's ``fn(ctx, q, k, v, out, lse)`` runs ``n - 1`` ring
+    steps, each as its own case (its traffic filed under that step)."""
+    scores = q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5
+    out, lse = torch.softmax(scores, -1) @ v, torch.logsumexp(scores, -1)
+    records = []
+    for step in range(ctx.world_size - 1):
+        returned, record = _watched(ctx, step, forbid, fn, ctx, q, k, v, out, lse)
+        records.append(record)
+        if not (isinstance(returned, (tuple, list)) and len(returned) == 4):
+            return {"error": "must return (out, lse, k, v): the merged result and the block "
+                    "received", "records": records}
+        out, lse, k, v = returned
+    return {**summarize(out, q.numel()), "records": records}

@@ -90,7 +90,7 @@ def collect(job: Job, reports: list[RankReport], wall: float) -> RunResult:
     hosts = sorted({r.host for r in reports})
     timeline = Timeline(merged_events(reports), config.world_size,
                         {"config": config.to_json(), "backend": backend, "hosts": hosts,
-                         "grid": {"dp": grid.dp, "pp": grid.pp, "tp": grid.tp}})
+                         "grid": grid.as_dict()})
     per_step = [o.losses for o in outputs if o.losses]
     losses = [statistics.fmean(vals) for vals in zip(*per_step)] if per_step else []
     metrics: dict[str, Any] = dict(timeline.summary()) if config.trace else {}

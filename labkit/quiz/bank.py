@@ -19,6 +19,7 @@ from labkit.quiz import (
     bank_lessons,
     bank_memory,
     bank_parallel,
+    bank_sequence,
     bank_systems,
 )
 from labkit.quiz.questions import LESSONS, Concept, Kind, NumericQuestion, Question, QuizError
@@ -26,7 +27,7 @@ from labkit.quiz.questions import LESSONS, Concept, Kind, NumericQuestion, Quest
 BANK: tuple[Question, ...] = tuple(
     bank_batch.QUESTIONS + bank_memory.QUESTIONS + bank_parallel.QUESTIONS
     + bank_comm.QUESTIONS + bank_lessons.QUESTIONS + bank_systems.QUESTIONS
-    + bank_async.QUESTIONS)
+    + bank_async.QUESTIONS + bank_sequence.QUESTIONS)
 
 
 def _check(bank: tuple[Question, ...]) -> None:

@@ -58,6 +58,7 @@ class Concept(str, Enum):
     MULTI_NODE = "multi-node"
     PARAMETER_SERVER = "parameter-server"
     RAY = "ray"
+    LONG_SEQUENCES = "long-sequences"
 
     @property
     def label(self) -> str:
@@ -81,15 +82,16 @@ _LABELS = {
     Concept.MULTI_NODE: "Across nodes: links and hierarchy",
     Concept.PARAMETER_SERVER: "Parameter servers and consistency",
     Concept.RAY: "Ray: tasks, actors, object store",
+    Concept.LONG_SEQUENCES: "Long sequences and many experts",
 }
 
 LESSONS = ("00_welcome", "01_data_parallelism", "02_batch_size_and_lr",
            "03_pipeline_parallelism", "04_tensor_parallelism", "05_memory_and_zero",
            "06_communication", "07_fault_tolerance", "09_3d_parallelism", "10_multi_node",
-           "11_async_training", "12_ray")
+           "11_async_training", "12_ray", "14_long_sequences_and_experts")
 """Lesson ids the bank is tagged with: the stems of the notebooks under ``notebooks/`` (08 is
 the quiz itself); 09-12 are the lessons on 3D parallelism, the multi-node link, parameter
-servers (sync vs async SGD) and Ray."""
+servers (sync vs async SGD) and Ray; 14 the lesson on long sequences and many experts."""
 
 CONCEPT_LESSON = {
     Concept.DATA_PARALLEL: "01_data_parallelism", Concept.COLLECTIVES: "01_data_parallelism",
@@ -99,7 +101,7 @@ CONCEPT_LESSON = {
     Concept.MIXED_PRECISION: "05_memory_and_zero", Concept.COMMUNICATION: "06_communication",
     Concept.FAULT_TOLERANCE: "07_fault_tolerance", Concept.THREE_D: "09_3d_parallelism",
     Concept.MULTI_NODE: "10_multi_node", Concept.PARAMETER_SERVER: "11_async_training",
-    Concept.RAY: "12_ray",
+    Concept.RAY: "12_ray", Concept.LONG_SEQUENCES: "14_long_sequences_and_experts",
 }
 """The lesson a question belongs to unless it names its own (``lesson=``)."""
 

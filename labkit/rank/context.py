@@ -135,12 +135,23 @@ class RankContext:
     def tp_rank(self) -> int:
         return self.coords.tp
 
-    def comm_on(self, axis: str) -> Comm:
-        """The traced ``Comm`` of ``axis`` ("dp", "pp" or "tp"): its ranks are the group's."""
-        from labkit.base.grid import AXES
+    @property
+    def cp_rank(self) -> int:
+        """This rank's place in its context-parallel group (0 without a grid)."""
+        return self.coords.cp if self.grid is not None else 0
 
-        if axis not in AXES:
-            raise ValueError(f"axis {axis!r} must be one of {', '.join(AXES)}")
+    @property
+    def ep_rank(self) -> int:
+        """This rank's place in its expert-parallel group (0 without a grid)."""
+        return self.coords.ep if self.grid is not None else 0
+
+    def comm_on(self, axis: str) -> Comm:
+        """The traced ``Comm`` of ``axis`` ("dp", "pp", "cp", "tp" or "ep"): its ranks are
+        the group's."""
+        from labkit.base.grid import GROUP_AXES
+
+        if axis not in GROUP_AXES:
+            raise ValueError(f"axis {axis!r} must be one of {', '.join(GROUP_AXES)}")
         return self.axis_comms.get(axis, self.comm)
 
     @property
@@ -154,6 +165,16 @@ class RankContext:
     @property
     def tp_comm(self) -> Comm:
         return self.comm_on("tp")
+
+    @property
+    def cp_comm(self) -> Comm:
+        """The context-parallel group (ring attention passes K/V blocks around it)."""
+        return self.comm_on("cp")
+
+    @property
+    def ep_comm(self) -> Comm:
+        """The expert-parallel group (over the data ranks; MoE all-to-alls)."""
+        return self.comm_on("ep")
 
     # ---- nodes ---------------------------------------------------------------------------
     @property

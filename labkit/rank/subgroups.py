@@ -26,10 +26,10 @@ def build_axis_comms(world: Comm, grid: Grid, cache: dict[tuple[Any, ...], Any] 
     """
     import torch.distributed as dist
 
-    from labkit.base.grid import AXES
+    from labkit.base.grid import GROUP_AXES
 
     out: dict[str, Comm] = {}
-    for axis in AXES:
+    for axis in GROUP_AXES:
         size = grid.size(axis)
         if size == world.world_size:
             out[axis] = world.on(axis, None, list(range(world.world_size)))

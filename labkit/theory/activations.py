@@ -64,6 +64,27 @@ def layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int, *, tp:
     return sbh * (10 + 24 / t) + attention
 
 
+def layer_norm_activation_bytes(seq: int, batch: int, hidden: int, *, layers: int = 1,
+                                tp: int = 1, sequence_parallel: bool = False,
+                                bytes_per_value: int = 4) -> float:
+    """Bytes the two LayerNorms of ``layers`` transformer layers keep for backward, per rank:
+    each keeps its input, ``s*b*h`` values -- Korthikanti et al. 2022's ``4*s*b*h`` at 2 B
+    (part of the ``10`` of eq. 2 that tensor parallelism leaves whole). Sequence parallelism
+    gives each of the ``tp`` ranks 1/t of the sequence there, so the bytes divide by t
+    (eq. 3). fp32 (4 B) by default, as labkit trains; their per-token mean and 1/std
+    (``2*s*b`` values per LayerNorm) are left out, as in the paper."""
+    s = check_int("seq", seq, 1, "seq=64")
+    b = check_int("batch", batch, 1, "batch=4")
+    h = check_int("hidden", hidden, 1, "hidden=128")
+    n = check_int("layers", layers, 0, "layers=2")
+    t = check_int("tp", tp, 1, "tp=2")
+    bpv = check_int("bytes_per_value", bytes_per_value, 1, "bytes_per_value=4")
+    if sequence_parallel and s % t:
+        raise ConfigError(f"tp ({t}) must divide seq ({s}) under sequence parallelism: each "
+                          f"rank keeps s/t tokens; e.g. seq={s * t}, tp={t}")
+    return float(n * 2 * s * b * h * bpv) / (t if sequence_parallel else 1)
+
+
 @dataclass(frozen=True)
 class TransformerShape:
     """A GPT-style model's shape, as the activation formulas need it."""

@@ -133,3 +133,21 @@ def active_params_per_token(width: int, inner: int, experts: int, top_k: int = 1
     """Parameters one token's forward touches: the router and its ``top_k`` experts (Switch
     with k = 1 costs one MLP's FLOPs per token whatever ``experts`` is)."""
     return top_k * mlp_params(width, inner) + width * experts
+
+
+def expert_parallel_traffic(kept: Sequence[int], hidden: int, experts: int, calls: int,
+                            bytes_per_element: int = 4, bytes_per_count: int = 8) -> float:
+    """Bytes the ranks of the ep groups send in a training step, as labkit's trace counts them
+    (an all-to-all's payload is its whole input, the rows a rank keeps for itself included).
+
+    ``kept[r]``: the assignments rank r's routers kept that step (every MoE call summed;
+    ``tokens x top_k`` when nothing is dropped); ``calls``: MoE forwards per rank (layers x
+    microbatches). Per call, each rank sends its counts (``experts`` int64), the rows it keeps
+    (dispatch) and the rows it received (combine); backward sends both row sets again. Over
+    a group the rows received add up to the rows kept, so the sum is
+    ``ranks x calls x experts x 8 + 2 x 2 x hidden x bytes_per_element x sum(kept)``."""
+    h = check_int("hidden", hidden, 1, "hidden=128")
+    e = check_int("experts", experts, 1, "experts=8")
+    n = check_int("calls", calls, 0, "calls=4")
+    rows = sum(check_int(f"kept[{r}]", k, 0, "kept=[64, 64]") for r, k in enumerate(kept))
+    return float(len(kept) * n * e * bytes_per_count + 4 * h * bytes_per_element * rows)

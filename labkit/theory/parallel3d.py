@@ -93,17 +93,19 @@ class Layout3D:
     """Messages per step on each axis for the busiest rank (each pays a latency): tp
     all-reduces, pp sends + receives, dp one bucketed gradient exchange."""
     notes: list[str] = field(default_factory=list)
+    cp: int = 1
+    """Context-parallel ranks (the sequence split over them)."""
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.pp * self.tp
+        return self.dp * self.pp * self.cp * self.tp
 
     def max_memory(self) -> float:
         """The fullest rank's model state (bytes): what must fit."""
         return max(m["total"] for m in self.memory_per_rank)
 
     def to_json(self) -> dict[str, Any]:
-        return {"dp": self.dp, "pp": self.pp, "tp": self.tp, "bounds": self.bounds,
+        return {"dp": self.dp, "pp": self.pp, "tp": self.tp, "cp": self.cp, "bounds": self.bounds,
                 "params_per_rank": self.params_per_rank,
                 "memory_per_rank": self.memory_per_rank, "traffic": self.traffic,
                 "activation_bytes": self.activation_bytes}
@@ -113,9 +115,32 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
                     seq_len: int = 64, vocab: int = 96, in_dim: int = 32, out_dim: int = 10,
                     dp: int = 1, pp: int = 1, tp: int = 1, microbatches: int = 1,
                     batch_size: int = 32, zero_stage: int = 0, optimizer: str = "adam",
-                    bounds: list[int] | None = None) -> Layout3D:
+                    bounds: list[int] | None = None,
+                    sequence_parallel: bool = False, cp: int = 1, experts: int = 0,
+                    ep: int = 1, top_k: int = 1) -> Layout3D:
     """Predict a dp x pp x tp run of labkit's GPT (or MLP): per-rank parameters and model
-    state, and wire bytes per step on each axis (fp32; ``batch_size`` per data rank)."""
+    state, and wire bytes per step on each axis (fp32; ``batch_size`` per data rank).
+
+    ``sequence_parallel`` (Korthikanti et al. 2022): each block's 4 all-reduces of one
+    activation B become 4 all-gather + reduce-scatter pairs, ``2 x (t-1)/t x B`` either way;
+    entering and leaving the split add one all-gather each per microbatch (the embedding's
+    gradient, the final LayerNorm's input); the 6 h-vectors of each block that now see a
+    slice of the tokens (2 LayerNorms, 2 output biases) all-reduce their gradients once per
+    microbatch, ``2 (t-1)/t x 24 h`` bytes; a pipeline cut carries B / t.
+
+    ``cp`` (context parallelism, ring attention; ``labkit.theory.context``): every rank holds
+    s / cp tokens, so every activation above is 1/cp as big and there are cp times as many
+    ranks; each attention layer sends ``(cp-1)`` K/V blocks forward and ``(cp-1)`` K/V plus
+    ``cp`` dK/dV blocks backward per microbatch (``ring_attention_traffic``, fp32), and the
+    replicated weights' step gradients are averaged over the cp group (an all-reduce of the
+    stage's parameters, ``2 (cp-1)/cp x 4 N_r``).
+
+    ``experts`` > 0 (tp = 1): every MLP is an MoE layer (router ``h x E``, ``E`` MLPs) whose
+    experts are split over ``ep`` data ranks (1 or dp). The experts are not in ZeRO's units:
+    with ep = 1 their gradients are all-reduced over dp, with ep = dp not at all; each MoE
+    forward sends ``labkit.theory.experts.expert_parallel_traffic``'s bytes on the ep axis,
+    here with no token dropped (``tokens x top_k`` rows kept). Model-state memory is that of
+    ZeRO on every parameter (the experts' own accounting is left out)."""
     check_choice("kind", kind, KINDS, "kind='gpt'")
     d, p, t = (check_int(n, v, 1, f"{n}=2") for n, v in (("dp", dp), ("pp", pp), ("tp", tp)))
     m = check_int("microbatches", microbatches, 1, "microbatches=4")
@@ -123,6 +148,13 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
     if kind == "gpt" and (heads % t or width % t):
         raise ConfigError(f"tp ({t}) must divide heads ({heads}) and width ({width}); "
                           f"e.g. tp=2 with heads=4, width=128")
+    c = check_int("cp", cp, 1, "cp=2")
+    if c > 1 and (kind != "gpt" or seq_len % (2 * c)):
+        raise ConfigError(f"cp ({c}) needs kind='gpt' and seq_len ({seq_len}) a multiple of "
+                          f"2 x cp; e.g. kind='gpt', seq_len=64, cp=2")
+    if sequence_parallel and (kind != "gpt" or (seq_len // c) % t):
+        raise ConfigError(f"sequence_parallel needs kind='gpt' and tp ({t}) dividing seq_len "
+                          f"({seq_len}) / cp ({c}); e.g. kind='gpt', seq_len=64, tp=2")
     if kind == "mlp" and t != 1:
         raise ConfigError(f"tp ({t}) must be 1 for the MLP: its layers have no column/row "
                           f"pair to split; use kind='gpt'")
@@ -139,22 +171,50 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
             width * out_dim + out_dim
         act = (b // m) * width * 4
     block = _block_local(kind, width, t)
-    params = [(cuts[k + 1] - cuts[k]) * block + (first if k == 0 else 0)
+    per_expert = 8 * width * width + 5 * width  # one GELU MLP, 4x wide, with its biases
+    if experts:  # the MLP gives way to the router and this rank's experts
+        block += width * experts - per_expert
+        if experts % ep or (d % ep) or t != 1 or kind != "gpt":
+            raise ConfigError(f"experts ({experts}) need kind='gpt', tp=1 and ep ({ep}) "
+                              f"dividing experts and dp ({d}); e.g. experts=4, ep=2, dp=2")
+    local_experts = [(cuts[k + 1] - cuts[k]) * (experts // ep) * per_expert for k in range(p)]
+    params = [(cuts[k + 1] - cuts[k]) * block + local_experts[k] + (first if k == 0 else 0)
               + (last if k == p - 1 else 0) for k in range(p)]
     memory = [zero_memory(n_r, d, zero_stage, "fp32", optimizer) for n_r in params]
     ring = (d - 1) / d
+    ranks = d * c * t  # ranks per pipeline stage
     gathers = 2 * m if zero_stage == 3 else (1 if zero_stage in (1, 2) else 0)
-    dp_bytes = sum(d * t * 4 * n_r * ring * (2 if zero_stage == 0 else 1 + gathers)
-                   for n_r in params)
+    dp_bytes = sum(ranks * 4 * (n_r - x) * ring * (2 if zero_stage == 0 else 1 + gathers)
+                   + (ranks * 4 * x * 2 * ring if ep == 1 else 0.0)
+                   for n_r, x in zip(params, local_experts))
     blocks = [cuts[k + 1] - cuts[k] for k in range(p)]
-    tp_bytes = (d * t * sum(blocks) * m * 4 * 2 * (t - 1) / t * act) if kind == "gpt" else 0.0
-    pp_bytes = d * t * (p - 1) * m * 2 * act
-    calls = {"tp": m * 4 * max(blocks) if t > 1 else 0,
+    act_c = act / c  # one microbatch's activation on one cp rank (what TP talks about)
+    tp_bytes = (ranks * sum(blocks) * m * 4 * 2 * (t - 1) / t * act_c) if kind == "gpt" else 0.0
+    sp = sequence_parallel and t > 1
+    if sp:
+        tp_bytes += ranks * m * (t - 1) / t * (2 * act_c + sum(blocks) * 2 * 24 * width)
+    pp_bytes = ranks * (p - 1) * m * 2 * act_c / (t if sp else 1)
+    cp_bytes = 0.0
+    if c > 1:
+        from labkit.theory.context import ring_attention_traffic
+
+        kv = ring_attention_traffic(b // m, seq_len, heads // t, width // heads, c, 4)
+        per_layer = kv["forward"] + kv["backward"]
+        cp_bytes = sum(ranks * (nb * m * per_layer + 2 * (c - 1) / c * 4 * n_r)
+                       for nb, n_r in zip(blocks, params))
+    ep_bytes = 0.0
+    if experts and ep > 1:
+        from labkit.theory.experts import expert_parallel_traffic
+
+        kept = (b // m) * (seq_len // c) * top_k * m  # one rank, one layer, every microbatch
+        ep_bytes = sum(ranks * expert_parallel_traffic([kept * nb], width, experts, m * nb)
+                       for nb in blocks)
+    calls = {"tp": m * (10 if sp else 4) * max(blocks) + (2 * m if sp else 0) if t > 1 else 0,
              "pp": 2 * m * (2 if p > 2 else 1) if p > 1 else 0, "dp": 1 if d > 1 else 0}
     notes = []
     if zero_stage == 3 and p > 1:
         notes.append(f"ZeRO-3 under a pipeline gathers every parameter 2 x {m} times a step "
                      f"(forward and backward of each microbatch)")
     return Layout3D(d, p, t, cuts, params, memory,
-                    {"dp": dp_bytes, "pp": float(pp_bytes), "tp": float(tp_bytes)}, act, calls,
-                    notes)
+                    {"dp": dp_bytes, "pp": float(pp_bytes), "cp": float(cp_bytes),
+                     "tp": float(tp_bytes), "ep": ep_bytes}, act, calls, notes, c)

@@ -84,8 +84,8 @@ def rank_grid_labels(metrics: dict[str, Any], ranks: int) -> list[str]:
     from labkit.base.grid import Grid
 
     grid = metrics.get("grid") or {}
-    g = Grid(**{a: int(grid.get(a, 1)) for a in ("dp", "pp", "tp")})
-    active = [a for a in ("dp", "pp", "tp") if grid.get(a, 1) > 1]
+    g = Grid(**{a: int(grid.get(a, 1)) for a in ("dp", "pp", "tp", "cp", "ep")})
+    active = [a for a in ("dp", "pp", "cp", "tp", "ep") if grid.get(a, 1) > 1]
     if not active or g.world_size != ranks:
         return [f"rank {r}" for r in range(ranks)]
     return [f"rank {r}\n" + " ".join(f"{a}{g.coords(r)[a]}" for a in active)

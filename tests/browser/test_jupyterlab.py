@@ -64,14 +64,15 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 CONCEPT_DIAGRAMS = tuple(sorted(
     name for module in ("data_parallel", "grid3d", "parameter_server", "pipeline", "ring",
-                        "tensor_parallel", "zero")
+                        "ring_attention", "tensor_parallel", "zero")
     for name, fn in vars(importlib.import_module(f"labkit.visuals.concepts.{module}")).items()
     if callable(fn) and not name.startswith("_") and name.startswith(("plot_", "zero_"))
     and getattr(fn, "__module__", "") == f"labkit.visuals.concepts.{module}"))
 """The diagram functions of ``labkit.visuals.concepts`` a lesson calls before it measures."""
-DIAGRAM_LESSONS = {"01", "03", "04", "05", "09", "11"}
+DIAGRAM_LESSONS = {"01", "03", "04", "05", "09", "11", "14"}
 """Lessons whose mechanism has a conceptual diagram (issue 33: the ring and DP replicas, the
-pipeline's stages, the TP split, ZeRO's partitions, the 3D grid, the parameter server)."""
+pipeline's stages, the TP split, ZeRO's partitions, the 3D grid, the parameter server; issue
+34: ring attention's zig-zag layout and schedule)."""
 DRAWS = ("plot", "_figure(", "animation_html(", "_viewer(", "_widget(", "_explorer(")
 """A code cell whose last statement calls one of these shows a figure, an animation or a
 widget: its output must not be empty."""

@@ -379,6 +379,43 @@ def lesson_12(ns: dict[str, Any]) -> None:
     assert ns["left"] == [], ns["left"]  # the closing cell stopped every process it started
 
 
+def lesson_14(ns: dict[str, Any]) -> None:
+    """Sequence parallelism halves the LayerNorms' bytes on tp2 with the predicted tensor
+    traffic; the merge on 2 ranks matches labkit's; zig-zag balances the ring (9 blocks per
+    rank), plain does not, both as counted on paper; the ring's trace shows every rank
+    computing with block (r - t) mod cp while its send is already posted; the dp x cp x tp
+    and dp x ep runs equal one process with every axis's bytes predicted; a tight capacity
+    drops tokens and its ep bytes still follow the routing."""
+    from labkit.lessons.mechanism import compare
+
+    plain, sp = (ns[k].metrics for k in ("plain_tp", "with_sp"))
+    for m in (plain, sp):
+        assert m["ln_activation_bytes_per_rank"] == m["predicted_ln_activation_bytes_per_rank"]
+        assert m["comm_bytes_per_axis"] == m["predicted_comm_bytes_per_axis"], m
+        assert m["max_abs_diff_vs_reference"] < 1e-5
+    assert plain["ln_activation_bytes_per_rank"][0] == 2 * sp["ln_activation_bytes_per_rank"][0]
+    both = ns["both"]
+    assert compare([b[0] for b in both], [b[1] for b in both], what="merge", atol=1e-12)
+    blocks = ns["blocks"]
+    for name in ("zigzag", "plain"):
+        assert blocks[name]["measured"] == blocks[name]["predicted"], (name, blocks[name])
+    assert {sum(b) for b in blocks["zigzag"]["measured"]} == {9}
+    assert len({sum(b) for b in blocks["plain"]["measured"]}) == 4
+    rows = ns["ring_steps"](ns["ring_trace"])
+    assert len(rows) == 16, rows
+    for r in rows:
+        assert r["computes with"] == f"kv{(r['rank'] - r['ring step']) % 4}", r
+        assert r["send posted first"] == ("yes" if r["ring step"] < 3 else "-"), r
+    long = ns["long"].metrics
+    assert long["max_abs_diff_vs_reference"] < 1e-5
+    assert long["comm_bytes_per_axis"] == long["predicted_comm_bytes_per_axis"]
+    moe, tight = ns["moe"].metrics, ns["tight"].metrics
+    assert moe["dropped_assignments"] == 0 and moe["max_abs_diff_vs_reference"] < 1e-5
+    assert tight["dropped_assignments"] > 0
+    for m in (moe, tight):
+        assert m["comm_bytes_per_axis"]["ep"] == m["predicted_comm_bytes_per_axis"]["ep"] > 0
+
+
 CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
     "00_welcome": lesson_00, "03_pipeline_parallelism": lesson_03,
     "04_tensor_parallelism": lesson_04, "05_memory_and_zero": lesson_05,
@@ -386,6 +423,7 @@ CHECKS: dict[str, Callable[[dict[str, Any]], None]] = {
     "01_data_parallelism": lesson_01, "02_batch_size_and_lr": lesson_02,
     "07_fault_tolerance": lesson_07, "09_3d_parallelism": lesson_09,
     "10_multi_node": lesson_10, "11_async_training": lesson_11, "12_ray": lesson_12,
+    "14_long_sequences_and_experts": lesson_14,
 }
 
 

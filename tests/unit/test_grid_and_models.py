@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_grid_puts_tp_fastest_and_groups_share_their_other_coordinates() -> None:
     g = Grid(dp=2, pp=2, tp=2)
-    assert [tuple(vars(g.coords(r)).values()) for r in (0, 1, 2, 7)] == [
+    assert [(g.coords(r).dp, g.coords(r).pp, g.coords(r).tp) for r in (0, 1, 2, 7)] == [
         (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 1, 1)]
     assert g.group("tp", 5) == [4, 5] and g.group("pp", 5) == [5, 7]
     assert g.group("dp", 5) == [1, 5]
@@ -26,6 +26,19 @@ def test_grid_puts_tp_fastest_and_groups_share_their_other_coordinates() -> None
     assert all(g.rank(**vars(g.coords(r))) == r for r in range(8))
     with pytest.raises(ConfigError, match=r"dp \(0\)"):
         Grid(dp=0)
+
+
+def test_cp_sits_next_to_tp_and_ep_groups_consecutive_data_ranks() -> None:
+    g = Grid(dp=2, cp=2, tp=2)
+    assert g.world_size == 8 and g.group("cp", 5) == [5, 7] and g.group("tp", 5) == [4, 5]
+    assert g.group("dp", 5) == [1, 5] and g.coords(6).cp == 1
+    assert all(g.rank(**vars(g.coords(r))) == r for r in range(8))
+    e = Grid(dp=4, ep=2, tp=2)
+    assert e.world_size == 8 and e.group("ep", 5) == [5, 7] and e.group("ep", 1) == [1, 3]
+    assert e.groups("ep") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert e.active_axes() == ["dp", "tp", "ep"] and str(e) == "dp4 x pp1 x tp2 (ep2 over dp)"
+    with pytest.raises(ConfigError, match=r"ep \(3\) must divide dp \(4\)"):
+        Grid(dp=4, ep=3)
 
 
 def test_gpt_param_count_matches_the_model_and_tp_slices_reassemble() -> None:

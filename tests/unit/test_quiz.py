@@ -78,6 +78,11 @@ THEORY = {
         theory.zero_memory(1.0, dp, stage)["total"]),
     "offload-01": lambda params_b, dp: 4 * params_b / dp,
     "compress-01": lambda numel_m, method: numel_m * {"fp32": 4, "fp16": 2, "int8": 1}[method],
+    # lesson 14, in closed form: SP saves the 10sh of the regions TP keeps whole, (1 - 1/t)
+    "seq-01": lambda s, h, a, t: 10 * s * h * (1 - 1 / t) / 1e9,
+    "seq-02": lambda cp, s, kv: 2 * (s // cp) * kv * 128 * 2 / 1e6,
+    "seq-03": lambda cp, r: 2 * cp - 1 - r,
+    "seq-04": lambda tokens, k, e, cf: -(-int(cf * tokens * k * 100) // (e * 100)),
 }
 
 

@@ -110,3 +110,30 @@ def test_bad_input_names_the_value(call, names: str) -> None:
     with pytest.raises(ConfigError) as info:
         call()
     assert names in str(info.value) and "e.g." in str(info.value)
+
+
+def test_layer_norm_bytes_divide_by_t_under_sequence_parallelism():
+    from labkit.theory import layer_activation_bytes, layer_norm_activation_bytes
+
+    whole = layer_norm_activation_bytes(2048, 1, 12288, tp=8, bytes_per_value=2)
+    assert whole == 4 * 2048 * 12288  # Korthikanti's 4sbh for the two LayerNorms
+    assert layer_norm_activation_bytes(2048, 1, 12288, tp=8, sequence_parallel=True,
+                                       bytes_per_value=2) == whole / 8
+    # eq. 2 -> eq. 3 saves the 10*sbh*(1 - 1/t) of the regions TP leaves whole
+    saved = layer_activation_bytes(2048, 1, 12288, 96, tp=8) - layer_activation_bytes(
+        2048, 1, 12288, 96, tp=8, sequence_parallel=True)
+    assert saved == pytest.approx(10 * 2048 * 12288 * (1 - 1 / 8))
+    with pytest.raises(ConfigError, match="must divide seq"):
+        layer_norm_activation_bytes(10, 1, 8, tp=4, sequence_parallel=True)
+
+
+def test_sequence_parallel_sends_tp_all_reduce_bytes_plus_its_ends():
+    from labkit.theory import parallel_layout
+
+    kw = {"width": 64, "depth": 2, "heads": 4, "seq_len": 16, "tp": 4, "pp": 2,
+          "microbatches": 2, "batch_size": 8}
+    tp, sp = parallel_layout(**kw), parallel_layout(**kw, sequence_parallel=True)
+    act = 4 * 16 * 64 * 4
+    assert sp.traffic["tp"] - tp.traffic["tp"] == pytest.approx(
+        4 * 2 * 3 / 4 * (2 * act + 2 * 2 * 24 * 64))
+    assert sp.traffic["pp"] == tp.traffic["pp"] / 4

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 from labkit.base.errors import ConfigError
 from labkit.base.grid import Grid
-from labkit.base.validate import check_fields, integer, one_of, option
+from labkit.base.validate import check_fields, flag, integer, one_of, option, real
 from labkit.config.metrics import RankMetrics
 from labkit.config.registry import Strategy, register
 
@@ -48,6 +48,19 @@ class HybridOptions:
     """ZeRO stage on the data axis: 0 (all-reduce gradients), 1, 2 or 3."""
     balance: str = option("count", one_of(BALANCE, example="cost"))
     """Blocks per stage: count (equal numbers) or cost (by time measured on rank 0)."""
+    cp: int = option(1, integer(1, 64, example=2))
+    """Context-parallel ranks C: the sequence split over them, ring attention (gpt only)."""
+    ep: int = option(1, integer(1, 64, example=2))
+    """Expert-parallel ranks: each MoE layer's experts split over ``ep`` data ranks (1 or dp)."""
+    experts: int = option(0, integer(0, 1024, example=4))
+    """Experts per MoE layer (0: the dense MLP); every block's MLP becomes an MoE."""
+    top_k: int = option(1, integer(1, 64, example=2))
+    """Experts each token is routed to (Switch: 1, GShard: 2)."""
+    capacity_factor: float = option(1.25, real(0.0, 1024.0, example=1.25))
+    """Slots per expert, as a multiple of the even share of the rank's assignments."""
+    sequence_parallel: bool = option(False, flag())
+    """Split the LayerNorm regions of each TP group along the sequence (Korthikanti et al.
+    2022): TP's all-reduces become all-gathers and reduce-scatters; needs tp > 1."""
 
     def __post_init__(self) -> None:
         problems = check_fields(self)
@@ -58,8 +71,8 @@ class HybridOptions:
 def hybrid_grid(config: Any) -> Grid:
     """The run's grid; dp defaults to whatever world_size leaves after pp x tp."""
     o = config.options
-    dp = o.dp if o.dp is not None else max(1, config.world_size // (o.pp * o.tp))
-    return Grid(dp=dp, pp=o.pp, tp=o.tp)
+    dp = o.dp if o.dp is not None else max(1, config.world_size // (o.pp * o.tp * o.cp))
+    return Grid(dp=dp, pp=o.pp, tp=o.tp, cp=o.cp, ep=o.ep if dp % o.ep == 0 else 1)
 
 
 def check(config: Any) -> list[str]:
@@ -69,10 +82,15 @@ def check(config: Any) -> list[str]:
     problems = []
     if grid.world_size != n:
         dp = "dp" if o.dp is not None else "dp (inferred)"
-        problems.append(f"world_size ({n}) must equal dp x pp x tp ({dp} {grid.dp} x pp {o.pp} "
-                        f"x tp {o.tp} = {grid.world_size}); drop --world-size or pick sizes "
-                        f"whose product is {n}, e.g. --dp {max(1, n // (o.pp * o.tp))} "
-                        f"--pp {o.pp} --tp {o.tp}")
+        cp = f" x cp {o.cp}" if o.cp > 1 else ""
+        problems.append(f"world_size ({n}) must equal dp x pp{' x cp' if cp else ''} x tp ({dp} "
+                        f"{grid.dp} x pp {o.pp}{cp} x tp {o.tp} = {grid.world_size}); drop "
+                        f"--world-size or pick sizes whose product is {n}, e.g. --dp "
+                        f"{max(1, n // (o.pp * o.tp * o.cp))} --pp {o.pp} --tp {o.tp}")
+    if o.cp > 1 and (m.kind != "gpt" or m.seq_len % (2 * o.cp)):
+        problems.append(f"cp ({o.cp}) needs --model gpt and seq_len ({m.seq_len}) a multiple of "
+                        f"2 x cp ({2 * o.cp}): each rank holds two zig-zag chunks of the "
+                        f"sequence; e.g. --cp 2 --seq-len 64")
     if m.kind == "gpt":
         if m.heads % o.tp or (4 * m.width) % o.tp or m.width % o.tp:
             problems.append(f"tp ({o.tp}) must divide heads ({m.heads}) and width ({m.width}) "
@@ -82,6 +100,12 @@ def check(config: Any) -> list[str]:
         problems.append(f"tp ({o.tp}) needs --model gpt: tensor parallelism splits a "
                         f"transformer block's heads and MLP columns, and the {m.kind} has no "
                         f"such column/row pair; use --tp 1 or --model gpt")
+    if o.sequence_parallel and (o.tp < 2 or m.kind != "gpt" or (m.seq_len // o.cp) % o.tp):
+        problems.append(f"sequence_parallel needs --model gpt, tp >= 2 and tp ({o.tp}) "
+                        f"dividing the tokens per cp rank (seq_len {m.seq_len} / cp {o.cp}): "
+                        f"it splits the sequence over the TP group; e.g. --tp 2 --seq-len 64 "
+                        f"--sequence-parallel")
+    problems += _expert_problems(o, m.kind, grid.dp)
     if m.kind == "digits":
         problems.append("hybrid runs the gpt or the mlp; use --model gpt or --model mlp")
     if m.depth < o.pp:
@@ -92,6 +116,23 @@ def check(config: Any) -> list[str]:
                         f"({o.microbatches}); e.g. --batch-size "
                         f"{o.microbatches * max(1, config.batch_size // o.microbatches)}")
     return problems
+
+
+def _expert_problems(o: Any, kind: str, dp: int) -> list[str]:
+    if o.experts == 0:
+        return [f"ep ({o.ep}) needs --experts: it splits the experts of MoE layers; e.g. "
+                f"--experts 4 --ep {o.ep}"] if o.ep > 1 else []
+    out = []
+    if kind != "gpt" or o.tp > 1:
+        out.append(f"experts ({o.experts}) need --model gpt and tp 1 (tp {o.tp}): the MoE "
+                   f"layer replaces the GPT's MLP, unsplit; e.g. --model gpt --experts 4")
+    if o.ep not in (1, dp) or o.experts % o.ep:
+        out.append(f"ep ({o.ep}) must be 1 or dp ({dp}) and divide experts ({o.experts}): "
+                   f"experts lie over the data ranks (an ep group smaller than dp would need "
+                   f"one more group); e.g. --dp 2 --ep 2 --experts 4")
+    if o.top_k > o.experts:
+        out.append(f"top_k ({o.top_k}) must be <= experts ({o.experts}); e.g. --top-k 2")
+    return out
 
 
 @dataclass
@@ -111,6 +152,15 @@ class HybridMetrics(RankMetrics):
     zero_stage: int | None = None
     schedule: str | None = None
     microbatches: int | None = None
+    ln_activation_bytes: int | None = None
+    """Bytes the blocks' LayerNorms on this rank keep for backward, per microbatch."""
+    moe_kept_per_step: list[int] | None = None
+    """Assignments this rank's routers kept, per step (MoE runs)."""
+    moe_calls_per_step: list[int] | None = None
+    moe_tokens_per_expert: list[int] | None = None
+    """Step 0: assignments routed to each expert by this rank's tokens, all layers summed."""
+    moe_dropped: int | None = None
+    moe_aux_loss: list[float] | None = None
 
     REPORTED: ClassVar[tuple[str, ...]] = ("bubble_fraction", "bubble_fraction_predicted")
 
@@ -126,7 +176,8 @@ class HybridMetrics(RankMetrics):
 
         out = super().combine(records, config)
         for key in ("pp_rank", "axis_bytes", "model_state_bytes", "params_held", "step_stats",
-                    "stage_ms"):
+                    "stage_ms", "ln_activation_bytes", "moe_kept_per_step",
+                    "moe_calls_per_step", "moe_tokens_per_expert", "moe_dropped", "moe_aux_loss"):
             out.pop(key, None)
         out.update(summarize([r for r in records if isinstance(r, HybridMetrics)], config))
         return out
@@ -136,4 +187,4 @@ register(Strategy(
     name="hybrid", entry="labkit.strategies.hybrid.impl:train", options=HybridOptions,
     summary="3D parallel: data x pipeline x tensor on one rank grid, ZeRO on the data axis",
     check=check, lesson="09_3d_parallelism", grid=hybrid_grid,
-    default_world_size=lambda o: (o.dp or 1) * o.pp * o.tp))
+    default_world_size=lambda o: (o.dp or 1) * o.pp * o.cp * o.tp))

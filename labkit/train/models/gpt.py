@@ -41,6 +41,13 @@ class Bias(nn.Module):
         return x + self.bias
 
 
+class CausalCore(nn.Module):
+    """Causal softmax attention of ``(batch, heads, seq, head_dim)`` q, k, v."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 class Attention(nn.Module):
     """Causal multi-head self-attention: Q, K, V (column side), then o (row side)."""
 
@@ -52,13 +59,14 @@ class Attention(nn.Module):
         self.o_bias = Bias(width)
         self.enter: nn.Module = nn.Identity()  # Megatron's f goes here
         self.exit: nn.Module = nn.Identity()  # and g here
+        self.core: nn.Module = CausalCore()  # context parallelism puts ring attention here
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.enter(x)  # under sequence parallelism: the slices gathered into the whole
         b, s, _ = x.shape
-        x = self.enter(x)
         q, k, v = (m(x).view(b, s, self.heads, -1).transpose(1, 2)
                    for m in (self.q, self.k, self.v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.core(q, k, v)
         y = self.exit(self.o(y.transpose(1, 2).reshape(b, s, -1)))
         return self.o_bias(y)  # type: ignore[no-any-return]
 
@@ -111,13 +119,23 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(width, heads, i) for i in range(depth))
         self.ln_f = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
+        self.sp_scatter: nn.Module = nn.Identity()  # sequence parallelism splits here
+        self.sp_gather: nn.Module = nn.Identity()  # and gathers here
+        self.seq_split = 1
+        """Ranks the sequence between the blocks is split over (1: whole)."""
+        self.cp_positions: torch.Tensor | None = None
+        """The global positions of the tokens this model runs (None: every position)."""
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        return self.tok(idx) + self.pos(pos)  # type: ignore[no-any-return]
+        if self.cp_positions is None:
+            pos = torch.arange(idx.shape[1], device=idx.device)
+        else:  # context parallelism: this rank's tokens only, at their global positions
+            pos = self.cp_positions.to(idx.device)
+            idx = idx.index_select(1, pos)
+        return self.sp_scatter(self.tok(idx) + self.pos(pos))  # type: ignore[no-any-return]
 
     def unembed(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.ln_f(x))  # type: ignore[no-any-return]
+        return self.head(self.ln_f(self.sp_gather(x)))  # type: ignore[no-any-return]
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.embed(idx)
@@ -175,7 +193,7 @@ def build_blocks(width: int, depth: int, heads: int, seq_len: int, inner: int, p
 def gpt_layout(model: GPT) -> Layout:
     """The GPT in the pieces a pipeline cuts between: embedding, blocks, final LN and head."""
     return Layout(blocks=list(model.blocks), prologue=model.embed, epilogue=model.unembed,
-                  act_shape=lambda rows: (rows, model.seq_len, model.width),
+                  act_shape=lambda rows: (rows, model.seq_len // model.seq_split, model.width),
                   prologue_modules=[model.tok, model.pos], epilogue_modules=[model.ln_f,
                                                                              model.head])
 

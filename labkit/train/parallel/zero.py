@@ -31,6 +31,7 @@ byte accounting).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -167,12 +168,15 @@ class ShardedModel(ShardedUnits):
     module that owns its parameters alone, one per tied, frozen or non-leaf parameter.
 
     ``step`` tags every span the units record; set it before each step (it also forgets
-    uses of the previous step whose backward never ran).
+    uses of the previous step whose backward never ran). ``exclude``: modules whose own
+    parameters stay plain ``nn.Parameter``s, outside every unit (the caller reduces and
+    updates them; expert parallelism's experts, which differ across the data ranks).
     """
 
     def __init__(self, module: nn.Module, *, stage: int, comm: Comm, pad: bool = True,
                  dtype: torch.dtype = torch.float32, defer: bool = False,
-                 layout: Layout | None = None, checkpoint_segment: int = 0):
+                 layout: Layout | None = None, checkpoint_segment: int = 0,
+                 exclude: Sequence[nn.Module] = ()):
         self.module, self.meter, self._step = module, Meter(), 0
         self.layout, self.segment = layout, checkpoint_segment
         if checkpoint_segment and layout is None:
@@ -186,8 +190,10 @@ class ShardedModel(ShardedUnits):
         kw = {"stage": stage, "dtype": dtype, "pad": pad, "comm": comm, "meter": self.meter,
               "defer": defer}
         done: set[int] = set()
+        left_out = {id(m) for m in exclude}  # their parameters stay plain (e.g. sharded experts)
         modules = [(path, mod, list(mod.named_parameters(recurse=False)))
-                   for path, mod in module.named_modules()]  # before any parameter moves
+                   for path, mod in module.named_modules()
+                   if id(mod) not in left_out]  # before any parameter moves
         for path, mod, params in modules:
             alone = bool(params) and not any(True for _ in mod.children()) and all(
                 p.requires_grad and len({id(m) for _, m, _ in places[id(p)]}) == 1
