@@ -52,6 +52,7 @@ from labkit.train.models import build_model, layout_of, task_for
 from labkit.train.parallel.context import average_over_cp, context_parallel, shard_targets
 from labkit.train.parallel.pipeline import Stage, choose_bounds, gather_stages
 from labkit.train.parallel.ring_attention import Ring
+from labkit.train.parallel.sequence import sequence_parallel
 from labkit.train.parallel.tensor import TPComm, gather_state, tensor_parallel
 from labkit.train.parallel.zero import ShardedModel
 from labkit.train.training import model_stats
@@ -96,8 +97,9 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         self.tpc = TPComm(ctx.tp_comm)
         local = full
         if grid.tp > 1:                                                # 2.
-            local = tensor_parallel(copy.deepcopy(full), ctx.tp_rank, grid.tp, self.tpc,
-                                    sequence_parallel=o.sequence_parallel)
+            local = tensor_parallel(copy.deepcopy(full), ctx.tp_rank, grid.tp, self.tpc)
+            if o.sequence_parallel:  # the LayerNorm regions on 1/t of the sequence
+                sequence_parallel(local, self.tpc)
         self.rings: list[Ring] = []
         if grid.cp > 1:                                                # 2b.
             local = local if local is not full else copy.deepcopy(full)

@@ -144,8 +144,8 @@ def _keep(lin: nn.Linear, dim: int, rank: int, size: int) -> None:
     lin.out_features, lin.in_features = lin.weight.shape
 
 
-def tensor_parallel(model: nn.Module, tp_rank: int, tp_size: int, tp: TPComm | None, *,
-                    sequence_parallel: bool = False) -> nn.Module:
+def tensor_parallel(model: nn.Module, tp_rank: int, tp_size: int, tp: TPComm | None
+                    ) -> nn.Module:
     """Split every attention and MLP of ``model`` in place, the Megatron way.
 
     1. column side: Q, K and V keep this rank's whole heads, fc its share of the inner
@@ -156,9 +156,10 @@ def tensor_parallel(model: nn.Module, tp_rank: int, tp_size: int, tp: TPComm | N
        comm ``tp`` (None: no communication, e.g. to inspect one rank's slices).
 
     Embeddings, LayerNorms and the head stay whole on every rank: their inputs are the
-    same there, so their gradients are too. With ``sequence_parallel`` (a GPT and a comm
-    needed) the LayerNorm regions then work on 1/t of the sequence and f/g become an
-    all-gather and a reduce-scatter (``labkit.train.parallel.sequence``). Returns ``model``.
+    same there, so their gradients are too. Sequence parallelism is applied on top of this
+    (``labkit.train.parallel.sequence.sequence_parallel``: the LayerNorm regions then work
+    on 1/t of the sequence and f/g become an all-gather and a reduce-scatter). Returns
+    ``model``.
     """
     from labkit.train.models.gpt import MLP, Attention
 
@@ -175,12 +176,6 @@ def tensor_parallel(model: nn.Module, tp_rank: int, tp_size: int, tp: TPComm | N
             continue
         if tp is not None:
             mod.enter, mod.exit = EnterTP(tp, f"{mod.name}.f"), ExitTP(tp, f"{mod.name}.g")
-    if sequence_parallel:
-        if tp is None:
-            raise ValueError("sequence_parallel needs the tensor-parallel comm tp")
-        from labkit.train.parallel.sequence import sequence_parallel as split_sequence
-
-        split_sequence(model, tp)
     return model
 
 
