@@ -68,8 +68,9 @@ def own_run(dp: int = 1, pp: int = 2, tp: int = 2) -> RunResult:
 
 
 def own_layout(dp: int = 1, pp: int = 2, tp: int = 2) -> Layout:
-    """The planner's layout of ``own_run``: ``BATCH / dp`` sequences in ``MICROBATCHES``."""
-    return Layout(dp, tp, pp, BATCH // dp // MICROBATCHES, MICROBATCHES)
+    """The planner's layout of ``own_run``: each replica's ``BATCH`` sequences (labkit's
+    batch size is per data-parallel rank) in ``MICROBATCHES``."""
+    return Layout(dp, tp, pp, BATCH // MICROBATCHES, MICROBATCHES)
 
 
 def own_rows(result: RunResult, layout: Layout) -> list[dict[str, Any]]:
