@@ -53,7 +53,7 @@ def losers_text(preds: list[Any]) -> str:
 
 
 def plan_explorer(model: str = "llama3-70b", gpu: str = "h100-sxm", gpus: int = 1024,
-                  seq: int = 8192, global_batch_tokens: float = 16e6, *, top: int = TOP,
+                  seq: int = 8192, global_batch_tokens: float = 2048 * 8192, *, top: int = TOP,
                   planner: Callable[..., list[Any]] | None = None) -> Any:
     """Dropdowns for the model and GPU presets, boxes for the GPU count, sequence length and
     global batch, a *Plan* button; below, the ranked table, the bars and the losers' reasons."""

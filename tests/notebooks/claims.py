@@ -385,8 +385,9 @@ def lesson_13(ns: dict[str, Any]) -> None:
     model-state cell on the page equals the planner's for every shape; the lesson GPT's best
     layout computes under half its step at both scales; Meta's TP 8 x PP 16 ranks in the top 3
     for Llama 3 405B with MFU within 15% of the published 41%, and each one-axis change is
-    slower or does not fit; seed 000's pure DP does not fit and options A and B do; the 320 GB
-    model's best layout fits, its TP inside a node."""
+    slower or does not fit, bound by the term the markdown reads off its bar; seed 000's pure
+    DP does not fit and options A and B do; the 320 GB model's best layout fits, its TP
+    inside a node."""
     from labkit.lessons.mechanism import compare
     from labkit.lessons.plan_lesson import tp_collectives, tp_collectives_predicted
     from labkit.theory.plan import rank_of
@@ -406,6 +407,10 @@ def lesson_13(ns: dict[str, Any]) -> None:
     assert abs(meta.mfu / pub.mfu - 1) <= 0.15, meta.mfu
     for name, q in alts.items():
         assert name == "Meta's" or not q.fits or q.mfu < meta.mfu, (name, q.mfu, meta.mfu)
+    binds = {name: q.binding for name, q in alts.items()}  # what the markdown reads off the bars
+    assert binds["TP 16 (two nodes)"].startswith("TP across nodes"), binds
+    assert binds["TP 4"].startswith("bubble") and binds["PP 8"].startswith("bubble"), binds
+    assert binds["no pipeline"].startswith("DP reduction"), binds
     opts = list(ns["options"].values())
     assert not opts[0].fits and opts[1].fits and opts[2].fits, [q.memory_bytes for q in opts]
     best = ns["preds320"][0]

@@ -104,3 +104,12 @@ def test_tp_collectives_predicted_counts_four_per_layer_per_microbatch() -> None
     lay = plan_lesson.own_layout(1, 2, 2)
     model = plan_lesson.lesson_decoder(vocab=96)
     assert plan_lesson.tp_collectives_predicted(lay, model) == 4 * 2 * 2
+
+
+def test_explorer_defaults_plan_a_ranked_table_with_the_real_planner() -> None:
+    """Lesson 13 opens the explorer with its defaults: they must divide into layouts (a
+    batch of 16e6 tokens is 1,953.125 sequences of 8K, which no layout of 1,024 GPUs takes)."""
+    from labkit.widgets.plan import TOP, plan_explorer
+
+    table = plan_explorer().children[1].value
+    assert "<table" in table and table.count("<tr>") == TOP + 1, table[:300]
