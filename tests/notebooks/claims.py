@@ -415,6 +415,8 @@ def lesson_13(ns: dict[str, Any]) -> None:
     assert not opts[0].fits and opts[1].fits and opts[2].fits, [q.memory_bytes for q in opts]
     best = ns["preds320"][0]
     assert best.fits and best.layout.tp <= 8, best.layout
+
+
 def lesson_14(ns: dict[str, Any]) -> None:
     """Sequence parallelism halves the LayerNorms' bytes on tp2 with the predicted tensor
     traffic; the merge on 2 ranks matches labkit's; zig-zag balances the ring (9 blocks per
