@@ -21,10 +21,11 @@ def _fmt(x: float, unit: str) -> str:
 
 
 def reveal(guess: Any, *, predicted: float, measured: float, what: str, unit: str = "",
-           close: float = 0.1) -> str:
+           close: float = 0.1, measured_by: str = "your run") -> str:
     """The guess beside the prediction and the measurement. ``close`` is the relative gap
-    (share of the prediction) under which a guess counts as right."""
-    head = (f"{what}: the formula predicts {_fmt(predicted, unit)}, your run measured "
+    (share of the prediction) under which a guess counts as right; ``measured_by`` names who
+    measured (a published run, e.g. "Meta's run (Llama 3 paper, Table 4)")."""
+    head = (f"{what}: the formula predicts {_fmt(predicted, unit)}, {measured_by} measured "
             f"{_fmt(measured, unit)}")
     if guess is None:
         return head + " (you left the guess empty: type a number in the prompt and run it again)"

@@ -19,6 +19,7 @@ from labkit.quiz import (
     bank_lessons,
     bank_memory,
     bank_parallel,
+    bank_plan,
     bank_sequence,
     bank_systems,
 )
@@ -27,7 +28,8 @@ from labkit.quiz.questions import LESSONS, Concept, Kind, NumericQuestion, Quest
 BANK: tuple[Question, ...] = tuple(
     bank_batch.QUESTIONS + bank_memory.QUESTIONS + bank_parallel.QUESTIONS
     + bank_comm.QUESTIONS + bank_lessons.QUESTIONS + bank_systems.QUESTIONS
-    + bank_async.QUESTIONS + bank_sequence.QUESTIONS)
+    + bank_async.QUESTIONS + bank_sequence.QUESTIONS
+    + bank_plan.QUESTIONS)
 
 
 def _check(bank: tuple[Question, ...]) -> None:

@@ -88,10 +88,12 @@ _LABELS = {
 LESSONS = ("00_welcome", "01_data_parallelism", "02_batch_size_and_lr",
            "03_pipeline_parallelism", "04_tensor_parallelism", "05_memory_and_zero",
            "06_communication", "07_fault_tolerance", "09_3d_parallelism", "10_multi_node",
-           "11_async_training", "12_ray", "14_long_sequences_and_experts")
+           "11_async_training", "12_ray", "13_laptop_to_cluster",
+           "14_long_sequences_and_experts")
 """Lesson ids the bank is tagged with: the stems of the notebooks under ``notebooks/`` (08 is
 the quiz itself); 09-12 are the lessons on 3D parallelism, the multi-node link, parameter
-servers (sync vs async SGD) and Ray; 14 the lesson on long sequences and many experts."""
+servers (sync vs async SGD) and Ray; 13 the planner at scale; 14 the lesson on long sequences and many
+experts."""
 
 CONCEPT_LESSON = {
     Concept.DATA_PARALLEL: "01_data_parallelism", Concept.COLLECTIVES: "01_data_parallelism",

@@ -197,6 +197,8 @@ def binding(pred: Prediction, net: Cluster) -> str:
     over = max((t for t in pred.time if t.name not in ("compute", "recompute")),
                key=lambda t: t.value)
     share = over.value / pred.step_s
+    if over.value <= 0.0:
+        return "compute (no overhead exposed)"
     if over.name == "tp" and pred.layout.tp > net.per_node:
         return f"TP across nodes ({share:.0%} of the step)"
     if over.name == "dp" and pred.inter_share.get("dp", 0.0) > 0.5:

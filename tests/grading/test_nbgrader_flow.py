@@ -25,7 +25,7 @@ from tests.conftest import processes_holding
 pytestmark = [pytest.mark.grading, pytest.mark.lesson08]
 REPO = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = ("ps1_numbers", "ps2_planning", "ps3_build_it", "ps4_reasoning", "ps5_3d",
-               "ps6_async", "ps8_long_sequences")
+               "ps6_async", "ps7_planning_at_scale", "ps8_long_sequences")
 
 
 @pytest.fixture(scope="session")

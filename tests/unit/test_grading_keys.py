@@ -46,8 +46,9 @@ def hidden_values() -> list[str]:
     ps4 = instructor.load("ps4_reasoning", REPO)
     ps5 = instructor.load("ps5_3d", REPO)
     ps6 = instructor.load("ps6_async", REPO)
+    ps7 = instructor.load("ps7_planning_at_scale", REPO)
     ps8 = instructor.load("ps8_long_sequences", REPO)
-    assert None not in (ps1, ps3, ps4, ps5, ps6, ps8)
+    assert None not in (ps1, ps3, ps4, ps5, ps6, ps7, ps8)
     out = [ps1.SECRET, ps3.SECRET, repr(ps3.pipeline_cases("student")),
            repr(ps3.bucket_sizes("student")), repr(ps3.doubling_sizes("student")),
            repr(ps3.zero_sizes("student")), "def cases(",
@@ -58,6 +59,7 @@ def hidden_values() -> list[str]:
     out += list(ps4.HIDDEN_SCENARIOS) + list(ps4.HIDDEN_CHALLENGES)
     out += list(ps5.HIDDEN_STATE) + list(ps5.HIDDEN_LAYOUTS) + ["HIDDEN_LAYOUTS", "HIDDEN_STATE"]
     out += list(ps6.HIDDEN_PROGRAMS) + ["HIDDEN_PROGRAMS", "HIDDEN_STRAGGLERS", "hidden_gate_cases"]
+    out += [ps7.SECRET, "def state_cases(", "def mfu_cases(", "def grade_plan("]
     out += [ps8.SECRET]
     for path in (instructor.folder(REPO) / "ps4_traces").glob("*.json"):
         events = json.loads(path.read_text())["events"]

@@ -83,6 +83,10 @@ THEORY = {
     "seq-02": lambda cp, s, kv: 2 * (s // cp) * kv * 128 * 2 / 1e6,
     "seq-03": lambda cp, r: 2 * cp - 1 - r,
     "seq-04": lambda tokens, k, e, cf: -(-int(cf * tokens * k * 100) // (e * 100)),
+    "plan-01": lambda billions, tp, pp, dp, zero: billions / (tp * pp) * (
+        2 + 2 + (12 / dp if zero else 12)),
+    "plan-02": lambda billions, tokens_k, peak_tflops: 600 * billions * tokens_k / peak_tflops,
+    "plan-03": lambda virtual, microbatches: 15 / (15 + virtual * microbatches),
 }
 
 
