@@ -19,7 +19,7 @@ FORK_SERVER = b"labkit.launchers.forkserver_main"
 def rank_children() -> list[int]:
     """PIDs of live rank processes (fresh or pool ranks) this process started: exec'd ones
     (its children) and forked ones (children of its fork server, ``labkit.launchers.forkserver``)."""
-    from labkit.launchers.tree import processes
+    from labkit.launchers.tree import GONE, processes
 
     procs = {}
     for pid, (ppid, state) in processes().items():
@@ -29,7 +29,7 @@ def rank_children() -> list[int]:
             continue
     me = os.getpid()
     servers = {pid for pid, (ppid, _, cmd) in procs.items() if ppid == me and FORK_SERVER in cmd}
-    return [pid for pid, (ppid, state, cmd) in procs.items() if state != "Z" and (
+    return [pid for pid, (ppid, state, cmd) in procs.items() if state not in GONE and (
         (ppid == me and any(e in cmd for e in RANK_ENTRIES)) or ppid in servers)]
 
 

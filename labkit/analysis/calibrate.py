@@ -22,11 +22,12 @@ the run's own precision (labkit trains in fp32). A peak measured too low makes M
    message naming the load. Every shape keeps the best rate ever measured for it (noise
    only lowers a rate), so a busy measurement can raise the peak but never lower it; an
    entry measured only on a busy machine is marked so, and measured again once it is quiet.
-4. *Keyed so nothing else can feed it.* ``$LABKIT_CACHE/peak_flops.json`` (default
-   ``~/.cache/labkit``) holds one entry per host, Python, torch version *and install
-   path* (another torch build is another key), labkit checkout, device and thread count.
-   The cache is best effort: where it cannot be written (a read-only HOME, a full disk) a
-   warning says so and the peak is measured again next time; no run loses its result.
+4. *Keyed so nothing else can feed it.* ``$LABKIT_CACHE/peak_flops.json`` (default: the
+   platform's cache directory, ``~/.cache/labkit`` on Linux) holds one entry per host,
+   Python, torch version *and install path* (another torch build is another key), labkit
+   checkout, device and thread count. The cache is best effort: where it cannot be written
+   (a read-only HOME, a full disk) a warning says so and the peak is measured again next
+   time; no run loses its result.
 
 ``labkit.analysis.throughput`` recalibrates when a run's model FLOP rate exceeds the peak,
 and reports which peak it used (``peak_flops_per_s``, ``peak_source``, ``peak_age_s``). The
@@ -50,7 +51,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from labkit.base import devices
+from labkit.base import devices, places
 from labkit.base.files import exclusive, write_json_atomic
 from labkit.base.progress import Progress
 
@@ -66,7 +67,8 @@ Shape = tuple[int, int, int]
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("LABKIT_CACHE", Path.home() / ".cache" / "labkit"))
+    """``$LABKIT_CACHE`` or the platform's user cache directory (``labkit.base.places``)."""
+    return places.cache_dir()
 
 
 def _torch_build() -> str:

@@ -17,7 +17,8 @@ makes
 
 ``kill_tree`` stops the subtree first (SIGSTOP, scanning again until no new process
 appears, so nothing can fork past the scan), then kills it. Only counting by the tree, not
-by name or environment, finds a daemon that changed all three. Torch-free.
+by name or environment, finds a daemon that changed all three. The process table is read
+with psutil (each process's parent and state, portably). Torch-free.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import ctypes
 import os
 import signal
 import time
-from pathlib import Path
+
+import psutil
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -40,17 +42,17 @@ def become_subreaper() -> bool:
         return False
 
 
+GONE = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+"""States of a process that has exited (a zombie waits for its parent to reap it)."""
+
+
 def processes() -> dict[int, tuple[int, str]]:
-    """Every process: pid -> (parent pid, one-letter state)."""
+    """Every process: pid -> (parent pid, psutil status, e.g. "running" or "zombie")."""
     out = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        out[int(proc.name)] = (int(fields[1]), fields[0])
+    for proc in psutil.process_iter(["ppid", "status"]):
+        ppid, status = proc.info["ppid"], proc.info["status"]
+        if ppid is not None and status is not None:  # None: it exited while being read
+            out[proc.pid] = (ppid, status)
     return out
 
 
@@ -65,7 +67,7 @@ def descendants(pid: int, table: dict[int, tuple[int, str]] | None = None) -> li
     table = processes() if table is None else table
     kids: dict[int, list[int]] = {}
     for p, (ppid, state) in table.items():
-        if state not in ("Z", "X"):
+        if state not in GONE:
             kids.setdefault(ppid, []).append(p)
     out, todo = [], [pid]
     while todo:
@@ -77,10 +79,9 @@ def descendants(pid: int, table: dict[int, tuple[int, str]] | None = None) -> li
 
 def _dead(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() in GONE
+    except psutil.NoSuchProcess:
         return True
-    return state in ("Z", "X")
 
 
 def kill_tree(pid: int, include_root: bool = False, rounds: int = 50,

@@ -161,35 +161,24 @@ def launchers_text(ours: Any, via_ray: Any) -> str:
 
 
 def _descendants(root: int) -> set[int]:
-    """Every live process below ``root`` (read from /proc)."""
-    from pathlib import Path
+    """Every live process below ``root`` (psutil reads the process table)."""
+    import psutil
 
-    parent: dict[int, int] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1]
-                                             .split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = set(), [root]
-    while frontier:
-        pid = frontier.pop()
-        kids = [p for p, pp in parent.items() if pp == pid and p not in found]
-        found.update(kids)
-        frontier.extend(kids)
-    return found
+    try:
+        return {p.pid for p in psutil.Process(root).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
 
 
 def stop_ray() -> list[tuple[int, str]]:
     """Stop this kernel's Ray and return the Ray processes *it* started that are still
     alive (other programs on the machine may run Ray sessions of their own: they are not
     this lesson's)."""
-    from pathlib import Path
+    import psutil
 
     from labkit.launchers.ray import ray_processes, shutdown_ray
 
     mine = _descendants(os.getpid())
     ours = [(pid, name) for pid, name in ray_processes() if pid in mine]
     shutdown_ray()
-    return [(pid, name) for pid, name in ours if Path(f"/proc/{pid}").exists()]
+    return [(pid, name) for pid, name in ours if psutil.pid_exists(pid)]

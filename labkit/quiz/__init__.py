@@ -2,7 +2,7 @@
 
 Python: ``Quiz.new_attempt(seed)`` draws an attempt; ``attempt.answer(i, "0.004")`` scores
 one answer; ``attempt.report()`` is the scored sheet; ``ProgressStore().record(attempt)``
-saves progress under ``$LABKIT_HOME`` (default ``~/.labkit/quiz.json``).
+saves progress under ``$LABKIT_HOME`` (default: ``labkit.base.places.state_dir``).
 Notebook: ``labkit.widgets.quiz.quiz_widget()``. Terminal: ``labkit quiz``.
 Numeric answers are accepted within 1% (``REL_TOL``); whole-number keys must be exact.
 """

@@ -1,12 +1,13 @@
 """Quiz progress saved between uses: a small JSON file in the student's labkit home.
 
-Location: ``$LABKIT_HOME/quiz.json``, or ``~/.labkit/quiz.json`` when ``LABKIT_HOME`` is
-unset. The file holds every finished attempt (seed, score, per-question correctness), the
-best score, per-concept accuracy, and the attempt in progress (``current``: its seed and
-the answers given so far), saved after every answer so a kernel restart or a closed
-terminal loses nothing: the widget and ``labkit quiz`` both resume it. Writes are atomic
-(a temporary file in the same folder, fsync, then ``os.replace``), so a crash mid-write
-never leaves half a file.
+Location: ``quiz.json`` in labkit's state directory (``labkit.base.places.state_dir``:
+``$LABKIT_HOME``, an existing ``~/.labkit``, else the platform's user data directory). The
+file holds every finished attempt (seed, score, per-question correctness), the best score,
+per-concept accuracy, and the attempt in progress (``current``: its seed and the answers
+given so far), saved after every answer so a kernel restart or a closed terminal loses
+nothing: the widget and ``labkit quiz`` both resume it. Writes are atomic (a temporary file
+in the same folder, fsync, then ``os.replace``), so a crash mid-write never leaves half a
+file.
 
 A file that is not valid progress JSON (hand-edited, truncated by a full disk) is moved
 aside to ``quiz.json.corrupt`` and a fresh record starts; ``ProgressStore.warning`` says
@@ -23,15 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from labkit.base.files import write_json_atomic
+from labkit.base.places import state_dir
 from labkit.quiz.engine import Attempt, Quiz
 
 SCHEMA_VERSION = 1
 
 
 def labkit_home() -> Path:
-    """``$LABKIT_HOME`` or ``~/.labkit``."""
-    env = os.environ.get("LABKIT_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".labkit"
+    """Where the progress file lives (``labkit.base.places.state_dir``)."""
+    return state_dir()
 
 
 def default_path() -> Path:

@@ -33,7 +33,6 @@ import os
 import shutil
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 from labkit.base import devices
@@ -132,13 +131,14 @@ def shutdown_ray(wait_s: float = 10.0) -> None:
     """Stop the Ray cluster ``ensure_ray`` started and wait until its processes are gone."""
     if not _state["started"]:
         return
+    import psutil
     import ray
 
     session = str(_state["tmp"])
     ours = _session_pids(session)
     ray.shutdown()
     deadline = time.monotonic() + wait_s
-    while any(Path(f"/proc/{pid}").exists() for pid in ours) and time.monotonic() < deadline:
+    while any(map(psutil.pid_exists, ours)) and time.monotonic() < deadline:
         time.sleep(0.1)
     shutil.rmtree(session, ignore_errors=True)
     _state.update(started=False, tmp=None)
@@ -156,19 +156,16 @@ def ray_processes() -> list[tuple[int, str]]:
 
 
 def _procs() -> list[tuple[int, str, str, int]]:
-    """(pid, name, command line, parent pid) of every live, non-zombie process."""
+    """(pid, name, command line, parent pid) of every live, non-zombie process (psutil)."""
+    import psutil
+
     out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+    for proc in psutil.process_iter(["name", "cmdline", "ppid", "status"]):
+        name, cmd, ppid, status = (proc.info[k] for k in ("name", "cmdline", "ppid", "status"))
+        if None in (name, cmd, ppid, status):  # exited while being read, or not ours to read
             continue
-        try:
-            name = (proc / "comm").read_text().strip()
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            out.append((int(proc.name), name, cmd, int(fields[1])))
+        if status != psutil.STATUS_ZOMBIE:
+            out.append((proc.pid, name, " ".join(cmd), ppid))
     return out
 
 
