@@ -55,6 +55,9 @@ class RankMetrics:
     checkpoint recorded no run to check."""
     step_seconds: list[float] | None = None
     """Wall seconds of each step on this rank (measured with or without the tracer)."""
+    step_cpu_seconds: list[float] | None = None
+    """CPU seconds this rank's process spent in each step, all its threads (``process_time``):
+    what the step cost, without the time it waited for a core on a busy machine."""
 
     REPORTED: ClassVar[tuple[str, ...]] = ()
     """Run metrics ``report_lines`` already shows (``labkit run`` prints the rest plainly)."""
@@ -76,12 +79,13 @@ class RankMetrics:
         for rec in records[1:]:
             out.update(rec.as_dict())
         out.update(records[0].as_dict())
-        out.pop("step_seconds", None)
-        walls = [r.step_seconds for r in records if r.step_seconds]
-        if walls:  # a step ends when its slowest rank does; the first warms up
-            per_step = [max(v) for v in zip(*walls)]
-            steady = sorted(per_step[1:] or per_step)
-            out["step_wall_s"] = steady[len(steady) // 2]
+        for name, key in (("step_seconds", "step_wall_s"), ("step_cpu_seconds", "step_cpu_s")):
+            out.pop(name, None)
+            times = [getattr(r, name) for r in records if getattr(r, name)]
+            if times:  # a step ends when its slowest rank does; the first warms up
+                per_step = [max(v) for v in zip(*times)]
+                steady = sorted(per_step[1:] or per_step)
+                out[key] = steady[len(steady) // 2]
         diffs = {k for rec in records for k in rec.as_dict() if k.startswith("max_abs_diff")}
         for key in diffs:
             out[key] = max(float(getattr(rec, key)) for rec in records

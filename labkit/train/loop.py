@@ -161,11 +161,13 @@ class TrainLoop(Generic[R]):
     def run(self) -> RankOutput:
         start, self.losses = self.checkpointer.start() if self.checkpointer else (0, [])
         walls = self.record.step_seconds = []
+        cpus = self.record.step_cpu_seconds = []
         for step in range(start, self.cfg.steps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             with self.ctx.step(step):
                 self.train_step(step)
             walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
             if self.checkpointer is not None:  # 5. outside the step span: saving is not training
                 self.checkpointer.after_step(step, self.losses)
         return self.finish()

@@ -43,6 +43,7 @@ def bytes_per_step(events: list[Any], world_size: int) -> tuple[list[int], list[
 
 class CompressedDDPLoop(TorchDDPLoop[CompressionMetrics]):
     Record = CompressionMetrics
+    wraps_one_replica = True  # the hook changes the gradients (casts, sparsifies) on one rank too
 
     def __init__(self, ctx: RunContext) -> None:
         self.feedback: TopKHook | RandomKHook | Int8Hook | None = None  # error-feedback hooks

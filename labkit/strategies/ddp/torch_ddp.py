@@ -6,11 +6,15 @@ backward keeps computing earlier layers. A comm hook (``register_comm_hook``) ro
 bucket's all-reduce through labkit's traced comm layer, so the overlap shows up as comm
 spans that sit under the backward compute span. The training loop is ``TrainLoop``'s:
 DDP averages inside backward, so there is no ``sync`` step of our own.
+
+A run on one rank has nothing to average: torch's DDP would still copy every gradient into
+its buckets and all-reduce them over a group of one (about 10 % of a small GPT's step,
+``bench/bench_step.py``), so ``ddp`` trains the bare model there, as a student's loop would.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -52,13 +56,19 @@ class TorchDDPLoop(TrainLoop[D]):
     """``TrainLoop`` around ``DistributedDataParallel``; subclasses swap the comm hook."""
 
     Record = DPMetrics
+    wraps_one_replica: ClassVar[bool] = False
+    """Wrap the model in DDP even when the run has one data-parallel rank (a subclass whose
+    hook changes the gradients, e.g. compression, must; plain averaging has nothing to do)."""
 
     def __init__(self, ctx: RunContext, bucket_cap_mb: float):
         model = build_model(ctx.config).to(ctx.device)
+        self.step_ref = StepRef()
+        if ctx.dp_comm.world_size == 1 and not self.wraps_one_replica:
+            super().__init__(ctx, model)
+            return
         ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
         ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, device_ids=ids)
         super().__init__(ctx, ddp, full_model=model, params=list(ddp.parameters()))
-        self.step_ref = StepRef()
         self.register_hook(ddp)
 
     def register_hook(self, ddp: DistributedDataParallel) -> None:

@@ -1,0 +1,28 @@
+"""A one-rank ``ddp`` run trains the bare model (issue 39, the step bench): with one replica
+there is nothing to average, so no DDP wrapper, no bucket and no all-reduce -- and the
+weights still equal one process on the same batch."""
+
+from __future__ import annotations
+
+import pytest
+
+import labkit
+
+pytestmark = [pytest.mark.distributed, pytest.mark.lesson00]
+
+
+def test_one_rank_ddp_trains_without_exchanging_anything(no_leftover_ranks):
+    res = labkit.run(strategy="ddp", world_size=1, steps=5, check_reference=True,
+                     timeout_s=120, progress=False)
+    diff = res.metrics["max_abs_diff_vs_reference"]
+    assert diff <= 1e-6, f"ddp x1: max abs weight diff {diff} from one process > 1e-6"
+    assert res.timeline.select(op=labkit.Op.ALL_REDUCE) == []
+    assert res.metrics["buckets"] == 0 and len(res.losses) == 5
+
+
+def test_compression_still_wraps_one_rank(no_leftover_ranks):
+    """A compression hook changes the gradients even alone (a cast, a top-k), so ``compress``
+    keeps DDP and its hook on one rank: the bytes it sends are still on the timeline."""
+    res = labkit.run(strategy="compress", world_size=1, steps=3, timeout_s=120,
+                     progress=False, options={"method": "fp16"})
+    assert res.timeline.select(op=labkit.Op.ALL_REDUCE), "compress x1 lost its hook"
