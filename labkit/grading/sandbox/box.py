@@ -53,7 +53,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from labkit.grading.sandbox import procfs
+from labkit.grading.sandbox import procfs, seccomp
 from labkit.grading.sandbox.limits import BoxCgroup, Limits, apply_rlimits, enter_cgroup
 from labkit.grading.sandbox.modes import (
     BOX_PACKAGE,
@@ -135,6 +135,8 @@ class Box(Pipe):
         def prepare() -> None:  # between fork and exec: only system calls
             enter_cgroup(cgroup_files)
             apply_rlimits(rlimits)
+            if self.mode == "none":  # the other modes' first process (boxinit) installs it
+                seccomp.install()
 
         try:
             self.proc = subprocess.Popen(cmd, pass_fds=fds, stdin=subprocess.DEVNULL,

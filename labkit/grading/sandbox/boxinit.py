@@ -11,7 +11,9 @@ it starts before anything of the student's, with no site-packages). It
    student's, with no capability in the box's user namespace, can then neither
    ``ptrace`` it nor read its ``/proc/1/environ``, ``mem`` or ``maps``. The student's own
    processes stay theirs to trace;
-3. starts the server (the student's interpreter) and reaps every process that ends in
+3. installs the seccomp filter (:mod:`seccomp`) that closes file locks, change notices
+   and the other channels between boxes; the server and everything it starts inherit it;
+4. starts the server (the student's interpreter) and reaps every process that ends in
    the box; when the server ends, it exits, and the kernel kills whatever is left in the
    box's pid namespace.
 
@@ -20,6 +22,7 @@ environment and that a student's process may attach to.
 """
 
 import ctypes
+import importlib.util
 import json
 import os
 import resource
@@ -54,6 +57,18 @@ def loopback_up() -> None:
         fcntl.ioctl(s, siocsifflags, struct.pack("16sH14s", b"lo", flags | iff_up, bytes(14)))
 
 
+def close_channels() -> None:
+    """Install the seccomp filter, loaded by path (``-I``: no package on ``sys.path``)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("box_seccomp", f"{here}/seccomp.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    why = module.install()
+    if why:
+        print(f"labkit box: {why}", file=sys.stderr)
+
+
 def main(argv: list[str]) -> int:
     limits, command = json.loads(argv[0]), argv[2:]
     if os.environ.pop("LABKIT_BOX_LO_UP", "0") == "1":
@@ -62,6 +77,7 @@ def main(argv: list[str]) -> int:
         _limit(name, int(value))
     # before the fork: the server's exec makes it dumpable again (it is the student's)
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    close_channels()
     server = os.fork()
     if server == 0:
         os.execv(command[0], command)

@@ -196,6 +196,11 @@ def bwrap_cmd(variables: Mapping[str, str], info_fd: int, limits: Limits,
     variables = dict(variables, PYTHONPATH=str(Path(BOX_PACKAGE).parent))
     for key, value in variables.items():
         cmd += ["--setenv", key, value]
+    # every lock of the host, by inode, is in /proc/locks; then the root (bwrap's own tmpfs,
+    # as large as half the RAM: /, /opt/labkit, /etc, /root) and /dev go read-only, so the
+    # sized /tmp and /dev/shm are all the box can write
+    cmd += ["--ro-bind", "/dev/null", "/proc/locks", "--remount-ro", "/dev",
+            "--remount-ro", "/"]
     return cmd + ["--chdir", "/tmp"]
 
 
@@ -251,13 +256,14 @@ def unshare_cmd(course_root: Path | None, limits: Limits | None = None,
     script = "\n".join([
         "set -e",
         *mounts,
-        # everything read-only (deepest first), except the kernel's own filesystems
+        # everything read-only (deepest first), /dev and /sys too (the grader's uid may own
+        # files there: a box mapped to root could write the host's /dev); not /proc
         "for m in $(awk '{print $5}' /proc/self/mountinfo | sort -r); do",
-        "  case \"$m\" in /proc*|/sys*|/dev*) ;;",
+        "  case \"$m\" in /proc*) ;;",
         "  *) mount -o remount,bind,ro \"$m\" 2>/dev/null || true;; esac",
         "done",
         f"for d in {' '.join(PRIVATE_TMP)}; do [ -d \"$d\" ] && mount -t tmpfs -o size={size} "
         "none \"$d\"; done",
-        "mkdir -p /tmp/home", 'exec "$@"'])
+        "mkdir -p /tmp/home", "mount --bind /dev/null /proc/locks", 'exec "$@"'])
     return ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork",
             "--kill-child", "--net", "--ipc", "--uts", "--mount-proc", "sh", "-c", script, "box"]
