@@ -156,6 +156,11 @@ def _carries_data(name: str, record: Any, tensors: list[Any], case: int) -> Verd
     sums = [sum(tensors[s] for s in subset) for k in range(1, n + 1)
             for subset in itertools.combinations(range(n), k)]
     for rank in range(n):
+        if record.unkept.get((rank, case)):
+            return Verdict(False, f"{name} (world_size={n}, rank {rank}): "
+                           f"{record.unkept[(rank, case)]} message(s) came after the relay "
+                           "had kept all the contents it keeps, so what they carried cannot "
+                           "be checked. Send each step's partial sum once, and nothing else.")
         for payload in record.payloads.get((rank, case), []):
             got = unpack(payload)
             size = got.numel()

@@ -16,6 +16,7 @@ the expected values outside, from the inputs it drew.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -79,15 +80,84 @@ def accumulate_rank(ctx: Any, fn: Callable[..., Any], micro_grads: list[list[tor
             "tampered": any(r["tampered"] for r in steps)}
 
 
-def state_values(state: Any, depth: int = 0) -> int:
-    """Tensor elements in an optimizer state (a dict, list or tuple of tensors, nested)."""
-    if isinstance(state, torch.Tensor):
-        return int(state.numel())
-    if depth > 4:
-        return 0
-    items = state.values() if isinstance(state, dict) else state \
-        if isinstance(state, (list, tuple)) else ()
-    return sum(state_values(v, depth + 1) for v in items)
+STATE_NODES = 10_000  # objects the state walk visits before it gives up (a state is a handful)
+
+
+def live_storages() -> dict[int, int]:
+    """Every tensor storage alive in this process now: address -> values it holds."""
+    import gc
+
+    out = {}
+    for obj in gc.get_objects():
+        kind = type(obj)  # not isinstance: that reads __class__, which a proxy may answer
+        if issubclass(kind, torch.Tensor):
+            storage = obj.untyped_storage()
+            out[storage.data_ptr()] = -(-storage.nbytes() // max(1, obj.element_size()))
+        elif issubclass(kind, torch.UntypedStorage):  # a storage kept without its tensor
+            out.setdefault(obj.data_ptr(), -(-obj.nbytes() // 8))
+    return out
+
+
+def state_values(state: Any, before: dict[int, int] | None = None) -> int:
+    """Values a rank keeps between steps, wherever it hides them; -1 when it cannot tell.
+
+    A rank could keep the full momentum beside a shard-sized decoy: in a nested list, as
+    Python floats or bytes, in an object's attributes, as a shard-sized *view* of a
+    full-sized tensor, or outside ``state`` altogether (a global, ``ctx``, a closure). So
+    every tensor storage alive now that was not alive ``before`` the first step counts in
+    full, once (the parameters', gradients' and inputs' were); and the walk of ``state``
+    follows every container (dict, list, tuple, set, deque, an object's ``__dict__`` /
+    ``__slots__``, a function's closure and defaults, a tensor's attributes) without a
+    depth limit, counting its tensors by storage too, a number as one value, bytes as
+    8-byte values and a string longer than a name (16 characters) as 8-byte values. A
+    state too large to walk counts as -1, which no part accepts.
+    """
+    storages = {ptr: n for ptr, n in live_storages().items()
+                if before is not None and ptr not in before}
+    total, seen, stack = 0, set(), [state]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, (bool, int, float, complex)):  # each time it is held
+            total += 1
+        elif isinstance(obj, (bytes, bytearray, memoryview)) or isinstance(obj, str) \
+                and len(obj) > 16:
+            total += -(-len(obj) // 8)
+        if id(obj) in seen or obj is None or isinstance(obj, (type, str, bytes, int, float,
+                                                              complex)):
+            continue
+        seen.add(id(obj))
+        if len(seen) > STATE_NODES:
+            return -1
+        if isinstance(obj, torch.Tensor):
+            storage = obj.untyped_storage()
+            storages[storage.data_ptr()] = -(-storage.nbytes() // max(1, obj.element_size()))
+            stack.extend(getattr(obj, "__dict__", {}).values())
+        elif isinstance(obj, (bytearray, memoryview)):
+            continue
+        elif isinstance(obj, dict):
+            stack += [*obj.keys(), *obj.values()]
+        elif isinstance(obj, (list, tuple, set, frozenset, deque)):
+            stack.extend(obj)
+        else:
+            stack.extend(_attributes(obj))
+    return total + sum(storages.values())
+
+
+def _attributes(obj: Any) -> list[Any]:
+    """What an object holds outside a container: attributes, slots, closure, defaults."""
+    out: list[Any] = list(getattr(obj, "__dict__", {}).values())
+    for cls in type(obj).__mro__:
+        slots = getattr(cls, "__slots__", ())
+        for slot in [slots] if isinstance(slots, str) else slots:
+            if hasattr(obj, slot):
+                out.append(getattr(obj, slot))
+    for cell in getattr(obj, "__closure__", None) or ():
+        try:
+            out.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    out += list(getattr(obj, "__defaults__", None) or ())
+    return out
 
 
 def zero_adam_rank(ctx: Any, fn: Callable[..., Any], params: list[torch.Tensor],
@@ -97,12 +167,13 @@ def zero_adam_rank(ctx: Any, fn: Callable[..., Any], params: list[torch.Tensor],
     afterwards and the size of the state the rank kept."""
     state: dict[str, Any] = {}
     records = []
+    before = live_storages()  # the parameters', gradients' and inputs': not the rank's own
     for step, step_grads in enumerate(grads):
-        _, record = _watched(ctx, step, forbid, fn, ctx, params, step_grads, state, lr,
-                             tuple(betas), eps)
+        record = _watched(ctx, step, forbid, fn, ctx, params, step_grads, state, lr,
+                          tuple(betas), eps)[1]  # what it returned is not kept
         records.append(record)
     return {"params": [summarize(p, p.numel()) for p in params],
-            "state_values": state_values(state) if isinstance(state, dict) else -1,
+            "state_values": state_values(state, before) if isinstance(state, dict) else -1,
             "used": sorted({u for r in records for u in r["used"]}),
             "tampered": any(r["tampered"] for r in records)}
 

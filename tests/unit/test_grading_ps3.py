@@ -11,6 +11,7 @@ verdicts they give on recorded traffic.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -152,3 +153,58 @@ def test_hidden_cases_need_what_the_questions_teach() -> None:
         assert even % 4 == 0 and small % 2 == 1 and large % 2 == 1
     assert all(code_checks.doubling_steps(n) for n in keys.DOUBLING_WORLD_SIZES)
     assert len({keys.zero_sizes(s) for s in ("a", "b", "c")}) == 3
+
+
+def test_state_values_find_what_a_rank_hides_beside_its_shard() -> None:
+    """A shard's m and v and a step count are 2 x 8 + 1 values; the same plus a full-sized
+    moment hidden as a view's storage, deep in lists, in an object or as floats is more."""
+    import types
+
+    from labkit.grading.rank_side import live_storages, state_values
+
+    def values(make: Any) -> int:
+        before = live_storages()
+        state = make()
+        return state_values(state, before)
+
+    def shard() -> dict[str, Any]:
+        return {"m": torch.zeros(8, dtype=torch.float64),
+                "v": torch.zeros(8, dtype=torch.float64), "t": 1}
+
+    assert values(shard) == 17
+    def view() -> dict[str, Any]:  # a shard-sized view that keeps a full-sized storage
+        return {**shard(), "m": torch.zeros(24, dtype=torch.float64)[:8]}
+
+    assert values(view) == 8 + 24 + 1
+    assert values(lambda: {**shard(), "x": [[[[[[torch.zeros(22)]]]]]]}) == 17 + 22
+    assert values(lambda: {**shard(), "x": [0.5] * 22}) == 17 + 22
+    assert values(lambda: {**shard(), "x": types.SimpleNamespace(a=torch.zeros(22))}) == 39
+    assert values(lambda: {**shard(), "x": torch.zeros(22, dtype=torch.float64).numpy()
+                           .tobytes()}) == 39
+    hidden: list[Any] = []
+    assert values(lambda: (hidden.append(torch.zeros(22)), shard())[1]) == 39  # a global
+    assert values(lambda: {**shard(), "x": [[i] for i in range(20_000)]}) == -1  # too many
+
+
+def test_the_relay_takes_each_case_edge_once_in_order_and_bills_the_gap() -> None:
+    """The harness marks case 0, 1, ... once each; a rank writing its own "end" then
+    "begin" breaks the rules, and what it sends between cases is billed to the last one."""
+    from labkit.grading.sandbox.relay import Relay
+
+    relay = Relay([object(), object()], deadline=0.0)  # type: ignore[list-item]
+    rank = relay.ranks[0]
+    relay._step(rank, 0, True)
+    relay._step(rank, 0, False)  # a forged end: the rank is between cases now
+    relay.record.add_send(0, relay._charged(rank), 1, 96, pack(torch.zeros(12)))
+    assert relay.record.sent_bytes == {(0, 0): 96}
+    with pytest.raises(ValueError, match="case 0 begun again"):
+        relay._step(rank, 0, True)
+    with pytest.raises(ValueError, match="ended while case None is open"):
+        relay._step(rank, 0, False)
+    relay._step(rank, 1, True)
+    with pytest.raises(ValueError, match="inside case 1"):
+        relay._step(rank, 2, True)
+    early = relay.ranks[1]  # sends before its first case: that case takes them over
+    relay.record.add_send(1, relay._charged(early), 0, 8, pack(torch.zeros(1)))
+    relay._step(early, 0, True)
+    assert relay.record.sent_bytes[(1, 0)] == 8 and (1, None) not in relay.record.sent_bytes

@@ -66,6 +66,7 @@ class _Rank:
     waited_ns: int = 0
     case: int | None = None
     case_ns: int = 0
+    last_case: int = -1  # the last case begun: cases begin once each, in rising order
     collectives: int = 0
     done: bool = False
     result: Any = None
@@ -82,6 +83,9 @@ class Record:
     collectives: dict[tuple[int, int | None], list[str]] = field(default_factory=dict)
     payloads: dict[tuple[int, int | None], list[dict[str, str]]] = field(default_factory=dict)
     """What each message carried (packed tensors), while under ``KEPT_PAYLOADS`` in all."""
+    unkept: dict[tuple[int, int | None], int] = field(default_factory=dict)
+    """Messages whose contents were not kept (over ``KEPT_PAYLOADS``): a check that reads
+    contents cannot vouch for them."""
     kept: int = 0
 
     def add_send(self, rank: int, case: int | None, peer: int, nbytes: int,
@@ -93,9 +97,22 @@ class Record:
         if self.kept + nbytes <= KEPT_PAYLOADS:
             self.kept += nbytes
             self.payloads.setdefault(key, []).append(tensor)
+        else:
+            self.unkept[key] = self.unkept.get(key, 0) + 1
 
     def add_collective(self, rank: int, case: int | None, kind: str) -> None:
         self.collectives.setdefault((rank, case), []).append(kind)
+
+    def move(self, rank: int, case: int) -> None:
+        """File what ``rank`` sent before its first case under that case."""
+        for table in (self.sent_bytes, self.messages, self.unkept):
+            if (rank, None) in table:
+                table[(rank, case)] = table.get((rank, case), 0) + table.pop((rank, None))
+        if (rank, None) in self.peers:
+            self.peers.setdefault((rank, case), set()).update(self.peers.pop((rank, None)))
+        for lists in (self.collectives, self.payloads):
+            if (rank, None) in lists:
+                lists.setdefault((rank, case), [])[:0] = lists.pop((rank, None))  # type: ignore
 
 
 class Relay:
@@ -183,7 +200,7 @@ class Relay:
         if self.relayed > MAX_RELAYED:
             raise ValueError(f"more than {MAX_RELAYED} B relayed in one launch")
         now = self._ns()
-        self.record.add_send(rank.rank, rank.case, dst, nbytes, tensor)
+        self.record.add_send(rank.rank, self._charged(rank), dst, nbytes, tensor)
         self.events.append(Event(rank.rank, Lane.COMM, Op.SEND, now, 0, step=rank.case,
                                  peer=dst, bytes=nbytes))
         key = (rank.rank, dst, tag)
@@ -241,7 +258,7 @@ class Relay:
         rank.posted[rid] = posted
         k = rank.collectives
         rank.collectives += 1
-        self.record.add_collective(rank.rank, rank.case, kind)
+        self.record.add_collective(rank.rank, self._charged(rank), kind)
         group = self.groups.setdefault(k, {})
         group[rank.rank] = (posted, frame, rank.case if rank.case is not None else -1)
         if len(group) == self.world_size:
@@ -278,10 +295,28 @@ class Relay:
             self._answer_if_waiting(self.ranks[r])
 
     # ---- cases and deadlocks ----------------------------------------------------------------
+    @staticmethod
+    def _charged(rank: _Rank) -> int | None:
+        """The case a message counts for: the open one, else the one that ended last (so
+        a rank that marks a case's end early still pays for what it sends next), else
+        None, which the first case takes over when it begins."""
+        if rank.case is not None:
+            return rank.case
+        return rank.last_case if rank.last_case >= 0 else None
+
     def _step(self, rank: _Rank, case: int, begin: bool) -> None:
+        """A case's edge. The harness marks cases 0, 1, 2 ... once each, in order; the
+        rank's own code shares its pipe and could write such a frame too, so any other
+        order (a case begun twice, an end without its begin) breaks the relay's rules."""
         now = self._ns()
+        if begin and (rank.case is not None or case <= rank.last_case):
+            raise ValueError(f"case {case} begun again, or inside case {rank.case}")
+        if not begin and case != rank.case:
+            raise ValueError(f"case {case} ended while case {rank.case} is open")
         if begin:
-            rank.case, rank.case_ns = case, now
+            if rank.last_case < 0:
+                self.record.move(rank.rank, case)
+            rank.case, rank.case_ns, rank.last_case = case, now, case
         else:
             self.events.append(Event(rank.rank, Lane.STEP, Op.STEP, rank.case_ns,
                                      now - rank.case_ns, step=case))
