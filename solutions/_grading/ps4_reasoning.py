@@ -16,11 +16,18 @@ run on this machine (``labkit.run("scaling")`` with the student's batch and LR r
 
 Q3 (seed 003 Level III): ``analyze`` names the bottleneck from a timeline's numbers; the
 grade compares the student's diagnosis with it on the public and the hidden traces.
+
+Q1's scenarios and Q2's challenges are drawn from a generator seeded with ``SECRET`` and
+the student's id (autograding passes it as ``student_id``), and a hidden case's feedback
+names its inputs and the rule, never its answer (no deciding fact, no scaled LR). Q3's
+hidden traces are recordings, the same for everyone; their feedback never names the
+right kind, rank or lever.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from pathlib import Path
 from typing import Any
@@ -44,18 +51,35 @@ HERE = Path(__file__).resolve().parent
 
 # --- Q1 --------------------------------------------------------------------------------------
 
-HIDDEN_SCENARIOS: dict[str, dict[str, Any]] = {
-    "7B LLM, 3 days": {"model": "7B decoder", "params": 7e9, "memory_gb": None,
-                       "gpu_gb": 80, "hours_on_one_gpu": 72, "acceptable_hours": 24},
-    "ViT on 24 GB, 10 days": {"model": "ViT-B", "params": None, "memory_gb": 9,
-                              "gpu_gb": 24, "hours_on_one_gpu": 240, "acceptable_hours": 48},
-    "BERT-base, a day": {"model": "BERT-base", "params": 110e6, "memory_gb": None,
-                         "gpu_gb": 16, "hours_on_one_gpu": 20, "acceptable_hours": 48},
-    "13B on 40 GB": {"model": "13B", "params": 13e9, "memory_gb": None, "gpu_gb": 40,
-                     "hours_on_one_gpu": None, "acceptable_hours": 72},
-    "1B, 2 weeks": {"model": "1B", "params": 1e9, "memory_gb": None, "gpu_gb": 80,
-                    "hours_on_one_gpu": 336, "acceptable_hours": 72},
-}
+SECRET = "ps4-hidden-c4a7"
+
+
+def _rng(student: str, what: str) -> random.Random:
+    return random.Random(f"{SECRET}:{what}:{student}")
+
+
+def hidden_scenarios(student: str) -> dict[str, dict[str, Any]]:
+    """Five scenarios drawn for ``student``: too big for a GPU (twice), fits but too slow
+    (twice: a parameter count or a measured footprint), fits and fast enough."""
+    rng = _rng(student, "scenarios")
+    out = {}
+    for i, kind in enumerate(("big", "big", "slow", "slow", "fast")):
+        card = rng.choice((16, 24, 40, 80))
+        ok = rng.choice((12, 24, 48, 72))
+        s: dict[str, Any] = {"model": f"hidden model {i + 1}", "params": None,
+                             "memory_gb": None, "gpu_gb": card, "acceptable_hours": ok}
+        if kind == "big":
+            s["params"] = round(card * 1e9 / 16 * rng.uniform(1.5, 30), -8)
+            s["hours_on_one_gpu"] = rng.choice((None, round(ok * rng.uniform(0.5, 10))))
+        else:
+            if i == 2:
+                s["params"] = round(card * 1e9 / 16 * rng.uniform(0.05, 0.7), -6)
+            else:
+                s["memory_gb"] = round(card * rng.uniform(0.1, 0.7), 1)
+            s["hours_on_one_gpu"] = round(ok * (rng.uniform(1.5, 10) if kind == "slow"
+                                                else rng.uniform(0.1, 0.7)), 1)
+        out[f"hidden scenario {i + 1}"] = s
+    return out
 
 
 def memory_gb(s: dict[str, Any]) -> float:
@@ -83,10 +107,10 @@ def defensible(s: dict[str, Any]) -> tuple[set[str], str, str]:
         "enough; distributing would add communication and complexity for nothing")
 
 
-def check_strategies(q: Question, fn: Any) -> None:
+def check_strategies(q: Question, fn: Any, student: str = "") -> None:
     """Every seed scenario and every hidden variant: a defensible approach and its fact."""
     cases = {**{f"({k}) {v['model']}": v for k, v in SEED_SCENARIOS.items()},
-             **HIDDEN_SCENARIOS}
+             **hidden_scenarios(student)}
     for label, scenario in cases.items():
         part = label if label.startswith("(") else "other scenarios (hidden)"
         answer = calls.answer(q, part, fn, (dict(scenario),), forbid=CHALLENGE_FORBID,
@@ -94,27 +118,58 @@ def check_strategies(q: Question, fn: Any) -> None:
         if answer is None:
             continue
         approaches, fact, why = defensible(scenario)
+        if not label.startswith("("):  # a hidden case: its inputs and the rule, not its answer
+            why = (f"{_facts(scenario)}; count the memory (16 B per parameter for "
+                   "mixed-precision Adam, or the measured footprint) against one GPU, then "
+                   "the hours against what is acceptable")
         if answer["approach"] not in approaches:
             q.record(part, False, f"{label}: '{answer['approach']}' is not defensible: {why}.")
         else:
             q.record(part, answer["fact"] == fact,
+                     f"{label}: '{answer['approach']}' is defensible, but the fact you named "
+                     f"does not decide it: {why}." if not label.startswith("(") else
                      f"{label}: '{answer['approach']}' is right, but the fact that decides it "
                      f"is {fact}-or-not: {why}.")
 
 
+def _facts(s: dict[str, Any]) -> str:
+    size = f"{s['params']:g} parameters" if s.get("params") else f"{s['memory_gb']:g} GB"
+    hours = s.get("hours_on_one_gpu")
+    return (f"{size}, a {s['gpu_gb']:g} GB GPU, "
+            + (f"{hours:g} h on one GPU" if hours is not None else "no one-GPU time")
+            + f", {s['acceptable_hours']:g} h acceptable")
+
+
 # --- Q2 --------------------------------------------------------------------------------------
 
-HIDDEN_CHALLENGES: dict[str, dict[str, Any]] = {
-    "8 GPUs, two nodes on 25 GbE, 4x": {
-        "gpus": 8, "gpus_per_node": 4, "gpu_gb": 80, "link": "ethernet_25g", "params": 350e6,
-        "step_s_one_gpu": 0.25, "base_batch": 32, "base_lr": 3e-4, "target_speedup": 4.0},
-    "7B on 8 x 80 GB, NVLink, 6x": {
-        "gpus": 8, "gpus_per_node": 8, "gpu_gb": 80, "link": "nvlink3", "params": 7e9,
-        "step_s_one_gpu": 1.2, "base_batch": 8, "base_lr": 1e-4, "target_speedup": 6.0},
-    "4 GPUs on PCIe, 3x": {
-        "gpus": 4, "gpus_per_node": 4, "gpu_gb": 24, "link": "pcie4", "params": 1.3e9,
-        "step_s_one_gpu": 0.5, "base_batch": 16, "base_lr": 2e-4, "target_speedup": 3.0},
-}
+LINKS = ("pcie4", "nvlink3", "ethernet_25g")
+
+
+def hidden_challenges(student: str) -> dict[str, dict[str, Any]]:
+    """Three challenges drawn for ``student`` (in the first, plain DDP does not fit); each
+    target is 60% of what bf16, overlap and accumulation (at most 64x the base batch) reach
+    by the lab's model, so it can be met."""
+    rng = _rng(student, "challenges")
+    out: dict[str, dict[str, Any]] = {}
+    while len(out) < 3:
+        gpus = rng.choice((2, 4, 8))
+        ch = {"gpus": gpus, "gpus_per_node": rng.choice((gpus, max(2, gpus // 2))),
+              "gpu_gb": rng.choice((24, 40, 80)), "link": rng.choice(LINKS),
+              "params": round(rng.uniform(0.1, 8) * 1e9, -7),
+              "step_s_one_gpu": round(rng.uniform(0.2, 1.5), 2),
+              "base_batch": rng.choice((8, 16, 32)), "base_lr": rng.choice((1e-4, 2e-4, 3e-4))}
+        stage = next((st for st in range(4) if theory.fits(
+            ch["params"], gpus=gpus, gpu_gb=ch["gpu_gb"], stage=st).fits), None)
+        if stage is None or stage == 0 and not out:  # the first needs ZeRO: DDP does not fit
+            continue
+        best = max(predicted_speedup(ch, {
+            "precision": "bf16", "per_gpu_batch": ch["base_batch"], "accumulation": acc,
+            "parallelism": ("ddp", "zero1", "zero2", "zero3")[stage], "overlap": True})
+            for acc in range(1, 64 // gpus + 1))
+        if best >= 2:
+            out[f"hidden challenge {len(out) + 1}: {gpus} GPUs"] = {
+                **ch, "target_speedup": math.floor(6 * best) / 10}
+    return out
 
 
 def predicted_speedup(ch: dict[str, Any], cfg: dict[str, Any]) -> float:
@@ -133,13 +188,17 @@ def predicted_speedup(ch: dict[str, Any], cfg: dict[str, Any]) -> float:
         ch["base_batch"] / ch["step_s_one_gpu"])
 
 
-def lr_problem(ch: dict[str, Any], cfg: dict[str, Any]) -> str | None:
+def lr_problem(ch: dict[str, Any], cfg: dict[str, Any], shown: bool = True) -> str | None:
+    """What is wrong with the LR; ``shown``: the rules' values may be named (not for a
+    hidden case, whose right LR would then be in the feedback)."""
     new = cfg["per_gpu_batch"] * cfg["accumulation"] * ch["gpus"]
     rules = {r: theory.scaled_lr(ch["base_lr"], ch["base_batch"], new, r) for r in ("linear", "sqrt")}
     if not any(math.isclose(cfg["lr"], v, rel_tol=0.05) for v in rules.values()):
+        said = (f"the linear rule gives lr {rules['linear']:.3g}, the square-root rule "
+                f"{rules['sqrt']:.3g}" if shown else "scale the base lr by k (linear rule) "
+                "or by sqrt(k) (square-root rule)")
         return (f"global batch {new} is {new / ch['base_batch']:g}x the base {ch['base_batch']}: "
-                f"the linear rule gives lr {rules['linear']:.3g}, the square-root rule "
-                f"{rules['sqrt']:.3g}; you chose {cfg['lr']:.3g}")
+                f"{said}; you chose {cfg['lr']:.3g}")
     if cfg["lr"] > ch["base_lr"] * 1.01 and cfg["warmup_steps"] < 1:
         return "the LR grows with the batch, so warm it up (Goyal et al.: a few hundred steps)"
     if new > 64 * ch["base_batch"]:
@@ -183,8 +242,8 @@ def lab_run_stable(ch: dict[str, Any], cfg: dict[str, Any]) -> tuple[bool, str]:
     return lab_runs(ch, {"student": cfg})["student"]
 
 
-def check_challenge(q: Question, fn: Any, real_run: bool = True) -> None:
-    cases = {"seed 000: 4 GPUs, 2x": SEED_CHALLENGE, **HIDDEN_CHALLENGES}
+def check_challenge(q: Question, fn: Any, student: str = "", real_run: bool = True) -> None:
+    cases = {"seed 000: 4 GPUs, 2x": SEED_CHALLENGE, **hidden_challenges(student)}
     for label, ch in cases.items():
         cfg = calls.answer(q, "fits in memory", fn, (dict(ch),), forbid=CHALLENGE_FORBID,
                            reader=read_config, where=label)
@@ -204,7 +263,7 @@ def check_challenge(q: Question, fn: Any, real_run: bool = True) -> None:
                  f"{ch['target_speedup']:g}x. Levers: bf16 halves compute and gradient bytes, "
                  "overlap hides the all-reduce behind backward, accumulation sends one "
                  "all-reduce per several micro-batches.")
-        problem = lr_problem(ch, cfg)
+        problem = lr_problem(ch, cfg, shown=label.startswith("seed"))
         q.record("LR follows the global batch, with warmup", problem is None, f"{label}: {problem}")
         unsafe = cfg["precision"] == "fp16" and not cfg["loss_scaling"]
         q.record("precision is safe", not unsafe, f"{label}: fp16 needs loss scaling (its "

@@ -12,10 +12,15 @@ ties are common and all accepted). For the seed scenario the layout is then run 
 (``labkit.run("hybrid")`` on 4 ranks, the lesson GPT, 3 steps): the measured model state of
 every rank must fit the budget and the weights must equal one process on the global batch
 (max abs difference <= 1e-5).
+
+The hidden models, layouts and scenarios are drawn from a generator seeded with ``SECRET``
+and the student's id (autograding passes it as ``student_id``); a hidden case's feedback
+names its inputs, never the expected count or the least traffic.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,39 +41,72 @@ OPTIMIZER_OF_BYTES = {0: "sgd", 4: "momentum", 8: "adam"}
 """Optimizer-state bytes per fp32 parameter -> the optimizer ``theory.zero_memory`` knows."""
 REFERENCE_TOLERANCE = 1e-5
 
-_WIDE = {"vocab": 200, "width": 128, "depth": 6, "heads": 8, "seq_len": 64}
 _ADAM = {"params": 4, "grads": 4, "optimizer": 8}
+SECRET = "ps5-hidden-93b1"
+STATE_KINDS = ("data and pipeline split", "data and pipeline split", "tensor-parallel slices",
+               "tensor-parallel slices", "ZeRO on the data axis", "ZeRO on the data axis",
+               "ZeRO on the data axis")
+NODES = ((8, 4), (4, 2), (8, 2), (8, 4))
+"""(world size, ranks per node) of the hidden layout scenarios: TP can leave a node in each."""
 
-HIDDEN_STATE: dict[str, tuple[dict[str, Any], dict[str, int]]] = {
-    "lesson GPT, pp 4": (SEED_LAYOUT, {"dp": 1, "pp": 4, "tp": 1, "zero_stage": 0}),
-    "lesson GPT, tp 4": (SEED_LAYOUT, {"dp": 1, "pp": 1, "tp": 4, "zero_stage": 0}),
-    "lesson GPT, dp 4 ZeRO-3": (SEED_LAYOUT, {"dp": 4, "pp": 1, "tp": 1, "zero_stage": 3}),
-    "wide GPT, Adam, pp 4 (6 blocks)": (
-        {**SEED_LAYOUT, "model": _WIDE, "world_size": 8, "bytes_per_param": _ADAM},
-        {"dp": 2, "pp": 4, "tp": 1, "zero_stage": 0}),
-    "wide GPT, Adam, dp 2 x pp 2 x tp 2, ZeRO-1": (
-        {**SEED_LAYOUT, "model": _WIDE, "world_size": 8, "bytes_per_param": _ADAM},
-        {"dp": 2, "pp": 2, "tp": 2, "zero_stage": 1}),
-    "wide GPT, Adam, tp 8": (
-        {**SEED_LAYOUT, "model": _WIDE, "world_size": 8, "bytes_per_param": _ADAM},
-        {"dp": 1, "pp": 1, "tp": 8, "zero_stage": 0}),
-    "wide GPT, Adam, dp 4 x tp 2, ZeRO-2": (
-        {**SEED_LAYOUT, "model": _WIDE, "world_size": 8, "bytes_per_param": _ADAM},
-        {"dp": 4, "pp": 1, "tp": 2, "zero_stage": 2}),
-}
 
-HIDDEN_LAYOUTS: dict[str, dict[str, Any]] = {
-    "8 ranks, 4 per node, 0.6 MB": {**SEED_LAYOUT, "world_size": 8, "budget_bytes": 600_000},
-    "3 blocks, 4 ranks, 2 per node, 0.9 MB": {
-        **SEED_LAYOUT, "model": {**SEED_LAYOUT["model"], "depth": 3}, "ranks_per_node": 2,
-        "budget_bytes": 900_000},
-    "6 blocks, 4 ranks, 2 per node, 1.2 MB": {
-        **SEED_LAYOUT, "model": {**SEED_LAYOUT["model"], "depth": 6}, "ranks_per_node": 2,
-        "budget_bytes": 1_200_000},
-    "wide GPT, Adam, 8 ranks, 4 per node, 3 MB": {
-        **SEED_LAYOUT, "model": _WIDE, "world_size": 8, "bytes_per_param": _ADAM,
-        "budget_bytes": 3_000_000},
-}
+def _rng(student: str, what: str) -> random.Random:
+    return random.Random(f"{SECRET}:{what}:{student}")
+
+
+def _scenario(rng: random.Random, world: int, per_node: int) -> dict[str, Any]:
+    """A GPT of random size on ``world`` ranks, momentum or Adam (budget set later)."""
+    heads = rng.choice((4, 8))
+    model = {"vocab": rng.randint(60, 260), "width": heads * rng.choice((8, 12, 16)),
+             "depth": rng.randint(3, 8), "heads": heads, "seq_len": rng.choice((16, 32, 64))}
+    return {**SEED_LAYOUT, "model": model, "world_size": world, "ranks_per_node": per_node,
+            "bytes_per_param": rng.choice((SEED_LAYOUT["bytes_per_param"], _ADAM))}
+
+
+def _layouts(scenario: Mapping[str, Any]) -> list[dict[str, int]]:
+    """Every layout the model allows on the scenario's world (TP may leave a node)."""
+    world = scenario["world_size"]
+    out = []
+    for tp in (t for t in range(1, world + 1) if world % t == 0):
+        for pp in (p for p in range(1, world // tp + 1) if (world // tp) % p == 0):
+            for stage in range(4):
+                lay = {"dp": world // (tp * pp), "pp": pp, "tp": tp, "zero_stage": stage}
+                if not layout_problems(scenario, lay):
+                    out.append(lay)
+    return out
+
+
+def hidden_state(student: str) -> dict[str, tuple[dict[str, Any], dict[str, int]]]:
+    """Seven (model, layout) cases drawn for ``student``: each part's kind at least twice."""
+    rng = _rng(student, "state")
+    out = {}
+    for i, kind in enumerate(STATE_KINDS):
+        while True:
+            scenario = _scenario(rng, rng.choice((4, 8)), 4)
+            fits = [lay for lay in _layouts(scenario) if _state_part(lay) == kind
+                    and (lay["pp"] > 1 or lay["tp"] > 1 or lay["zero_stage"])]
+            if fits:
+                out[f"hidden model {i + 1}"] = (scenario, rng.choice(fits))
+                break
+    return out
+
+
+def hidden_layouts(student: str) -> dict[str, dict[str, Any]]:
+    """Four scenarios drawn for ``student``, each with a budget some admissible layouts fit
+    and others do not (so the choice matters)."""
+    rng = _rng(student, "layouts")
+    out = {}
+    for i, (world, per_node) in enumerate(NODES):
+        while True:
+            scenario = _scenario(rng, world, per_node)
+            sizes = sorted({predict(scenario, lay).max_memory() for lay in admissible(
+                {**scenario, "budget_bytes": 0})})
+            if len(sizes) >= 4:
+                budget = sizes[rng.randint(len(sizes) // 4, len(sizes) // 2)]
+                out[f"hidden scenario {i + 1}: {world} ranks, {per_node} per node"] = {
+                    **scenario, "budget_bytes": int(budget) + 1}
+                break
+    return out
 
 
 def predict(scenario: Mapping[str, Any], lay: Mapping[str, int]) -> theory.Layout3D:
@@ -126,17 +164,20 @@ def _state_part(lay: Mapping[str, int]) -> str:
     return "tensor-parallel slices" if lay["tp"] > 1 else "data and pipeline split"
 
 
-def check_state(q: Question, fn: Any) -> None:
-    cases = {**{k: (SEED_LAYOUT, v) for k, v in SEED_STATE_CASES.items()}, **HIDDEN_STATE}
+def check_state(q: Question, fn: Any, student: str = "") -> None:
+    cases = {**{k: (SEED_LAYOUT, v) for k, v in SEED_STATE_CASES.items()},
+             **hidden_state(student)}
     for label, (scenario, lay) in cases.items():
         part = _state_part(lay)
+        where = label if label in SEED_STATE_CASES else f"{label}: {scenario['model']}, {lay}"
         got = calls.answer(q, part, fn, (dict(scenario), dict(lay)), forbid=STATE_FORBID,
-                           reader=read_bytes, where=label)
+                           reader=read_bytes, where=where)
         if got is None:
             continue
         want = predict(scenario, lay).max_memory()
+        said = f", expected {want:,.0f}" if label in SEED_STATE_CASES else " (hidden case)"
         q.record(part, abs(got - want) <= 1e-3 * want,
-                 f"{label}: {got:,.0f} bytes, expected {want:,.0f}. Count one stage's blocks "
+                 f"{where}: {got:,.0f} bytes{said}. Count one stage's blocks "
                  "(the first stages take one more when pp does not divide depth), add the "
                  "embedding to the first stage and the final LayerNorm and head to the last; "
                  "tp divides a block's 12h^2 + 7h split weights but not its 6h LayerNorm and "
@@ -168,8 +209,8 @@ def lab_run(scenario: Mapping[str, Any], lay: Mapping[str, int]) -> tuple[bool, 
                 f"(must be <= {REFERENCE_TOLERANCE:g})")
 
 
-def check_layout(q: Question, fn: Any, real_run: bool = True) -> None:
-    cases = {"seed: the lesson GPT, 4 ranks, 1 MB": SEED_LAYOUT, **HIDDEN_LAYOUTS}
+def check_layout(q: Question, fn: Any, student: str = "", real_run: bool = True) -> None:
+    cases = {"seed: the lesson GPT, 4 ranks, 1 MB": SEED_LAYOUT, **hidden_layouts(student)}
     for label, scenario in cases.items():
         lay = calls.answer(q, "a factorisation the model allows", fn, (dict(scenario),),
                            forbid=LAYOUT_FORBID, reader=read_layout, where=label)
@@ -191,7 +232,8 @@ def check_layout(q: Question, fn: Any, real_run: bool = True) -> None:
         mine = wire_bytes(scenario, lay)
         q.record("the fewest bytes on the wire among layouts that fit", mine <= 1.01 * least,
                  f"{label}: {lay} sends {mine:,.0f} bytes per step; a layout that fits "
-                 f"sends {least:,.0f}. Compare the axes: tensor parallelism all-reduces "
+                 + (f"sends {least:,.0f}" if label.startswith("seed") else "sends fewer") +
+                 ". Compare the axes: tensor parallelism all-reduces "
                  "activations in every block, data parallelism the gradients once a step "
                  "(ZeRO-3 gathers the weights again for every microbatch), a pipeline sends "
                  "one activation per microbatch per cut")

@@ -73,7 +73,7 @@ def test_a_rank_that_marks_its_own_case_edges_earns_nothing_and_honest_code_ever
     assert honest.passed, honest.feedback
 
 
-HIDDEN_STATE = """
+ZERO_HIDING = """
 def zero_adam_step(ctx, params, grads, state, lr, betas, eps):
     n, rank = ctx.world_size, ctx.rank
     total = sum(p.numel() for p in params)
@@ -111,7 +111,7 @@ def test_full_moments_beside_a_shard_sized_decoy_lose_the_state_part(where: str,
     import torch
 
     namespace: dict[str, Any] = {"torch": torch, "HIDDEN": [None]}
-    exec(HIDDEN_STATE.replace("{where}", where).replace("{keep}", keep), namespace)
+    exec(ZERO_HIDING.replace("{where}", where).replace("{keep}", keep), namespace)
     verdict = code_checks.check_zero_adam(namespace["zero_adam_step"])
     assert "[ok] parameters match Adam on the mean gradient" in verdict.feedback, \
         verdict.feedback

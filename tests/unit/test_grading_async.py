@@ -114,3 +114,48 @@ def test_calling_labkit_scores_nothing() -> None:
 def test_a_malformed_answer_is_explained(value: Any, reader: Any, problem: str) -> None:
     got = reader(value)
     assert isinstance(got, str) and problem in got
+
+
+def test_hidden_cases_are_drawn_per_student_and_their_answers_never_shown() -> None:
+    """Issue 35 item 8: a classmate's hidden cases are other cases, and a wrong answer to
+    every case gets feedback that gives no hidden case's expected value."""
+    for draw in (GRADER.hidden_gate_cases, GRADER.hidden_stragglers, GRADER.hidden_programs):
+        assert draw("alice") == draw("alice") != draw("bob")
+    student = "alice"
+
+    def wrong_gate(clock: int, clocks: list, staleness: int) -> bool:
+        return clock - min(clocks) > staleness  # SSP's answer, negated
+
+    q = async_ps.gate_question(wrong_gate)
+    GRADER.check_gate(q, wrong_gate, student)
+    text = q.feedback()
+    assert "hidden case" in text and "disagrees with SSP" in text, text
+    assert not any(f"clocks {clocks}" in text
+                   for _, clocks, _ in GRADER.hidden_gate_cases(student))
+
+    def wrong_stragglers(workers: int, factor: float) -> dict:
+        right = (workers, factor) in async_ps.SEED_STRAGGLERS  # the visible ones only
+        return {"asp_over_bsp_rate": ((workers - 1) * factor + 1) / workers if right else 0.5,
+                "asp_max_staleness": (workers - 1) * factor if right else 0.5}
+
+    q = async_ps.straggler_question(wrong_stragglers)
+    GRADER.check_stragglers(q, wrong_stragglers, student)
+    hidden = [case for line in q.feedback().splitlines() for case in line.split(" | ")
+              if any(f"{w} workers, one {f:g}x" in case
+                     for w, f in GRADER.hidden_stragglers(student))]
+    assert hidden and not any("expected" in case for case in hidden), q.feedback()
+
+    def serialized(steps: list) -> int:
+        return sum(s[1] * serialized(s[2]) if s[0] == "loop" else s[0] != "task_ref"
+                   for s in steps)
+
+    def wrong_programs(program: list) -> int:
+        seen = [json.loads(json.dumps(p)) for p in async_ps.SEED_PROGRAMS.values()]
+        return serialized(program) if program in seen else 10_000
+
+    q = async_ps.program_question(wrong_programs)
+    GRADER.check_programs(q, wrong_programs, student)
+    hidden = [case for line in q.feedback().splitlines() for case in line.split(" | ")
+              if "hidden program" in case]
+    assert hidden and not any(f"serialized {GRADER.count(p)} times" in case for case in hidden
+                              for p in GRADER.hidden_programs(student).values()), hidden

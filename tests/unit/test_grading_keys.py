@@ -1,8 +1,8 @@
 """The package students install and the release they get hold no answer key, no hidden input.
 
 Every hidden value the instructor's side defines (ps1's randomised cases and their keys,
-ps2's key, ps3's hidden sizes and seed (as drawn for a student), ps4's hidden scenarios,
-challenges and traces) is
+ps2's key, ps3's to ps6's secrets and hidden cases as drawn for a student, ps4's hidden
+traces) is
 looked for, as it would be written, in every file of the installed ``labkit`` package and
 of ``exercises/``; the instructor folder itself is not an assignment and never released.
 """
@@ -56,9 +56,12 @@ def hidden_values() -> list[str]:
     for name in ps1.KEYS:
         for _, expected in ps1.cases(name):
             out += distinctive(expected)
-    out += list(ps4.HIDDEN_SCENARIOS) + list(ps4.HIDDEN_CHALLENGES)
-    out += list(ps5.HIDDEN_STATE) + list(ps5.HIDDEN_LAYOUTS) + ["HIDDEN_LAYOUTS", "HIDDEN_STATE"]
-    out += list(ps6.HIDDEN_PROGRAMS) + ["HIDDEN_PROGRAMS", "HIDDEN_STRAGGLERS", "hidden_gate_cases"]
+    out += [ps4.SECRET, ps5.SECRET, ps6.SECRET]
+    for draw in (ps4.hidden_scenarios, ps4.hidden_challenges, ps5.hidden_state,
+                 ps5.hidden_layouts, ps6.hidden_stragglers, ps6.hidden_programs,
+                 ps6.hidden_gate_cases):  # as drawn for a student
+        out.append(repr(list(draw("student").values()) if isinstance(draw("student"), dict)
+                        else draw("student")))
     out += [ps7.SECRET, "def state_cases(", "def mfu_cases(", "def grade_plan("]
     out += [ps8.SECRET]
     for path in (instructor.folder(REPO) / "ps4_traces").glob("*.json"):

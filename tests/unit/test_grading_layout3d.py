@@ -35,12 +35,13 @@ def solution() -> dict[str, Any]:
 SOLUTION = solution()
 
 
-def test_the_model_answers_score_full_marks_without_the_run() -> None:
+@pytest.mark.parametrize("student", ["", "alice", "stray"])
+def test_the_model_answers_score_full_marks_without_the_run(student: str) -> None:
     q = layout3d.state_question(SOLUTION["state_bytes"])
-    GRADER.check_state(q, SOLUTION["state_bytes"])
+    GRADER.check_state(q, SOLUTION["state_bytes"], student)
     assert q.earned == q.points, q.feedback()
     q = layout3d.layout_question(SOLUTION["choose_layout"])
-    GRADER.check_layout(q, SOLUTION["choose_layout"], real_run=False)
+    GRADER.check_layout(q, SOLUTION["choose_layout"], student, real_run=False)
     assert [p.label for p in q.parts.values() if not p.passed] == [
         "the real run fits and equals one process"]
 
@@ -126,7 +127,40 @@ def test_a_malformed_layout_is_explained(value: Any, problem: str) -> None:
     assert isinstance(got, str) and problem in got
 
 
-def test_every_hidden_scenario_has_a_layout_that_fits() -> None:
-    for scenario in [SEED_LAYOUT, *GRADER.HIDDEN_LAYOUTS.values()]:
+@pytest.mark.parametrize("student", ["alice", "bob", "stray"])
+def test_every_hidden_scenario_has_a_layout_that_fits_and_one_that_does_not(student: str
+                                                                            ) -> None:
+    for scenario in [SEED_LAYOUT, *GRADER.hidden_layouts(student).values()]:
         least, best = GRADER.fewest_bytes(scenario)
         assert least > 0 and GRADER.predict(scenario, best).max_memory() <= scenario["budget_bytes"]
+        assert any(GRADER.predict(scenario, lay).max_memory() > scenario["budget_bytes"]
+                   for lay in GRADER.admissible(scenario))
+
+
+def test_hidden_cases_are_drawn_per_student_and_their_answers_never_shown() -> None:
+    """Issue 35 item 8: other students get other models and budgets; a wrong count or a
+    wasteful layout hears its own numbers, never the expected count or the least traffic."""
+    assert GRADER.hidden_state("alice") == GRADER.hidden_state("alice")
+    assert GRADER.hidden_state("alice") != GRADER.hidden_state("bob")
+    assert GRADER.hidden_layouts("alice") != GRADER.hidden_layouts("bob")
+    right = SOLUTION["state_bytes"]
+    seed_cases = [dict(lay) for lay in layout3d.SEED_STATE_CASES.values()]
+
+    def off(scenario: dict, layout: dict) -> float:
+        seen = scenario == SEED_LAYOUT and layout in seed_cases
+        return right(scenario, layout) * (1 if seen else 1.5)  # type: ignore[no-any-return]
+
+    q = layout3d.state_question(off)
+    GRADER.check_state(q, off, "alice")
+    hidden = [c for line in q.feedback().splitlines() for c in line.split(" | ")
+              if "hidden model" in c]
+    assert hidden and all("(hidden case)" in c and "expected" not in c for c in hidden)
+
+    def all_data(scenario: dict) -> dict:
+        return {"dp": scenario["world_size"], "pp": 1, "tp": 1, "zero_stage": 3}
+
+    q = layout3d.layout_question(all_data)
+    GRADER.check_layout(q, all_data, "alice", real_run=False)
+    for label, scenario in GRADER.hidden_layouts("alice").items():
+        least = f"{GRADER.fewest_bytes(scenario)[0]:,.0f}"
+        assert least not in q.feedback(), (label, q.feedback())

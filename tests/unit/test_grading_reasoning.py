@@ -55,8 +55,8 @@ def test_mini_challenge_memory_rule_needs_zero_for_7b() -> None:
         return {**NAIVE, "per_gpu_batch": 8, "lr": 8e-4, "warmup_steps": 100, "precision": "bf16"}
 
     q = Question("propose", 4)
-    GRADER.check_challenge(q, plain_ddp, real_run=False)
-    assert not q.parts["fits in memory"].passed and "ZeRO-1 would need" in q.feedback()
+    GRADER.check_challenge(q, plain_ddp, "alice", real_run=False)
+    assert not q.parts["fits in memory"].passed and "would need" in q.feedback()
 
 
 @pytest.mark.parametrize("name", [*GRADER.PUBLIC_TRACES, *GRADER.HIDDEN_TRACES])
@@ -85,3 +85,54 @@ def test_traces_carry_no_label() -> None:
         for path in folder.glob("*.json"):
             data = json.loads(path.read_text())
             assert data["meta"] == {} and "slow" not in path.read_text()
+
+
+def solution() -> dict:
+    """The model answers, executed from the solution notebook."""
+    import json
+
+    nb = json.loads((REPO / "solutions/ps4_reasoning/ps4_reasoning.ipynb").read_text())
+    ns: dict = {}
+    for cell in nb["cells"]:
+        gid = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
+        if gid == "ps4_setup" or gid.endswith("_answer"):
+            exec("".join(cell["source"]), ns)  # our own notebook
+    return ns
+
+
+@pytest.mark.parametrize("student", ["", "alice", "bob", "stray"])
+def test_hidden_cases_are_drawn_per_student_and_the_model_answers_meet_them(student: str
+                                                                           ) -> None:
+    """Issue 35 item 8: each student's scenarios and challenges are their own, and the
+    solution scores full marks on every draw (the real run aside)."""
+    assert GRADER.hidden_scenarios(student) != GRADER.hidden_scenarios(student + "x")
+    assert GRADER.hidden_challenges(student) != GRADER.hidden_challenges(student + "x")
+    ns = solution()
+    q = reasoning.strategy_question(ns["choose_strategy"])
+    GRADER.check_strategies(q, ns["choose_strategy"], student)
+    assert q.earned == q.points, q.feedback()
+    q = reasoning.challenge_question(ns["propose"])
+    GRADER.check_challenge(q, ns["propose"], student, real_run=False)
+    assert [p.label for p in q.parts.values() if not p.passed] == [
+        "stable in a real run on this machine"], q.feedback()
+
+
+def test_a_hidden_cases_feedback_names_no_answer() -> None:
+    """A wrong approach or LR on a hidden case hears the inputs and the rule: not which
+    approach, which fact or which LR would have been right."""
+    def wrong(scenario: dict) -> dict:
+        return {"approach": "model", "fact": "slow"}
+
+    q = reasoning.strategy_question(wrong)
+    GRADER.check_strategies(q, wrong, "alice")
+    hidden = [c for line in q.feedback().splitlines() for c in line.split(" | ")
+              if "hidden scenario" in c]
+    assert hidden, q.feedback()
+    assert not any(word in c for c in hidden for word in ("shard it", "replicate", "one GPU is"))
+
+    def bad_lr(challenge: dict) -> dict:
+        return {**solution()["propose"](challenge), "lr": 1.0}
+
+    q = reasoning.challenge_question(bad_lr)
+    GRADER.check_challenge(q, bad_lr, "alice", real_run=False)
+    assert "linear rule gives" not in q.feedback().split("hidden challenge", 1)[-1]
