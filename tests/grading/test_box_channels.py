@@ -19,6 +19,7 @@ import pytest
 
 from labkit.grading.sandbox import box as boxes
 from labkit.grading.sandbox import seccomp
+from labkit.grading.sandbox.limits import Limits, MiB
 from labkit.grading.sandbox.modes import under_private_tmp
 from labkit.grading.sandbox.remote import Session
 
@@ -29,6 +30,7 @@ MODES = [pytest.param(m, marks=pytest.mark.skipif(
     m == "unshare" and under_private_tmp(REPO), reason="the unshare box hides the checkout"))
     for m in ("bwrap", "unshare", "none") if boxes.available(m)]
 ISOLATING = [m for m in MODES if m.values[0] != "none"]
+LIMITS = Limits(tmp_mb=24)  # not the default: the size must be the box's own
 
 HOLD = f"""import fcntl, struct
 _held = [open({SHARED!r}, 'rb') for _ in range(3)]
@@ -140,13 +142,16 @@ for path in [place + sys.argv[0] for place in PLACES]:
         print('WROTE', path)
     except OSError as exc:
         print('NO', path, exc.errno)
+for place in ('/tmp', '/dev/shm'):
+    st = os.statvfs(place)
+    print('SIZE', place, st.f_blocks * st.f_frsize)
 """
 
 
 @pytest.mark.parametrize("mode", ISOLATING)
 def test_the_box_writes_only_its_own_sized_tmp(mode: str) -> None:
     name = f"labkit-probe-{uuid.uuid4().hex}"
-    session = Session(mode=mode, course_root=REPO, cell_timeout=30).start()
+    session = Session(mode=mode, course_root=REPO, cell_timeout=30, limits=LIMITS).start()
     try:
         out = session.run_cell(f"import sys; sys.argv = [{name!r}]; PLACES = {PLACES!r}\n"
                                + WRITES)["stdout"]
@@ -158,6 +163,9 @@ def test_the_box_writes_only_its_own_sized_tmp(mode: str) -> None:
     wrote = {line.split()[1] for line in out.splitlines() if line.startswith("WROTE")}
     assert wrote == {f"/tmp/{name}", f"/dev/shm/{name}"}, out
     assert escaped == [], f"written on the host: {escaped}"
+    sizes = {line.split()[1]: int(line.split()[2]) for line in out.splitlines()
+             if line.startswith("SIZE")}
+    assert sizes == {"/tmp": LIMITS.tmp_mb * MiB, "/dev/shm": LIMITS.tmp_mb * MiB}, out
 
 
 def test_the_filter_is_classic_bpf_for_each_known_arch_and_none_elsewhere() -> None:

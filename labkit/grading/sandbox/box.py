@@ -193,7 +193,8 @@ class Box(Pipe):
     def _drain(self) -> None:
         """Keep the last 20 kB of the box's own stderr (start-up failures, crashes)."""
         assert self.proc is not None and self.proc.stderr is not None
-        for chunk in iter(lambda: self.proc.stderr.read(4096), b""):  # type: ignore[union-attr]
+        stream = self.proc.stderr  # stop() drops self.proc while this may still read
+        for chunk in iter(lambda: stream.read(4096), b""):
             self._stderr.append(chunk)
             while sum(map(len, self._stderr)) > 20_000:
                 self._stderr.pop(0)
