@@ -42,6 +42,7 @@ from labkit.base.errors import RankFailure, RunFailed, RunTimeout
 from labkit.config.run import RunConfig
 from labkit.launchers import rundirs
 from labkit.launchers.ray.session import ensure_ray
+from labkit.launchers.verdict import waits_in_torch
 from labkit.rank.job import Job
 
 _BACKSTOP_S = 120.0
@@ -52,8 +53,6 @@ is not the run's timeout; only a Ray that never starts them (no free CPU) reache
 _ECHOES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
            "Socket Timeout", "Connection refused", "ECONNRESET", "EPIPE", "Timed out waiting")
 """Errors a rank raises only because another rank failed first (as in the supervisor)."""
-_IN_TORCH_COMM = ("torch/distributed/distributed_c10d.py", "torch/nn/parallel/distributed.py")
-"""Stack frames of a rank blocked in communication that torch issued itself."""
 
 
 class Inbox:
@@ -109,7 +108,7 @@ def _watchdog(timeout_s: float, rank: int, world_size: int, inbox: Any, status: 
             f.seek(0)
             stack = f.read()
         # inside labkit's Comm, or inside torch.distributed called by torch itself (DDP)
-        waiting = status.value or any(m in stack for m in _IN_TORCH_COMM)
+        waiting = status.value or waits_in_torch(stack)
         where = "waiting in communication" if waiting else "outside any communication call"
         failure = RankFailure(rank, "timeout", f"rank {rank} was still running after "
                               f"{timeout_s:g} s, at step {step.value}, {where}", stack)
