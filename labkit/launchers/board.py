@@ -29,6 +29,9 @@ class Slot:
 
     @value.setter
     def value(self, v: int) -> None:
+        self._store(v)
+
+    def _store(self, v: int) -> None:
         self._view[self._index] = v
 
 
@@ -42,12 +45,7 @@ class StepSlot(Slot):
         super().__init__(view, index)
         self._began, self._marked = began, False
 
-    @property
-    def value(self) -> int:
-        return int(self._view[self._index])
-
-    @value.setter
-    def value(self, v: int) -> None:
+    def _store(self, v: int) -> None:
         self._view[self._index] = v
         if not self._marked:
             self._marked = True

@@ -47,6 +47,8 @@ def session_processes(mark: str) -> list[int]:
 
 def kill_session(mark: str, within_s: float = 10.0) -> list[int]:
     """SIGKILL every process of the session until none is left (or ``within_s``); the pids."""
+    from labkit.launchers.reaper import sigkill
+
     killed: list[int] = []
     deadline = time.monotonic() + within_s
     quiet_since = time.monotonic()
@@ -56,12 +58,7 @@ def kill_session(mark: str, within_s: float = 10.0) -> list[int]:
             quiet_since = time.monotonic()
         elif time.monotonic() - quiet_since > SETTLE_S:
             break
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
+        killed += sigkill(found)
         time.sleep(0.1)
     return killed
 
