@@ -2,7 +2,8 @@
 
 ``labkit run STRATEGY`` takes the common flags plus one flag per field of the strategy's
 options dataclass (``labkit.config.flags``, shared with the torchrun worker). Exit codes: 0 ok,
-1 the run failed (a rank raised, died or hung), 2 bad input.
+1 the run failed (a rank raised, died or hung), 2 bad input, 130 stopped by Ctrl-C (128 +
+SIGINT, what a shell reports for an interrupted command) once every rank is gone.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import sys
 
 from labkit.base.errors import ConfigError, LabError, RankFailure, RunFailed
 from labkit.config.flags import add_run_flags, dash_values, run_flags_parser
+
+INTERRUPTED = 130
+"""The exit code of a command stopped by Ctrl-C."""
 
 # Subcommands contributed by other modules: each has ``register(subparsers)``.
 _PLUGINS = ("labkit.theory.cli", "labkit.theory.plan_cli", "labkit.quiz.cli", "labkit.grading.cli")
@@ -43,8 +47,9 @@ def _run_command(args: argparse.Namespace, extra: list[str]) -> int:
         save_partial(args, err)
         return fail_run(args, err.failure)
     except KeyboardInterrupt:
-        return fail_run(args, RankFailure(None, "interrupted", "stopped by Ctrl-C; all ranks "
-                                          "were terminated"))
+        fail_run(args, RankFailure(None, "interrupted", "stopped by Ctrl-C; all ranks "
+                                   "were terminated"))
+        return INTERRUPTED
     return report(args, result)
 
 
@@ -87,7 +92,7 @@ def _selftest(args: argparse.Namespace) -> int:
             f"  {what}...", file=sys.stderr, flush=True))
     except KeyboardInterrupt:  # the pool has stopped its ranks on the way out
         print("labkit: interrupted: the self-test stopped, no rank is left", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     if args.json:
         print(json.dumps(report.to_json(), indent=1))
     else:

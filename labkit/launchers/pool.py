@@ -122,7 +122,7 @@ class PoolSupervisor(Supervisor):
                 self.start()
             self.spool_dir = self.tmpdir / f"job-{self.jobs}"
             self.spool_dir.mkdir()
-            for slot in self.status + self.progress:  # the board starts every job at zero
+            for slot in self.status + self.progress + self.began:  # every job starts at zero
                 slot.value = 0
             self.offsets = [self._log_size(r) for r in range(self.world_size)]
             message = pickle.dumps((str(self.spool_dir), job_bytes))

@@ -77,7 +77,7 @@ def main(argv: list[str]) -> None:
                 leave(0)
             job = pickle.loads(job_bytes)
             # 3. run it like a fresh rank
-            report = group.run(job, status=board.status(rank), progress=board.progress(rank),
+            report = group.run(job, status=board.status(rank), progress=board.steps(rank),
                                spool_dir=spool_dir)
             kill_tree(os.getpid())  # 5. nothing of this job runs on into the next
             send_report(out, report, rank)

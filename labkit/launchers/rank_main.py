@@ -90,7 +90,7 @@ def main(argv: list[str]) -> None:
 
         board, store = meet(run_dir, world_size)
         report = run_rank(job, rank, world_size, store=store, status=board.status(rank),
-                          progress=board.progress(rank), spool_dir=run_dir)
+                          progress=board.steps(rank), spool_dir=run_dir)
         send_report(conn, report, rank)
         conn.close()
         leave(0)

@@ -128,14 +128,21 @@ def kill_leftovers(run_id: str, pgids: set[int], within_s: float = 5.0) -> list[
         found = _leftovers(run_id, pgids, killed)
         if not found:
             break
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except (ProcessLookupError, PermissionError):
-                pass
+        killed.update(sigkill(found))
         time.sleep(0.005)
     return sorted(killed)
+
+
+def sigkill(pids: list[int]) -> list[int]:
+    """SIGKILL each of ``pids``; those that were still there to signal."""
+    hit = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            hit.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return hit
 
 
 def kill_group(pgid: int, sig: int) -> None:

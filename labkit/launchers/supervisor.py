@@ -119,6 +119,8 @@ class Supervisor:
         self.board: Board | None = None
         self.status: list[Any] = []
         self.progress: list[Any] = []
+        self.began: list[Any] = []
+        """Each rank's first step + 1 (0: still starting), from the board."""
         self.logs: list[str] = [""] * world_size
         self.reports: dict[int, RankReport] = {}
         self.errors: list[tuple[int, RankFailure]] = []  # (monotonic ns, failure)
@@ -126,6 +128,9 @@ class Supervisor:
         self.watch_start = 0.0
         self.moved: dict[int, tuple[int, float]] = {}
         """Rank -> (its step counter, when it last changed), for the timeout's verdict."""
+        self.first: dict[int, tuple[int, float]] = {}
+        """Rank -> (the step it began with, when that was seen): its steps are timed from
+        there, so its start-up (an exec'd rank imports torch) is not step time."""
 
     # ---- lifecycle ---------------------------------------------------------------------
     def run(self) -> list[RankReport]:
@@ -161,6 +166,7 @@ class Supervisor:
         self.board = Board.create(str(self.tmpdir / "board"), self.world_size)
         self.status = [self.board.status(r) for r in range(self.world_size)]
         self.progress = [self.board.progress(r) for r in range(self.world_size)]
+        self.began = [self.board.began(r) for r in range(self.world_size)]
         if self.job_bytes is not None:  # a pool's ranks get their jobs on a pipe instead
             (self.tmpdir / "job.pkl").write_bytes(self.job_bytes)
         env = child_env()
@@ -243,6 +249,7 @@ class Supervisor:
         sentinels = {fd: r for r, fd in self.pidfds.items()}
         self.watch_start = start
         self.moved = {r: (v.value, start) for r, v in enumerate(self.progress)}
+        self.first = {}
         while True:
             now = time.monotonic()
             self._note_progress(now)
@@ -267,9 +274,11 @@ class Supervisor:
                 self.on_progress(sum(v.value for v in self.progress))
 
     def _note_progress(self, now: float) -> None:
-        """When each rank's step counter last moved: a timeout tells a slow run (every rank
-        still finishing steps) from a stuck one."""
+        """When each rank began its first step and when its step counter last moved: a
+        timeout tells a slow run (every rank still finishing steps) from a stuck one."""
         for r, v in enumerate(self.progress):
+            if r not in self.first and (began := self.began[r].value) > 0:
+                self.first[r] = (began - 1, now)
             value = v.value
             if value != self.moved[r][0]:
                 self.moved[r] = (value, now)
@@ -340,11 +349,12 @@ class Supervisor:
             stacks[r] = path.read_text() if path.exists() else ""
         now = time.monotonic()
         self._note_progress(now)
-        moved_at = {r: self.moved[r][1] for r in running if self.moved[r][1] > self.watch_start}
+        steps = {r: self.progress[r].value for r in running}
+        timed = [r for r in running if r in self.first and self.moved[r][1] >= self.first[r][1]]
         return hang(self.timeout_s, running, {r: self.status[r].value != 0 for r in running},
-                    {r: self.progress[r].value for r in running}, stacks,
-                    idle_s={r: now - t for r, t in moved_at.items()},
-                    busy_s={r: t - self.watch_start for r, t in moved_at.items()})
+                    steps, stacks, idle_s={r: now - self.moved[r][1] for r in timed},
+                    busy_s={r: self.moved[r][1] - self.first[r][1] for r in timed},
+                    done={r: steps[r] - self.first[r][0] for r in timed})
 
 
 def supervise(job: Job, world_size: int, timeout_s: float, on_progress: Any = None

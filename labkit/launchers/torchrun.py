@@ -214,7 +214,7 @@ def _board_slots(directory: str | None, env: TorchrunEnv) -> dict[str, Any]:
     from labkit.launchers.board import Board
 
     board = Board.open(os.path.join(directory, "board"), env.world_size)
-    return {"status": board.status(env.rank), "progress": board.progress(env.rank)}
+    return {"status": board.status(env.rank), "progress": board.steps(env.rank)}
 
 
 def _rank_row(report: Any, env: TorchrunEnv) -> dict[str, Any]:

@@ -21,6 +21,11 @@ ECHO_MARKERS = ("Connection closed by peer", "Connection reset by peer", "Broken
                 "Socket Timeout", "Connection refused", "ECONNRESET", "EPIPE",
                 "Timed out waiting", "NCCL communicator was aborted")
 LOG_TAIL = 3000  # characters of a silently dead rank's output shown with its failure
+TORCH_COMM_FILES = ("torch/distributed/distributed_c10d.py", "torch/nn/parallel/distributed.py")
+"""Where a rank's innermost Python frame is when it waits in communication that torch
+issued itself, outside labkit's traced ``Comm`` (whose calls set the board's flag): DDP's
+parameter broadcast at construction and its bucket rebuild (a broadcast from rank 0) in
+the forward of the second step, a barrier or an object gather of the group's set-up."""
 
 
 def pick_failure(errors: list[tuple[int, RankFailure]], deaths: list[RankFailure]
@@ -51,6 +56,23 @@ def silent_death(rank: int, code: int, log: str) -> RankFailure:
     return failure
 
 
+def waits_in_torch(stack: str) -> bool:
+    """Whether a ``faulthandler`` dump shows a thread whose innermost frame is inside a
+    torch.distributed call (``TORCH_COMM_FILES``): that rank waits for its peers even though
+    its board flag is 0. Only the innermost frame counts: a rank computing inside DDP's
+    forward has DDP's frames further out, but its innermost one is in the model."""
+    innermost = True
+    for line in stack.splitlines():
+        text = line.strip()
+        if text.startswith(("Thread 0x", "Current thread 0x")):
+            innermost = True
+        elif text.startswith("File ") and innermost:
+            innermost = False
+            if any(name in text.replace("\\", "/") for name in TORCH_COMM_FILES):
+                return True
+    return False
+
+
 def _raise_hint(timeout_s: float, slow: bool) -> str:
     more = max(2 * timeout_s, timeout_s + 60)
     how = (f"timeout_s={more:g} (labkit.run, labkit.launch, labkit.Pool) or --timeout "
@@ -67,8 +89,10 @@ def _doing(rank: int, blocked: bool, step: int, idle_s: float | None) -> str:
 def still_training(steps: dict[int, int], idle_s: dict[int, float | None],
                    busy_s: dict[int, float | None]) -> bool:
     """Whether every running rank was still finishing steps when the limit hit: each made
-    one within three of its own mean step times (measured up to its last step) plus a
-    second. A hung rank's mean is that of its healthy steps, so its silence stands out."""
+    one within three of its own mean step times plus a second. ``steps[r]``: the steps rank
+    r finished in ``busy_s[r]`` seconds (from its first step's start to its last step's
+    end: start-up is not step time). A hung rank's mean is that of its healthy steps, so
+    its silence stands out."""
     for r, step in steps.items():
         idle, busy = idle_s.get(r), busy_s.get(r)
         if idle is None or busy is None or step < 1 or idle > 3 * busy / step + 1.0:
@@ -79,22 +103,28 @@ def still_training(steps: dict[int, int], idle_s: dict[int, float | None],
 def hang(timeout_s: float, running: list[int], blocked: dict[int, bool],
          steps: dict[int, int], stacks: dict[int, str],
          idle_s: dict[int, float | None] | None = None,
-         busy_s: dict[int, float | None] | None = None) -> RunTimeout:
+         busy_s: dict[int, float | None] | None = None,
+         done: dict[int, int] | None = None) -> RunTimeout:
     """The timeout error, saying what each rank was doing and at which step, and how to
-    raise the limit. ``blocked[r]``: rank r is inside a communication call; ``idle_s[r]``:
-    seconds since its step counter last moved; ``busy_s[r]``: seconds from the start to
-    that last move (both None where the launcher cannot tell).
+    raise the limit. ``blocked[r]``: rank r's board flag (inside labkit's communication
+    calls); a stack waiting inside torch.distributed counts too (``waits_in_torch``).
+    ``idle_s[r]``: seconds since its step counter last moved; ``busy_s[r]``: seconds from
+    its first step's start to that last move; ``done[r]``: the steps it finished in that
+    time (default: ``steps[r]``, a run that started at step 0). None where the launcher
+    cannot tell.
 
     A run whose ranks were all still finishing steps is *slow*, not stuck: it is reported
     as such. Otherwise the suspect is the rank stuck outside communication while others
     wait for it in communication."""
     idle_s = idle_s or {}
     busy_s = busy_s or {}
+    blocked = {r: bool(blocked[r]) or waits_in_torch(stacks.get(r, "")) for r in running}
     states = "; ".join(_doing(r, blocked[r], steps[r], idle_s.get(r)) for r in running)
     stuck = [r for r in running if not blocked[r]]
     waiting = [r for r in running if blocked[r]]
     suspect: int | None
-    slow = still_training({r: steps[r] for r in running}, idle_s, busy_s)
+    counts = done if done is not None else steps
+    slow = still_training({r: counts.get(r, 0) for r in running}, idle_s, busy_s)
     if slow:
         suspect = None
         why = (f"the run was still training, not stuck ({states}); it needs more than "

@@ -42,6 +42,7 @@ from labkit.base.errors import RankFailure, RunFailed, RunTimeout
 from labkit.config.run import RunConfig
 from labkit.launchers import rundirs
 from labkit.launchers.ray.session import ensure_ray
+from labkit.launchers.verdict import waits_in_torch
 from labkit.rank.job import Job
 
 _BACKSTOP_S = 120.0
@@ -52,8 +53,6 @@ is not the run's timeout; only a Ray that never starts them (no free CPU) reache
 _ECHOES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
            "Socket Timeout", "Connection refused", "ECONNRESET", "EPIPE", "Timed out waiting")
 """Errors a rank raises only because another rank failed first (as in the supervisor)."""
-_IN_TORCH_COMM = ("torch/distributed/distributed_c10d.py", "torch/nn/parallel/distributed.py")
-"""Stack frames of a rank blocked in communication that torch issued itself."""
 
 
 class Inbox:
@@ -88,6 +87,8 @@ class _Slot:
     value = 0
 
 
+_FIT_END_S = 10.0
+"""After an interrupt shut Ray down, how long ``trainer.fit()`` gets to notice and return."""
 _PEER_GRACE_S = 5.0
 """A rank that times out while waiting in communication waits this long before it stops,
 so the rank it waits for (whose clock started a moment later) reports first."""
@@ -109,7 +110,7 @@ def _watchdog(timeout_s: float, rank: int, world_size: int, inbox: Any, status: 
             f.seek(0)
             stack = f.read()
         # inside labkit's Comm, or inside torch.distributed called by torch itself (DDP)
-        waiting = status.value or any(m in stack for m in _IN_TORCH_COMM)
+        waiting = status.value or waits_in_torch(stack)
         where = "waiting in communication" if waiting else "outside any communication call"
         failure = RankFailure(rank, "timeout", f"rank {rank} was still running after "
                               f"{timeout_s:g} s, at step {step.value}, {where}", stack)
@@ -198,7 +199,8 @@ def run_on_ray(job: Job) -> Any:
         fit_error = _fit(trainer, inbox, config.world_size, config.timeout_s + _BACKSTOP_S)
         reports, errors, logs = ray.get(inbox.contents.remote())  # 3.
     finally:
-        ray.kill(inbox)
+        if ray.is_initialized():  # not after an interrupt shut Ray down (``_stop_now``)
+            ray.kill(inbox)
         owner.close()
         shutil.rmtree(storage, ignore_errors=True)
     if fit_error is not None or len(reports) < config.world_size:
@@ -227,13 +229,17 @@ def _fit(trainer: Any, inbox: Any, world_size: int, limit_s: float) -> BaseExcep
     thread = threading.Thread(target=target, daemon=True, name="labkit-ray-fit")
     thread.start()
     deadline, started = time.monotonic() + START_LIMIT_S, 0
-    while thread.is_alive() and time.monotonic() < deadline:
-        thread.join(1.0)
-        if started < world_size:
-            with contextlib.suppress(Exception):  # a slow answer is asked again next round
-                started = ray.get(inbox.started_count.remote(), timeout=10)
-            if started >= world_size:
-                deadline = time.monotonic() + limit_s
+    try:
+        while thread.is_alive() and time.monotonic() < deadline:
+            thread.join(1.0)
+            if started < world_size:
+                with contextlib.suppress(Exception):  # a slow answer is asked again
+                    started = ray.get(inbox.started_count.remote(), timeout=10)
+                if started >= world_size:
+                    deadline = time.monotonic() + limit_s
+    except BaseException:  # Ctrl-C: stop every worker now, not at exit
+        _stop_now(thread)
+        raise
     if not outcome:  # Ray itself is stuck (e.g. waiting for resources): stop this cluster
         from labkit.launchers.ray.session import shutdown_ray
 
@@ -245,6 +251,20 @@ def _fit(trainer: Any, inbox: Any, world_size: int, limit_s: float) -> BaseExcep
         raise RunTimeout(RankFailure(None, "timeout", f"Ray Train {what}; the Ray cluster "
                                                       f"was shut down"))
     return outcome[0]
+
+
+def _stop_now(fit: threading.Thread) -> None:
+    """An interrupted run: shut the Ray cluster down now (its guard kills what
+    ``ray.shutdown`` leaves, ``labkit.launchers.ray.guard``) and let ``trainer.fit()`` end
+    with it, so no Ray process outlives the caller and no thread is still inside Ray's
+    native code when the interpreter exits (a Ctrl-C at 25 s once ended in a segfault
+    there). A second Ctrl-C meanwhile waits for the cleanup."""
+    from labkit.launchers.ray.session import shutdown_ray
+    from labkit.launchers.reaper import interrupts_deferred
+
+    with interrupts_deferred():
+        shutdown_ray()
+        fit.join(_FIT_END_S)
 
 
 def _failure(config: RunConfig, fit_error: BaseException | None, reports: dict[int, Any],

@@ -18,9 +18,11 @@ that run tasks and actors. labkit starts that cluster like this (``ensure_ray``)
    waits a fixed 30 s for its raylet) is cleaned up and tried once more; a second failure
    is a ``RayStartFailed`` that names the machine's load.
 
-If the process is killed outright (SIGKILL, no atexit), Ray's GCS and raylet die with it
-(Ray ties their fate to the process that started them) and its two agents notice the dead
-raylet and exit on their own within about a minute.
+6. guarded (``labkit.launchers.ray.guard``): a small process started before ``ray.init``
+   SIGKILLs every process of the session as soon as this process exits or shuts Ray down,
+   however that happens. Without it, a process killed outright (SIGKILL, no atexit) or
+   interrupted while Ray starts left Ray's two agents (``ray::DashboardAgent``,
+   ``ray::RuntimeEnvAgent``) running for up to a minute after its GCS and raylet died.
 
 With ``RAY_ADDRESS`` set (a cluster you already run), ``ensure_ray`` connects to it instead
 and leaves it running at exit.
@@ -31,15 +33,18 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from typing import Any
 
 from labkit.base import devices
 from labkit.base.errors import LabError
 from labkit.base.progress import waiting
 
-_state: dict[str, Any] = {"started": False, "tmp": None}
+_state: dict[str, Any] = {"started": False, "tmp": None, "guard": None}
 _RAY_NAMES = ("raylet", "gcs_server")
 TRIES = 2
 BUSY_MACHINE_LIMITS = {
@@ -83,25 +88,36 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
     for var, value in BUSY_MACHINE_LIMITS.items():
         os.environ.setdefault(var, value)
     with waiting(f"starting Ray ({STARTING})", after_s=SAY_START_AFTER_S):
-        tmp = _start(ray, num_cpus)
+        tmp, guard = _start(ray, num_cpus)
     if not _state["started"]:
         atexit.register(shutdown_ray)
-    _state.update(started=True, tmp=tmp)
+    _state.update(started=True, tmp=tmp, guard=guard)
     return ray
 
 
-def _start(ray: Any, num_cpus: int | None) -> str:
-    """Step 5: ``ray.init`` here, tried ``TRIES`` times; returns the session's temp dir."""
+def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]]:
+    """Step 5: ``ray.init`` here, tried ``TRIES`` times, each under a new guard (step 6);
+    returns the session's temp dir and its guard. An interrupt meanwhile stops what started."""
+    from labkit.launchers.ray.guard import SESSION_ENV
+
     for attempt in range(1, TRIES + 1):
         # Ray's unix sockets live under this dir and must fit in 107 bytes: keep it short
         tmp = tempfile.mkdtemp(prefix="lkray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        mark = uuid.uuid4().hex
+        os.environ[SESSION_ENV] = mark  # before ray.init: every Ray process inherits it
+        guard = _start_guard(mark, tmp)
         try:
             ray.init(num_cpus=num_cpus or devices.cpu_count(), include_dashboard=False,
                      _temp_dir=tmp, log_to_driver=False, configure_logging=False,
                      namespace="labkit")
-            return tmp
-        except Exception as exc:  # Ray raises a plain Exception when its start-up fails
-            _abandon(tmp)
+            return tmp, guard
+        except BaseException as exc:  # Ray raises a plain Exception when its start-up fails
+            from labkit.launchers.reaper import interrupts_deferred
+
+            with interrupts_deferred():  # a second Ctrl-C waits for the cleanup
+                _abandon(tmp, guard)
+            if not isinstance(exc, Exception):
+                raise  # Ctrl-C: stopped, nothing of this start left
             if attempt == TRIES:
                 load = os.getloadavg()
                 raise RayStartFailed(
@@ -112,8 +128,35 @@ def _start(ray: Any, num_cpus: int | None) -> str:
     raise AssertionError("unreachable: the last try returns or raises")
 
 
-def _abandon(tmp: str) -> None:
-    """A start that failed: stop whatever of it did start, and remove its directory."""
+def _start_guard(mark: str, tmp: str) -> subprocess.Popen[bytes]:
+    """Step 6: the session's guard, in a session of its own and without the marker."""
+    from labkit.launchers.ray.guard import GUARD_DIR_ENV, SESSION_ENV
+
+    env = {k: v for k, v in os.environ.items() if k != SESSION_ENV}
+    env[GUARD_DIR_ENV] = tmp
+    return subprocess.Popen([sys.executable, "-m", "labkit.launchers.ray.guard",
+                             str(os.getpid()), mark], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+
+
+def _release_guard(guard: subprocess.Popen[bytes] | None, wait_s: float) -> None:
+    """Tell the guard Ray is shut down (close its stdin): it kills what is left of the
+    session, removes its dir and exits; wait for that (a stuck guard is killed)."""
+    if guard is None:
+        return
+    if guard.stdin is not None:
+        guard.stdin.close()
+    try:
+        guard.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        guard.kill()
+        guard.wait()
+
+
+def _abandon(tmp: str, guard: subprocess.Popen[bytes] | None = None) -> None:
+    """A start that failed or was interrupted: stop whatever of it did start, and remove
+    its directory."""
     import ray
 
     try:
@@ -124,6 +167,7 @@ def _abandon(tmp: str) -> None:
 
     for pid in _session_pids(tmp):
         kill_tree(pid, include_root=True)
+    _release_guard(guard, 15.0)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -137,11 +181,12 @@ def shutdown_ray(wait_s: float = 10.0) -> None:
     session = str(_state["tmp"])
     ours = _session_pids(session)
     ray.shutdown()
+    _release_guard(_state["guard"], wait_s + 5.0)  # kills what ray.shutdown left running
     deadline = time.monotonic() + wait_s
     while any(map(psutil.pid_exists, ours)) and time.monotonic() < deadline:
         time.sleep(0.1)
     shutil.rmtree(session, ignore_errors=True)
-    _state.update(started=False, tmp=None)
+    _state.update(started=False, tmp=None, guard=None)
 
 
 def ray_processes() -> list[tuple[int, str]]:
