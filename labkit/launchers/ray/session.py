@@ -96,16 +96,20 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
 
 
 def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]]:
-    """Step 5: ``ray.init`` here, tried ``TRIES`` times, each under a new guard (step 6);
+    """Step 5: ``ray.init`` here, tried ``TRIES`` times under one guard (step 6);
     returns the session's temp dir and its guard. An interrupt meanwhile stops what started."""
     from labkit.launchers.ray.guard import SESSION_ENV
 
+    # one marker and one guard for every try: a failed try's raylet may still start an
+    # agent after that try was cleaned up; the guard kills it when this session ends
+    mark = uuid.uuid4().hex
+    os.environ[SESSION_ENV] = mark  # before ray.init: every Ray process inherits it
+    guard = None
     for attempt in range(1, TRIES + 1):
         # Ray's unix sockets live under this dir and must fit in 107 bytes: keep it short
         tmp = tempfile.mkdtemp(prefix="lkray-", dir="/tmp" if os.path.isdir("/tmp") else None)
-        mark = uuid.uuid4().hex
-        os.environ[SESSION_ENV] = mark  # before ray.init: every Ray process inherits it
-        guard = _start_guard(mark, tmp)
+        if guard is None:
+            guard = _start_guard(mark, tmp)
         try:
             ray.init(num_cpus=num_cpus or devices.cpu_count(), include_dashboard=False,
                      _temp_dir=tmp, log_to_driver=False, configure_logging=False,
@@ -114,8 +118,9 @@ def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]
         except BaseException as exc:  # Ray raises a plain Exception when its start-up fails
             from labkit.launchers.reaper import interrupts_deferred
 
+            last = attempt == TRIES or not isinstance(exc, Exception)
             with interrupts_deferred():  # a second Ctrl-C waits for the cleanup
-                _abandon(tmp, guard)
+                _abandon(tmp, guard if last else None)
             if not isinstance(exc, Exception):
                 raise  # Ctrl-C: stopped, nothing of this start left
             if attempt == TRIES:
