@@ -31,9 +31,12 @@ from dataclasses import dataclass
 
 from labkit.base.errors import ConfigError
 
-AXES = ("dp", "pp", "cp", "tp")
-"""The axes that lay out ranks, slowest first."""
-GROUP_AXES = (*AXES, "ep")
+AXES = ("dp", "pp", "tp")
+"""The three axes of a 3D grid, slowest first: what lesson 09 and user code walk over (kept
+as it was before ``cp`` and ``ep`` joined; a grid's full layout is ``LAYOUT_AXES``)."""
+LAYOUT_AXES = ("dp", "pp", "cp", "tp")
+"""The axes that lay out ranks, slowest first (``cp`` sits next to ``tp``)."""
+GROUP_AXES = (*LAYOUT_AXES, "ep")
 """Every axis with its own groups: the layout axes and ``ep`` (over the data ranks)."""
 
 
@@ -79,8 +82,8 @@ class Grid:
     @classmethod
     def along(cls, axis: str, world_size: int) -> Grid:
         """All ``world_size`` ranks on one axis (the grid of a single-strategy run)."""
-        if axis not in AXES:
-            raise ConfigError(f"axis {axis!r} must be one of {', '.join(AXES)}")
+        if axis not in LAYOUT_AXES:
+            raise ConfigError(f"axis {axis!r} must be one of {', '.join(LAYOUT_AXES)}")
         return cls(**{axis: world_size})
 
     @property
@@ -116,7 +119,7 @@ class Grid:
         if axis == "ep":
             first = c.dp - c.ep
             return [self.rank(dp=first + i, pp=c.pp, tp=c.tp, cp=c.cp) for i in range(self.ep)]
-        fixed = {a: c[a] for a in AXES if a != axis}
+        fixed = {a: c[a] for a in LAYOUT_AXES if a != axis}
         return [self.rank(**{**fixed, axis: i}) for i in range(self.size(axis))]
 
     def groups(self, axis: str) -> list[list[int]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from labkit.base.events import ABORTED, Event, Op
@@ -222,3 +222,10 @@ class RunContext(RankContext):
     def options(self) -> Any:
         """The strategy's options dataclass (``config.options``)."""
         return self.config.options
+
+    @classmethod
+    def of(cls, ctx: RankContext, config: RunConfig) -> RunContext:
+        """``ctx`` (a ``labkit.launch`` function's rank context) with a run's ``config``: how a
+        launched function runs a strategy's loop beside its own code (lesson 05's ZeRO)."""
+        given = {f.name: getattr(ctx, f.name) for f in fields(RankContext) if f.init}
+        return cls(**given, config=config)

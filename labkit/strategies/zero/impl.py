@@ -14,13 +14,12 @@ them by rank beside ``labkit.theory.zero_memory`` / ``zero_comm_volume``.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import torch
 
 from labkit.base.events import Op
-from labkit.rank.context import RankOutput, RunContext
+from labkit.rank.context import RankContext, RankOutput, RunContext
 from labkit.strategies.zero import ZeroMetrics
 from labkit.strategies.zero import accounting as acc
 from labkit.train.loop import TrainLoop
@@ -112,12 +111,12 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
         acc.fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)
 
 
-def zero_on_rank(ctx: RunContext, config: Any) -> dict[str, Any]:
+def zero_on_rank(ctx: RankContext, config: Any) -> dict[str, Any]:
     """labkit's ZeRO (``config.options``) for ``config.steps`` steps on this rank, inside any
     ``labkit.launch``ed function: what a lesson sets a hand-written ZeRO step beside. Returns
     ``weights`` (the whole final fp32 parameters, by name: a collective) and ``bytes`` (this
     rank's model-state bytes per term, counted as ``labkit run zero`` counts them)."""
-    loop = ZeroLoop(replace(ctx, config=config))
+    loop = ZeroLoop(RunContext.of(ctx, config))
     for step in range(config.steps):
         loop.train_step(step)
     return {"weights": loop.final_state(), "bytes": loop.model_state_bytes()}
