@@ -41,7 +41,7 @@ def fake_ray(monkeypatch, tmp_path):
         monkeypatch.setattr(session.tempfile, "mkdtemp", lambda **kw: str(tmp_path))
         monkeypatch.setitem(session._state, "tmp", None)
         monkeypatch.setattr(session, "_ray_module", lambda: ray)
-        monkeypatch.setattr(session, "_abandon", lambda tmp: ray.shutdown())
+        monkeypatch.setattr(session, "_abandon", lambda tmp, guard=None: ray.shutdown())
         monkeypatch.setattr(session.atexit, "register", lambda fn: None)
         monkeypatch.setitem(session._state, "started", False)
         monkeypatch.delenv("RAY_ADDRESS", raising=False)

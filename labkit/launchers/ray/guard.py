@@ -25,12 +25,8 @@ import signal
 import sys
 import time
 
-SESSION_ENV = "LABKIT_RAY_SESSION"
-"""Set in the driver's environment before ``ray.init``: every Ray process of the session
-inherits it, and the guard finds them by it."""
-GUARD_DIR_ENV = "LABKIT_RAY_GUARD_DIR"
-"""The session's temp dir, handed to the guard in its environment: on its command line, the
-guard would be one of the processes "naming the session's dir" that shutdown waits for."""
+from labkit.launchers.ray.session import GUARD_DIR_ENV, SESSION_ENV
+
 SETTLE_S = 1.0
 """How long the guard keeps looking after a kill that found nothing new (a raylet that was
 starting a worker as it was killed)."""

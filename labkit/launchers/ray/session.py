@@ -44,6 +44,13 @@ from labkit.base import devices
 from labkit.base.errors import LabError
 from labkit.base.progress import waiting
 
+SESSION_ENV = "LABKIT_RAY_SESSION"
+"""Set in the driver's environment before ``ray.init``: every Ray process of the session
+inherits it, and the guard (``labkit.launchers.ray.guard``) finds them by it."""
+GUARD_DIR_ENV = "LABKIT_RAY_GUARD_DIR"
+"""The session's temp dir, handed to the guard in its environment: on its command line, the
+guard would be one of the processes "naming the session's dir" that shutdown waits for."""
+
 _state: dict[str, Any] = {"started": False, "tmp": None, "guard": None}
 _RAY_NAMES = ("raylet", "gcs_server")
 TRIES = 2
@@ -98,7 +105,6 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
 def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]]:
     """Step 5: ``ray.init`` here, tried ``TRIES`` times under one guard (step 6);
     returns the session's temp dir and its guard. An interrupt meanwhile stops what started."""
-    from labkit.launchers.ray.guard import SESSION_ENV
 
     # one marker and one guard for every try: a failed try's raylet may still start an
     # agent after that try was cleaned up; the guard kills it when this session ends
@@ -135,7 +141,6 @@ def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]
 
 def _start_guard(mark: str, tmp: str) -> subprocess.Popen[bytes]:
     """Step 6: the session's guard, in a session of its own and without the marker."""
-    from labkit.launchers.ray.guard import GUARD_DIR_ENV, SESSION_ENV
 
     env = {k: v for k, v in os.environ.items() if k != SESSION_ENV}
     env[GUARD_DIR_ENV] = tmp
