@@ -58,6 +58,30 @@ def no_leftover_ranks():
 
 
 @pytest.fixture(autouse=True)
+def _interruptible():
+    """Every test starts with Ctrl-C acting as it does in a student's shell: SIGINT raises
+    KeyboardInterrupt in the main thread, and a process the test starts inherits SIGINT's
+    default action. A pytest worker, or a library an earlier test ran in it, may have left
+    SIGINT ignored (inherited across exec: Python then keeps ignoring it) or handled without
+    raising; the interrupt tests then saw their Ctrl-C never acted on in the full suite only.
+    The disposition found is put back afterwards."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+    if before is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if before is not signal.default_int_handler and before is not None:
+            signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture(autouse=True)
 def _private_labkit_home(tmp_path_factory, monkeypatch):
     """Quiz progress and other per-user state go to a temp dir, never the real home."""
     monkeypatch.setenv("LABKIT_HOME", str(tmp_path_factory.mktemp("labkit_home")))
