@@ -16,6 +16,7 @@ time).
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -36,12 +37,23 @@ def lesson_marker(path: Path) -> pytest.MarkDecorator:
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem, marks=lesson_marker(p))
                                   for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
     """The lesson executes without an error output or a stderr box, no cell past
     ``BUDGET_S``, its claims hold on its own run (``claims.py``), and every Ray
-    process its kernel started (they inherit the kernel's environment, so a marker there
-    finds them, and only them, even while other tests run Ray) is gone afterwards."""
+    process its kernel started is gone afterwards (``execute_lesson``)."""
+    execute_lesson(path, tmp_path)
+
+
+def execute_lesson(path: Path, workdir: Path) -> nbformat.NotebookNode:
+    """Execute a clean copy of the lesson headless in ``workdir`` (its kernel's working
+    folder), then check it; returns the executed notebook, outputs and widget state saved,
+    for ``tests/browser`` to look at as a student would.
+
+    Checks: no error output (the error names the notebook and the cell), no figure shown as
+    text, no stderr box, no Ray log line, the lesson's claims (the last cell, run in the
+    lesson's own kernel), and no Ray process its kernel started left behind (they inherit the
+    kernel's environment, so a marker there finds them, and only them, even while other tests
+    run Ray)."""
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -50,13 +62,12 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
     from labkit.launchers.reaper import tagged
 
     marker = uuid.uuid4().hex
-    monkeypatch.setenv("LABKIT_NOTEBOOK_MARK", marker)
     nb.cells.append(nbformat.v4.new_code_cell(
         f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
         f"from tests.notebooks.claims import check\nprint(check({path.stem!r}, globals()))"))
-    client = NotebookClient(nb, timeout=BUDGET_S, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+    client = NotebookClient(nb, timeout=BUDGET_S, kernel_name="python3", store_widget_state=True,
+                            resources={"metadata": {"path": str(workdir)}})
+    client.execute(env=dict(os.environ, LABKIT_NOTEBOOK_MARK=marker))
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors, (f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
@@ -80,6 +91,7 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path,
             and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not ray_left, f"{path.name} left Ray processes behind: {ray_left}"
+    return nb
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in NOTEBOOKS])
