@@ -4,7 +4,7 @@ its peer waits in communication -- never "no rank finished a step lately" (a pee
 in a collective DDP issued itself, its bucket rebuild at step 1, looked like it computed)
 and never "still training" (an exec'd rank's start-up was counted as step time).
 
-The limits are small (8-15 s) so each case costs seconds; nothing here asserts a time."""
+The limits are small (10 s; 40 s for exec'd ranks' start-up) so each case costs seconds; nothing here asserts a time."""
 
 from __future__ import annotations
 
@@ -50,9 +50,12 @@ def test_the_hung_rank_is_named_in_every_strategy_at_every_step(strategy, fault,
 
 def test_an_execd_ranks_start_up_is_not_step_time(monkeypatch, no_leftover_ranks) -> None:
     """Exec'd ranks import torch (seconds) before their first step: timed from the run's
-    start, one quick step looked like a slow one and the hang like a run still training."""
+    start, one quick step looked like a slow one and the hang like a run still training.
+    The limit leaves the hang time to show after start-up even on a loaded machine (at 12 s,
+    start-up beside the full suite took all but 0.3 s of it, and "still training" was then
+    the right verdict)."""
     monkeypatch.setenv("LABKIT_FORKSERVER", "0")
     with pytest.raises(RunTimeout) as err:
         labkit.run(strategy="ddp", world_size=2, steps=6, inject_fault="1:1:hang",
-                   timeout_s=12)
+                   timeout_s=40)
     _named(err.value, 1, 1)

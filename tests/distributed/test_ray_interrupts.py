@@ -38,7 +38,10 @@ def _ray_of(mark: str) -> list[tuple[int, str]]:
 def _wait_for(what, p: subprocess.Popen[bytes], limit_s: float = 300.0) -> None:
     deadline = time.monotonic() + limit_s
     while not what():
-        assert p.poll() is None, f"the run ended before the interrupt point: {p.returncode}"
+        if p.poll() is not None:
+            _, err = p.communicate()
+            raise AssertionError(f"the run ended before the interrupt point: {p.returncode}\n"
+                                 + err.decode(errors="replace")[-3000:])
         assert time.monotonic() < deadline, "the interrupt point was never reached"
         time.sleep(0.05)
 
