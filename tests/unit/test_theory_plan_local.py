@@ -182,3 +182,24 @@ def test_cli_this_machine_ranks_the_lab_layouts(tmp_path: Path, monkeypatch: pyt
     assert "--model ('llama3-8b') does not apply" in capsys.readouterr().err
     assert main(["plan", "--gpu", "this-machine", "--gpus", "3"]) == 2
     assert "ranks (3) must be one of" in capsys.readouterr().err
+
+
+def test_the_lab_runs_match_their_layouts(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each layout runs on as many ranks as the planner counts; a cached cost is reused
+    without measuring again, and ``refresh`` measures."""
+    from labkit.lessons import plan_local as lab
+
+    for lay in LAYOUTS:
+        kwargs = lab.run_kwargs(lay, 3)
+        assert kwargs["world_size"] == lay.ranks and kwargs["strategy"] == lay.strategy
+        if lay.strategy == "hybrid":
+            assert (kwargs["options"]["dp"], kwargs["options"]["pp"],
+                    kwargs["options"]["tp"]) == (lay.dp, lay.pp, lay.tp)
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(lab, "cores_here", lambda: 2)
+    cost, fresh = _cost(cores=2), _cost(cores=2, step_s=5e-3)
+    store_cost(cost)
+    monkeypatch.setattr(lab, "measure", lambda steps, rounds: fresh)
+    assert lab.step_cost() == cost
+    assert lab.step_cost(refresh=True) == fresh and load_cost(2) == fresh
