@@ -11,7 +11,9 @@ once (``labkit run hybrid`` over dp x pp x tp of 8 and 4 ranks, 2-rank DDP, ZeRO
 over rounds of its median step. Nothing is fitted to a layout's step. Two comparisons: the
 wall-clock step (the target, within 25 %, is for 2 quiet cores) and the CPU seconds of the
 busiest rank's step (``step_cpu_s``) beside the planner's compute and fixed terms, which a
-busy machine inflates less. The load average before each round is printed.
+busy machine inflates less; and ``shared``, the shared-core rule applied to the measured
+CPU (ranks x CPU / cores over the wall step), which says how much of a step on shared cores
+the rule explains once a rank's CPU is known. The load average before each round is printed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ import labkit
 from labkit.lessons.machine import load_now
 from labkit.lessons.plan_local import run_kwargs, step_cost
 from labkit.theory.plan_lab import LAYOUTS, predict_lab
+from labkit.theory.plan_local import cores_here
+
+
+def shared(ranks: int, cpu_s: float, wall_s: float) -> float:
+    """The shared-core rule on the measured CPU: ``ranks x cpu / cores`` over the measured
+    wall step (the busiest rank's CPU for every rank: an upper bound); 0 with a core each."""
+    cores = cores_here()
+    return ranks * cpu_s / cores / wall_s if ranks > cores else 0.0
 
 
 def main() -> None:
@@ -49,7 +59,8 @@ def main() -> None:
             measured[lay.name].append(r.step_time_s)
             cpu[lay.name].append(float(r.metrics.get("step_cpu_s", 0.0)))
     print(f"{'layout':24s} {'ranks':>5s} | wall: {'measured':>9s} {'predicted':>9s} {'ratio':>5s} "
-          f"| CPU of a rank: {'measured':>9s} {'predicted':>9s} {'ratio':>5s} | terms (ms)")
+          f"| CPU of a rank: {'measured':>9s} {'predicted':>9s} {'ratio':>5s} "
+          f"| {'shared':>6s} | terms (ms)")
     for lay in LAYOUTS:
         meas, used = statistics.median(measured[lay.name]), statistics.median(cpu[lay.name])
         q = predict_lab(lay, cost)
@@ -57,7 +68,7 @@ def main() -> None:
         terms = ", ".join(f"{t.name} {t.value * 1e3:.1f}" for t in q.time if t.value > 0)
         print(f"{lay.name:24s} {lay.ranks:5d} | {meas * 1e3:12.1f} ms {q.step_s * 1e3:6.1f} ms "
               f"{q.step_s / meas:5.2f} | {used * 1e3:21.1f} ms {busy * 1e3:6.1f} ms "
-              f"{busy / used:5.2f} | {terms}")
+              f"{busy / used:5.2f} | {shared(lay.ranks, used, meas):6.2f} | {terms}")
     print(f"after: {load_now().text()}")
 
 
