@@ -1,143 +1,120 @@
-"""The planner on this machine: the lab's own layouts, predicted from calibration, then run.
+"""The planner on this machine: measure the lab GPT's step, then predict the lab's layouts.
 
-Teaches that one model of a step serves a laptop and a cluster: ``this_machine`` builds the
-planner's cluster from what ``labkit calibrate`` measured (the fp32 matmul rate at the
-layout's own GEMM shapes) and from the alpha-beta fitted to this machine's all-reduce
-(``labkit.lessons.dedicated.machine_wire``), see ``labkit.theory.plan_local``. ``LAYOUTS``
-are the runs of issue 38, item 4: ``labkit run hybrid`` over dp x pp x tp of 8 and 4 ranks,
-and 2-rank DDP, ZeRO and pipeline, on the lesson GPT; ``predicted`` is the planner's step
-time of one, ``measured`` the run's median step. ``bench/bench_plan_local.py`` alternates
-them and prints the ratios.
+Teaches that one model of a step serves a laptop and a cluster, once the laptop's numbers are
+measured: ``step_cost`` runs the lesson GPT on one rank and one core at a few sizes
+(``SIZES``: depth and batch varied), fits ``t = step_s + layer_s L + F / rate``
+(``labkit.theory.plan_local.fit_step_cost``), fits this machine's all-reduce
+(``labkit.lessons.dedicated.machine_wire``), and caches the result like ``labkit calibrate``.
+``run_kwargs`` turns one of the lab's layouts (``labkit.theory.plan_lab.LAYOUTS``) into
+``labkit.run``'s arguments; ``bench/bench_plan_local.py`` runs them and prints predicted /
+measured. ``python -m labkit.lessons.plan_local [--refresh]`` measures (``labkit plan --gpu
+this-machine`` calls it when nothing is cached).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import dataclasses
+import json
 import os
-from dataclasses import dataclass
+import statistics
 from typing import Any
 
-from labkit.base import devices
+from labkit.base.errors import ConfigError
+from labkit.base.files import exclusive
 from labkit.lessons.parallel3d import LESSON_GPT
-from labkit.lessons.plan_lesson import lesson_decoder
-from labkit.theory.plan import Prediction, predict
-from labkit.theory.plan_local import gemm_rate, measured_cluster
-from labkit.theory.plan_models import Cluster, Training
-from labkit.theory.plan_terms import Layout
+from labkit.theory.plan_lab import LAB_BATCH, LAB_GPT, LabLayout
+from labkit.theory.plan_local import (
+    CostSample,
+    StepCost,
+    cache_path,
+    cores_here,
+    fit_step_cost,
+    load_cost,
+    store_cost,
+)
 
-BATCH = 8
-"""Sequences per data-parallel rank per step (labkit's ``batch_size``)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class LabLayout:
-    """One of the lab's runs, as ``labkit.run`` takes it and as the planner sees it."""
-
-    name: str
-    """How the bench prints it."""
-    strategy: str
-    """``labkit run`` strategy: hybrid, ddp, zero or pipeline."""
-    dp: int = 1
-    """Data-parallel ranks."""
-    pp: int = 1
-    """Pipeline stages."""
-    tp: int = 1
-    """Tensor-parallel ranks."""
-    zero: int = 0
-    """ZeRO stage (the zero strategy)."""
-
-    @property
-    def ranks(self) -> int:
-        return self.dp * self.pp * self.tp
-
-    @property
-    def microbatches(self) -> int:
-        return 2 if self.pp > 1 else 1
-
-    def run_kwargs(self, steps: int) -> dict[str, Any]:
-        """``labkit.run`` arguments of this layout on the lesson GPT."""
-        by_strategy: dict[str, dict[str, Any]] = {
-            "hybrid": {"dp": self.dp, "pp": self.pp, "tp": self.tp,
-                       "microbatches": self.microbatches},
-            "ddp": {}, "zero": {"stage": self.zero},
-            "pipeline": {"microbatches": self.microbatches, "schedule": "1f1b"},
-        }
-        options = by_strategy[self.strategy]
-        return {"strategy": self.strategy, "model": LESSON_GPT, "steps": steps,
-                "batch_size": BATCH, "world_size": self.ranks, "options": options,
-                "progress": False}
-
-    def layout(self) -> Layout:
-        return Layout(self.dp, self.tp, self.pp, BATCH // self.microbatches, self.microbatches,
-                      zero=self.zero)
+SIZES = ((2, 4), (2, 8), (4, 4), (4, 8), (4, 16), (8, 8))
+"""(layers, batch) of the one-rank runs: two depths at each batch and three batches at depth
+4, around the lab's layouts (2-4 layers a rank, 4-8 sequences a microbatch)."""
+STEPS = 12
+"""Steps of each one-rank run (the first is skipped: it warms up)."""
 
 
-LAYOUTS = [LabLayout(name="hybrid dp2 x pp2 x tp2", strategy="hybrid", dp=2, pp=2, tp=2),
-           LabLayout(name="hybrid pp2 x tp2", strategy="hybrid", pp=2, tp=2),
-           LabLayout(name="hybrid dp2 x tp2", strategy="hybrid", dp=2, tp=2),
-           LabLayout(name="hybrid dp2 x pp2", strategy="hybrid", dp=2, pp=2),
-           LabLayout(name="ddp 2", strategy="ddp", dp=2),
-           LabLayout(name="zero-1 2", strategy="zero", dp=2, zero=1),
-           LabLayout(name="pipeline 2 (1F1B)", strategy="pipeline", pp=2)]
+def run_kwargs(lay: LabLayout, steps: int) -> dict[str, Any]:
+    """``labkit.run`` arguments of ``lay`` on the lesson GPT."""
+    by_strategy: dict[str, dict[str, Any]] = {
+        "hybrid": {"dp": lay.dp, "pp": lay.pp, "tp": lay.tp, "microbatches": lay.microbatches},
+        "ddp": {}, "zero": {"stage": lay.zero},
+        "pipeline": {"microbatches": lay.microbatches, "schedule": "1f1b"},
+    }
+    return {"strategy": lay.strategy, "model": LESSON_GPT, "steps": steps,
+            "batch_size": LAB_BATCH, "world_size": lay.ranks,
+            "options": by_strategy[lay.strategy], "progress": False}
 
 
-def gemm_shapes(lay: LabLayout) -> list[tuple[int, int, int]]:
-    """The (m, k, n) matmuls of one rank's microbatch: forward, input and weight gradients of
-    QKV, the output projection, the two MLP matrices (split by tp) and the head."""
-    from labkit.train.data.text import vocab_size_of
-
-    h, v = LESSON_GPT.width, vocab_size_of(LESSON_GPT.vocab_size)
-    rows = BATCH // lay.microbatches * LESSON_GPT.seq_len
-    t = lay.tp
-    out: set[tuple[int, int, int]] = set()
-    for k, n in ((h, 3 * h // t), (h // t, h), (h, 4 * h // t), (4 * h // t, h), (h, v)):
-        out |= {(rows, k, n), (rows, n, k), (k, rows, n)}
-    return sorted(out)
-
-
-def calibrated_rate(lay: LabLayout) -> float:
-    """The machine's matmul FLOP/s at ``lay``'s GEMM shapes (``labkit calibrate``'s cache;
-    shapes not cached yet are measured now), with the threads its ranks use together."""
-    from labkit.analysis.calibrate import calibrate
-
-    threads = min(devices.cpu_count(), lay.ranks * devices.default_threads_per_rank(lay.ranks))
-    shapes = gemm_shapes(lay)
-    entry = calibrate("cpu", threads=threads, shapes=shapes, progress=False)
-    if not entry:
-        from labkit.base.errors import ConfigError
-
-        raise ConfigError("no calibration of this machine: run `labkit calibrate` on a quiet "
-                          "machine first, e.g. `labkit calibrate --refresh`")
-    return gemm_rate(entry["rates"], shapes)
-
-
-def one_rank_rate(steps: int = 8) -> float:
-    """The rate a one-rank run of the lesson GPT reaches (model FLOPs per second of its
-    median step, every core), as the planner's ``peak x MAMF``: divided by
-    ``COMPUTE_EFFICIENCY``, so that the planner's compute term of that run is its step. The
-    alternative to ``calibrated_rate`` for a model whose step is mostly not matmuls."""
+def one_rank_step(layers: int, batch: int, steps: int = STEPS) -> float:
+    """Median CPU seconds of a step of the lesson GPT cut to ``layers`` layers, ``batch``
+    sequences, on one rank with one thread (first step skipped)."""
     import labkit
-    from labkit.theory.plan import COMPUTE_EFFICIENCY
 
-    r = labkit.run(strategy="ddp", model=LESSON_GPT, world_size=1, batch_size=BATCH,
-                   steps=steps, progress=False)
-    return float(r.metrics["model_flops_per_s"]) / COMPUTE_EFFICIENCY
+    model = dataclasses.replace(LESSON_GPT, depth=layers)
+    r = labkit.run(strategy="ddp", model=model, world_size=1, batch_size=batch, steps=steps,
+                   threads_per_rank=1, progress=False)
+    return float(r.metrics["step_cpu_s"])
 
 
-def this_machine(lay: LabLayout, wire: Any = None, rate: float | None = None) -> Cluster:
-    """The planner's cluster for ``lay`` on this machine: the machine's rate (default
-    ``calibrated_rate``) shared by its ranks, and the fitted wire."""
+def measure(steps: int = STEPS, rounds: int = 1) -> StepCost:
+    """Run ``SIZES`` (each ``rounds`` times, the median kept), fit, and fit the wire."""
     from labkit.lessons.dedicated import machine_wire
+    from labkit.lessons.machine import load_now
 
-    ab = wire or machine_wire(2)
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    total = rate if rate is not None else calibrated_rate(lay)
-    return measured_cluster(rate_flops_per_s=total / lay.ranks, alpha_s=ab.alpha_s,
-                            bandwidth_Bps=ab.bandwidth_Bps, ranks=lay.ranks,
-                            memory_bytes=float(memory))
+    assert (LAB_GPT.hidden, LAB_GPT.seq) == (LESSON_GPT.width, LESSON_GPT.seq_len)
+    load = load_now().text()
+    samples = [CostSample(layers=layers, batch=batch,
+                          seconds=statistics.median(one_rank_step(layers, batch, steps)
+                                                    for _ in range(rounds)))
+               for layers, batch in SIZES]
+    for _ in range(3):  # the fit comes back empty when a busy machine's times are noise
+        try:
+            wire = machine_wire(2)
+            break
+        except TypeError:
+            continue
+    else:
+        raise ConfigError(f"no alpha-beta fit of this machine's all-reduce after 3 tries "
+                          f"({load_now().text()}); measure on a quieter machine, e.g. "
+                          f"`python -m labkit.lessons.plan_local --refresh`")
+    memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return fit_step_cost(samples, LAB_GPT, cores=cores_here(), alpha_s=wire.alpha_s,
+                         bandwidth_Bps=wire.bandwidth_Bps, memory_bytes=memory, load=load)
 
 
-def predicted(lay: LabLayout, net: Cluster) -> Prediction:
-    """The planner's prediction of ``lay`` (fp32, momentum SGD, the lesson GPT)."""
-    training = Training(global_batch_tokens=BATCH * lay.dp * LESSON_GPT.seq_len,
-                        precision="fp32", optimizer="momentum", recompute="none")
-    return predict(lesson_decoder(), net, training, lay.layout())
+def step_cost(refresh: bool = False, steps: int = STEPS, rounds: int = 1) -> StepCost:
+    """This machine's cached step cost, measured first where none is cached (or ``refresh``);
+    concurrent callers wait for the one that measures."""
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(exclusive(cache_path().with_suffix(".lock")))
+        except OSError:  # no cache directory can be made (a read-only HOME): keep nothing
+            return measure(steps, rounds)
+        cost = None if refresh else load_cost(cores_here())
+        if cost is None:
+            cost = measure(steps, rounds)
+            store_cost(cost)
+    return cost
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m labkit.lessons.plan_local",
+                                description="Measure this machine's step cost for the planner.")
+    p.add_argument("--refresh", action="store_true", help="measure again")
+    p.add_argument("--rounds", type=int, default=1, help="runs of each size (median kept)")
+    args = p.parse_args(argv)
+    print(json.dumps(step_cost(args.refresh, rounds=args.rounds).to_json()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,7 +13,9 @@ The step (one optimizer step of one data-parallel replica, on its slowest pipeli
    token, ``labkit.theory.training_flops``; Narayanan et al. 2021 eq. 3 counts the same)
    divided by tp, plus the logits on the last stage, plus recomputation (full: one more
    forward, 8 N instead of 6 N; selective without flash attention: the scores' forward),
-   at the achievable rate ``peak x MAMF x COMPUTE_EFFICIENCY``;
+   at the achievable rate ``peak x MAMF x COMPUTE_EFFICIENCY``; plus, where the device
+   has one (a CPU's measured ``layer_s`` and ``step_s``, ``plan_local``; 0 on a GPU preset),
+   a fixed cost per layer per microbatch and per step that no FLOP rate sees;
 2. **tensor parallelism**: 2 all-reduce-sized collectives per layer forward, 2 backward, 2
    more with full recomputation (Megatron's f / g, as all-gather + reduce-scatter with
    sequence parallelism: the same bytes), ``b s h`` values each, on the critical path;
@@ -24,6 +26,9 @@ The step (one optimizer step of one data-parallel replica, on its slowest pipeli
    reduce-scatter plus the parameters' all-gather), hidden behind the last microbatch's
    backward (and the gather behind the next forward); ZeRO-3 (FSDP) gathers parameters
    twice and reduce-scatters gradients every microbatch, hidden behind its compute.
+5. **shared cores** (a cluster with ``cores`` fewer than its ranks: "this machine"): ranks
+   that share a core run one after another, so a step lasts at least every rank's compute
+   added up over the cores; the ``cores`` term is what that adds to the step above.
 
 Constant: ``COMPUTE_EFFICIENCY`` = 0.7, the share of a training step's compute that runs at
 the GPU's maximum achievable matmul rate (MAMF; ``plan_models``): the rest is memory-bound
@@ -123,26 +128,28 @@ def predict(model: Decoder, net: Cluster, training: Training, layout: Layout) ->
     layers_here = work - (logits_layers if p == 1 else 0.0)
     compute_mb = work * layer_flops * tokens_mb / t / rate
     recompute_mb = min(layers_here, stage_layers(model, p)) * extra * tokens_mb / t / rate
+    fixed_mb = stage_layers(model, p) * net.gpu.layer_s  # per-op work: not split by tp
     # 2. tensor parallelism: collectives per layer on the critical path
     message = tokens_mb * h * training.value_bytes
     t_ar, tp_inter = allreduce_time(message, t, 1, net)
     count = 6 if layout.recompute == "full" else 4
     tp_mb = stage_layers(model, p) * count * t_ar
     # 3. pipeline: slots, bubble, p2p
-    slot = (compute_mb + recompute_mb + tp_mb) / v
+    busy_mb = compute_mb + recompute_mb + fixed_mb
+    slot = (busy_mb + tp_mb) / v
     slots = v * m
     bubble = bubble_fraction(p, m, layout.schedule, v, "ideal") * slots * slot if p > 1 else 0.0
     crosses = t * p > net.per_node
     t_msg = p2p_time(message / t, crosses, net) if p > 1 else 0.0
-    p2p = (p - 1) * 2 * t_msg + slots * max(0.0, 2 * t_msg - (compute_mb + recompute_mb) / v)
+    p2p = (p - 1) * 2 * t_msg + slots * max(0.0, 2 * t_msg - busy_mb / v)
     # 4. data parallelism / ZeRO
     n = params_on_gpu(model, layout)
-    backward = 2 / 3 * (compute_mb + recompute_mb)
+    backward = 2 / 3 * busy_mb
     grad_s, dp_inter = allreduce_time(n * training.grad_bytes, d, t * p, net)
     gather_s, _ = allreduce_time(n * training.value_bytes, d, t * p, net)
     if layout.zero == 3:
         per_mb = gather_s + grad_s / 2  # 2 gathers (half an all-reduce each) + reduce-scatter
-        dp_total, dp_exposed = m * per_mb, m * max(0.0, per_mb - compute_mb - recompute_mb)
+        dp_total, dp_exposed = m * per_mb, m * max(0.0, per_mb - busy_mb)
         dp_how = "m x max(0, 2 all-gathers + reduce-scatter - microbatch compute)"
     elif layout.zero == 2 and m > 1:  # sharded gradients cannot accumulate: reduce each one
         dp_total = m * grad_s / 2 + gather_s / 2
@@ -156,8 +163,17 @@ def predict(model: Decoder, net: Cluster, training: Training, layout: Layout) ->
     else:
         dp_total, dp_exposed = grad_s, max(0.0, grad_s - backward)
         dp_how = "all-reduce behind the last microbatch's backward"
-    step = slots * slot + bubble + p2p + dp_exposed
+    step = slots * slot + bubble + p2p + dp_exposed + net.gpu.step_s
     gpus = t * p * d
+    # 5. ranks sharing cores: every rank's compute, added up, over the cores
+    shared, total_work = 0.0, 0.0
+    if net.cores is not None and gpus > net.cores:
+        total_work = (d * m * ((model.layers + logits_layers) * layer_flops * tokens_mb / rate
+                               + model.layers * extra * tokens_mb / rate
+                               + t * model.layers * net.gpu.layer_s)
+                      + gpus * net.gpu.step_s)
+        shared = max(0.0, total_work / net.cores - step)
+        step += shared
     tokens = layout.micro_batch * m * d * s
     model_flops = training_flops(int(model.matmul_params), 1, seq=s, attention_layers=model.layers,
                                  hidden=h) / s * tokens
@@ -180,6 +196,15 @@ def predict(model: Decoder, net: Cluster, training: Training, layout: Layout) ->
         Term("dp", dp_exposed, f"{dp_how}: {dp_total:.3g} s in all, {dp_exposed:.3g} s exposed",
              "ZeRO paper section 7 volumes; nccl-tests ring factors"),
     ]
+    if net.gpu.layer_s or net.gpu.step_s:
+        time.insert(2, Term("fixed", m * fixed_mb + net.gpu.step_s,
+                            f"{stage_layers(model, p)} layers x m={m} x {net.gpu.layer_s * 1e3:.3g} "
+                            f"ms + {net.gpu.step_s * 1e3:.3g} ms a step", net.gpu.note))
+    if net.cores is not None:
+        time.append(Term("cores", shared, f"max(0, every rank's compute {total_work:.3g} s / "
+                         f"{net.cores} cores - the step on a core each)" if shared else
+                         f"{gpus} ranks on {net.cores} cores: each has its own",
+                         "ranks that share a core run in turn"))
     pred = Prediction(layout, memory, time, net.gpu.memory_bytes, step,
                       tokens / step / gpus, model_flops / step / gpus / peak,
                       hw_flops / step / gpus / peak,
@@ -194,11 +219,13 @@ def binding(pred: Prediction, net: Cluster) -> str:
         big = max((t for t in pred.memory if t.name != "reserve"), key=lambda t: t.value)
         return (f"out of memory: {pred.memory_bytes / 1e9:.0f} GB > "
                 f"{pred.capacity_bytes / 1e9:.0f} GB (largest: {big.name})")
-    over = max((t for t in pred.time if t.name not in ("compute", "recompute")),
+    over = max((t for t in pred.time if t.name not in ("compute", "recompute", "fixed")),
                key=lambda t: t.value)
     share = over.value / pred.step_s
     if over.value <= 0.0:
         return "compute (no overhead exposed)"
+    if over.name == "cores":
+        return f"ranks share {net.cores} cores ({share:.0%} of the step)"
     if over.name == "tp" and pred.layout.tp > net.per_node:
         return f"TP across nodes ({share:.0%} of the step)"
     if over.name == "dp" and pred.inter_share.get("dp", 0.0) > 0.5:

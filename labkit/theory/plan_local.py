@@ -1,36 +1,60 @@
-""""This machine" as the planner's cluster: measured compute and a fitted wire (issue 38, item 4).
+""""This machine" as the planner's cluster: a measured step cost, shared cores, a fitted wire.
 
 Teaches that the planner's cluster is only numbers, and that a laptop's can be measured
 instead of read off a datasheet: the same ``labkit.theory.plan.predict`` that rates Llama 3
-405B on 16,384 H100s rates the lab's own GPT on the student's cores.
+405B on 16,384 H100s rates the lab's own GPT on the student's cores (issue 38, item 4).
 
-* **Compute**: ``labkit calibrate`` caches this machine's fp32 ``torch.mm`` rate for every
-  shape it measured, the model's own GEMM shapes included (``labkit.analysis.throughput.
-  gemm_shapes``). ``gemm_rate`` combines those of one rank's step into the rate the step's
-  matmuls run at: total FLOPs over the sum of each shape's FLOPs at its own rate (a harmonic
-  mean, weighted by FLOPs), measured with the threads all ranks use together (at most the
-  cores); the ranks share it, so each computes at ``rate / ranks``. That rate plays the
-  role of a GPU's peak x MAMF (``mamf`` = 1: it already is the rate of the model's shapes).
+* **Compute** (``fit_step_cost``): a GPU spends its step in large matmuls, so a FLOP rate
+  predicts it; a CPU running a 4-layer, 64-wide GPT spends most of it in per-op work
+  (autograd, dispatch, small elementwise ops, the optimizer's per-tensor loop), which no
+  FLOP rate sees. So the step of one rank on one core is measured at a few model sizes
+  (depth and batch varied, ``labkit.lessons.plan_local``) and fitted, by least squares, to
+
+      t = step_s + layer_s x L + F / rate
+
+  with L the layers, F the planner's own FLOP count of the step (``step_flops``: the same
+  ``6 N + 12 s h`` per token and layer, plus the logits, that ``predict`` uses). Depth moves
+  L and F together, batch moves only F, so the fixed and the proportional parts separate by
+  the fit, not by a constant. The CPU seconds of the step are fitted (what the step costs a
+  core, not what it waited for one on a busy machine). ``predict`` then charges ``layer_s``
+  per layer per microbatch on each rank (not split by tp: a tensor-parallel rank runs every
+  op of its layers, on halves), ``step_s`` once per step, and the rest at ``rate``.
+* **Cores**: with more ranks than cores (8 ranks on 2), ranks that share a core run in
+  turn: a step lasts at least every rank's compute added up over the cores
+  (``Cluster.cores``; the same rule for every layout).
 * **Wire**: the alpha-beta fitted to the built-in all-reduce of this machine
-  (``labkit.theory.fit_alpha_beta``, ``labkit.lessons.dedicated.machine_wire``): latency per
-  message and bandwidth as measured, so the planner's ``LINK_EFFICIENCY`` (a datasheet's
-  discount) is undone here: the measured bandwidth is what a collective reaches.
+  (``labkit.lessons.dedicated.machine_wire``): latency per message and bandwidth as
+  measured, so the planner's ``LINK_EFFICIENCY`` (a datasheet's discount) is undone here.
 * **Memory**: the machine's RAM shared by its ranks.
 
-The planner's own constants are kept (``COMPUTE_EFFICIENCY`` for the non-GEMM work of a
-step, the 1F1B bubble, exposed TP collectives); nothing is fitted to a step time.
+The measurement is cached like ``labkit calibrate``'s (``$LABKIT_CACHE/step_cost.json``, one
+entry per host, Python, torch, labkit checkout and core count; ``labkit.base.files``' atomic
+write and lock). ``gemm_rate`` is the first attempt, kept for the comparison in
+``bench/bench_plan_local.py``: calibrate's matmul rate at the step's GEMM shapes alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import os
+import platform
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
 
+from labkit.base import places
 from labkit.base.errors import ConfigError
+from labkit.base.files import write_json_atomic
 from labkit.theory.interconnect import Interconnect
-from labkit.theory.plan_models import GPU, Cluster
+from labkit.theory.plan import COMPUTE_EFFICIENCY
+from labkit.theory.plan_models import GPU, Cluster, Decoder
 from labkit.theory.plan_terms import LINK_EFFICIENCY
 
 Shape = tuple[int, int, int]
+CACHE_FILE = "step_cost.json"
 
 
 def gemm_rate(rates: Mapping[str, float], shapes: list[Shape]) -> float:
@@ -47,17 +71,189 @@ def gemm_rate(rates: Mapping[str, float], shapes: list[Shape]) -> float:
 
 
 def measured_cluster(*, rate_flops_per_s: float, alpha_s: float, bandwidth_Bps: float,
-                     ranks: int, memory_bytes: float) -> Cluster:
+                     ranks: int, memory_bytes: float, layer_s: float = 0.0, step_s: float = 0.0,
+                     cores: int | None = None, note: str = "") -> Cluster:
     """``ranks`` processes of one machine as a one-node cluster: each computes at
-    ``rate_flops_per_s`` (its share already), all talk over one fitted wire."""
+    ``rate_flops_per_s`` plus ``layer_s`` / ``step_s`` of fixed work, ``cores`` shared by
+    all (None: a core each), all talking over one fitted wire."""
     for name, value in (("rate_flops_per_s", rate_flops_per_s), ("bandwidth_Bps", bandwidth_Bps),
                         ("memory_bytes", memory_bytes)):
         if not value > 0:
             raise ConfigError(f"{name} ({value!r}) must be > 0; e.g. {name}=1e9")
-    if alpha_s < 0:
-        raise ConfigError(f"alpha_s ({alpha_s!r}) must be >= 0 seconds; e.g. alpha_s=5e-5")
+    for name, value in (("alpha_s", alpha_s), ("layer_s", layer_s), ("step_s", step_s)):
+        if value < 0:
+            raise ConfigError(f"{name} ({value!r}) must be >= 0 seconds; e.g. {name}=5e-5")
     wire = Interconnect("this machine", alpha_s, bandwidth_Bps / LINK_EFFICIENCY, "intra-node",
                         "alpha-beta fitted to this machine's all-reduce (bandwidth as measured)")
-    device = GPU("this machine", rate_flops_per_s, rate_flops_per_s, memory_bytes / ranks, wire,
-                 1.0, "calibrated fp32 torch.mm rate at the model's GEMM shapes, per rank")
-    return Cluster(device, ranks, ranks, wire, wire)
+    # the rate is what the step's FLOPs run at: peak x MAMF (1) x COMPUTE_EFFICIENCY = rate
+    peak = rate_flops_per_s / COMPUTE_EFFICIENCY
+    device = GPU("this machine", peak, peak, memory_bytes / ranks, wire, 1.0,
+                 note or "measured on this machine, per rank", layer_s=layer_s, step_s=step_s)
+    return Cluster(device, ranks, ranks, wire, wire, cores=cores)
+
+
+# --- the step's cost, fitted ----------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class CostSample:
+    """One one-rank, one-core run of the lab's GPT: its size and its measured step."""
+
+    layers: int
+    """Transformer layers of the run's model."""
+    batch: int
+    """Sequences in its step (one microbatch)."""
+    seconds: float
+    """Median CPU seconds of its steps (the first skipped)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepCost:
+    """This machine's step, fitted: ``t = step_s + layer_s x L + F / flops_per_s``."""
+
+    layer_s: float
+    """Fixed seconds per layer per microbatch (forward and backward), whatever its size."""
+    step_s: float
+    """Fixed seconds per step per rank (embedding, head, loss, optimizer, bookkeeping)."""
+    flops_per_s: float
+    """The rate of the FLOP-proportional rest, on one core."""
+    cores: int
+    """Cores of this machine the ranks share."""
+    alpha_s: float
+    """Latency of one message of the fitted all-reduce, seconds."""
+    bandwidth_Bps: float
+    """Bandwidth of the fitted all-reduce, bytes per second."""
+    memory_bytes: float
+    """The machine's RAM."""
+    samples: tuple[CostSample, ...] = ()
+    """The runs it was fitted to."""
+    worst_residual: float = 0.0
+    """The largest |fit - measured| / measured over the samples."""
+    load: str = ""
+    """The load average while it was measured (the caller's words)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StepCost:
+        fields = dict(data)
+        fields["samples"] = tuple(CostSample(**s) for s in fields.get("samples", ()))
+        return cls(**fields)
+
+
+def step_flops(model: Decoder, layers: int, batch: int) -> float:
+    """The planner's FLOPs of one step of ``model`` cut to ``layers`` layers, ``batch``
+    sequences: ``(L (6 N_layer + 12 s h) + 6 V h) s b`` (``predict``'s count)."""
+    s, h = model.seq, model.hidden
+    return (layers * (6 * model.layer_matmul_params + 12 * s * h) + 6 * model.vocab * h) * s * batch
+
+
+def _solve(rows: list[list[float]], ys: list[float], keep: list[int]) -> list[float]:
+    """Least squares over the columns ``keep`` (the others 0): the normal equations,
+    by Gaussian elimination."""
+    n = len(keep)
+    a = [[sum(r[i] * r[j] for r in rows) for j in keep] + [sum(r[i] * y for r, y in
+                                                              zip(rows, ys, strict=True))]
+         for i in keep]
+    for c in range(n):
+        pivot = max(range(c, n), key=lambda r: abs(a[r][c]))
+        a[c], a[pivot] = a[pivot], a[c]
+        if abs(a[c][c]) < 1e-300:
+            raise ConfigError("the step-cost samples cannot separate the fixed and the "
+                              "proportional parts; measure at least two depths and two "
+                              "batches, e.g. (2, 8), (4, 8), (4, 16)")
+        for r in range(n):
+            if r != c:
+                f = a[r][c] / a[c][c]
+                a[r] = [x - f * y for x, y in zip(a[r], a[c], strict=True)]
+    out = [0.0, 0.0, 0.0]
+    for c, i in enumerate(keep):
+        out[i] = a[c][n] / a[c][c]
+    return out
+
+
+def fit_step_cost(samples: Sequence[CostSample], model: Decoder, *, cores: int, alpha_s: float,
+                  bandwidth_Bps: float, memory_bytes: float, load: str = "") -> StepCost:
+    """Least squares of ``t = step_s + layer_s L + F / rate`` over ``samples`` (relative
+    errors weighted alike: each row divided by its t), none of the three below 0."""
+    if len({(s.layers, s.batch) for s in samples}) < 3 or any(s.seconds <= 0 for s in samples):
+        raise ConfigError(f"fit_step_cost needs three or more sizes with seconds > 0 (got "
+                          f"{[(s.layers, s.batch, s.seconds) for s in samples]}); e.g. "
+                          f"layers, batch = (2, 8), (4, 8), (4, 16)")
+    rows = [[1.0 / s.seconds, s.layers / s.seconds,
+             step_flops(model, s.layers, s.batch) / s.seconds] for s in samples]
+    ones = [1.0] * len(samples)
+    keep = [0, 1, 2]
+    coef = _solve(rows, ones, keep)
+    while any(coef[i] < 0 for i in keep) and len(keep) > 1:  # drop what noise made negative
+        keep.remove(min(keep, key=lambda i: coef[i]))
+        coef = _solve(rows, ones, keep)
+    if coef[2] <= 0:
+        raise ConfigError("the step-cost fit found no FLOP-proportional part (its rate came out "
+                          "<= 0): the samples were too noisy; measure again on a quiet machine")
+    fitted = [sum(c * x for c, x in zip(coef, r, strict=True)) for r in rows]
+    worst = max(abs(f - 1.0) for f in fitted)
+    return StepCost(layer_s=coef[1], step_s=coef[0], flops_per_s=1.0 / coef[2], cores=cores,
+                    alpha_s=alpha_s, bandwidth_Bps=bandwidth_Bps, memory_bytes=memory_bytes,
+                    samples=tuple(samples), worst_residual=worst, load=load)
+
+
+def cluster_of(cost: StepCost, ranks: int) -> Cluster:
+    """``ranks`` ranks on this machine, as ``predict`` takes a cluster."""
+    note = (f"fitted on this machine: t = {cost.step_s * 1e3:.3g} ms + {cost.layer_s * 1e3:.3g} "
+            f"ms x L + F / {cost.flops_per_s / 1e9:.3g} GFLOP/s (one rank, one core)")
+    return measured_cluster(rate_flops_per_s=cost.flops_per_s, alpha_s=cost.alpha_s,
+                            bandwidth_Bps=cost.bandwidth_Bps, ranks=ranks,
+                            memory_bytes=cost.memory_bytes, layer_s=cost.layer_s,
+                            step_s=cost.step_s, cores=cost.cores, note=note)
+
+
+# --- the cache ------------------------------------------------------------------------------
+
+def cores_here() -> int:
+    """Cores this process may run on (taskset / cgroup affinity respected), as
+    ``labkit.base.devices.cpu_count`` counts them (that module may import torch)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def cache_path() -> Path:
+    """``$LABKIT_CACHE/step_cost.json`` (``labkit.base.places``, as calibrate's)."""
+    return places.cache_dir() / CACHE_FILE
+
+
+def cache_key(cores: int) -> str:
+    """One entry per host, Python, torch build, labkit checkout and core count."""
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "none"
+    checkout = Path(__file__).resolve().parents[2]
+    return f"{platform.node()}|{sys.executable}|torch {torch}|labkit {checkout}|{cores} cores"
+
+
+def load_cost(cores: int) -> StepCost | None:
+    """The cached step cost of this machine with ``cores`` cores, or None."""
+    try:
+        data = json.loads(cache_path().read_text())
+        entry = data.get(cache_key(cores)) if isinstance(data, dict) else None
+        return StepCost.from_json(entry) if entry else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def store_cost(cost: StepCost) -> None:
+    """Keep ``cost`` (best effort: an unwritable cache costs a measurement next time). The
+    caller holds ``labkit.base.files.exclusive(cache_path().with_suffix(".lock"))``."""
+    try:
+        data = json.loads(cache_path().read_text())
+        data = data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        data = {}
+    data[cache_key(cost.cores)] = cost.to_json()
+    try:
+        write_json_atomic(cache_path(), data, indent=1)
+    except OSError:
+        pass

@@ -167,6 +167,12 @@ class GPU:
     mamf: float
     """Maximum achievable matmul FLOPS as a share of the bf16 peak (measured; see module)."""
     note: str = ""
+    layer_s: float = 0.0
+    """Fixed seconds per transformer layer per microbatch, forward and backward, whatever
+    its size: per-op work no FLOP rate sees (measured on a CPU, ``plan_local``; 0 here)."""
+    step_s: float = 0.0
+    """Fixed seconds per optimizer step per rank (embedding, head, loss, optimizer, the
+    loop's bookkeeping; measured on a CPU, ``plan_local``; 0 for a GPU preset)."""
 
     def peak(self, precision: str) -> float:
         """The peak a ``precision`` run's MFU is measured against."""
@@ -213,9 +219,14 @@ class Cluster:
     per_node: int
     intra: Interconnect
     inter: Interconnect
+    cores: int | None = None
+    """Processors the ranks share (a CPU machine's cores), or None: each GPU computes on
+    its own."""
 
     def __post_init__(self) -> None:
         check_int("gpus", self.gpus, 1, "gpus=1024")
+        if self.cores is not None:
+            check_int("cores", self.cores, 1, "cores=2")
         check_int("per_node", self.per_node, 1, "per_node=8")
         if self.gpus > self.per_node and self.gpus % self.per_node:
             raise ConfigError(f"gpus ({self.gpus}) must be a multiple of per_node "

@@ -1,14 +1,31 @@
 """"This machine" as the planner's cluster: the matmul rate of a step's shapes, the measured
-wire used as measured, bad input named before anything runs."""
+wire used as measured, the fitted step cost (fixed per layer and step, a FLOP rate), ranks
+sharing cores, the cache, ``labkit plan --gpu this-machine``; bad input named before anything
+runs."""
 
 from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from labkit.base.errors import ConfigError
-from labkit.theory.plan import predict
-from labkit.theory.plan_local import gemm_rate, measured_cluster
-from labkit.theory.plan_models import MODELS, Training
+from labkit.cli import main
+from labkit.theory.plan import plan, predict
+from labkit.theory.plan_lab import LAB_GPT, LAYOUTS, predict_lab
+from labkit.theory.plan_local import (
+    CostSample,
+    StepCost,
+    fit_step_cost,
+    gemm_rate,
+    load_cost,
+    measured_cluster,
+    step_flops,
+    store_cost,
+)
+from labkit.theory.plan_models import MODELS, Training, cluster
 from labkit.theory.plan_terms import LINK_EFFICIENCY, Layout, allreduce_time
 
 pytestmark = pytest.mark.lesson13
@@ -57,3 +74,132 @@ def test_bad_measurements_are_named(field: str, value: float) -> None:
               "memory_bytes": 8e9, field: value}
     with pytest.raises(ConfigError, match=field):
         measured_cluster(**kwargs)
+
+
+# --- the fitted step cost, shared cores, the lab's layouts ----------------------------------
+
+def _synthetic(step_s: float, layer_s: float, rate: float) -> list[CostSample]:
+    """Samples that follow the model exactly."""
+    return [CostSample(layers=L, batch=b,
+                       seconds=step_s + layer_s * L + step_flops(LAB_GPT, L, b) / rate)
+            for L, b in ((2, 4), (2, 8), (4, 4), (4, 8), (4, 16), (8, 8))]
+
+
+def _cost(step_s: float = 2e-3, layer_s: float = 1e-3, rate: float = 5e9,
+          cores: int = 2) -> StepCost:
+    return fit_step_cost(_synthetic(step_s, layer_s, rate), LAB_GPT, cores=cores, alpha_s=1e-4,
+                         bandwidth_Bps=1e9, memory_bytes=16e9)
+
+
+def test_the_fit_separates_fixed_and_proportional_parts() -> None:
+    """Depth moves layers and FLOPs, batch only FLOPs: the three parts come back exactly."""
+    cost = _cost(step_s=3e-3, layer_s=0.8e-3, rate=4e9)
+    assert cost.step_s == pytest.approx(3e-3) and cost.layer_s == pytest.approx(0.8e-3)
+    assert cost.flops_per_s == pytest.approx(4e9) and cost.worst_residual < 1e-9
+
+
+def test_a_part_noise_makes_negative_is_dropped_not_kept() -> None:
+    """No fixed cost per layer, measured with noise: the fit keeps layer_s at 0, never < 0."""
+    samples = [replace(s, seconds=s.seconds * (1.02 if i % 2 else 0.98))
+               for i, s in enumerate(_synthetic(4e-3, 0.0, 2e9))]
+    cost = fit_step_cost(samples, LAB_GPT, cores=2, alpha_s=0.0, bandwidth_Bps=1e9,
+                         memory_bytes=8e9)
+    assert cost.layer_s >= 0 and cost.step_s >= 0 and cost.flops_per_s > 0
+    assert cost.worst_residual < 0.1
+
+
+def test_the_fit_needs_three_sizes() -> None:
+    with pytest.raises(ConfigError, match=r"three or more sizes.*\(2, 8\)"):
+        fit_step_cost(_synthetic(1e-3, 1e-3, 1e9)[:2], LAB_GPT, cores=2, alpha_s=0.0,
+                      bandwidth_Bps=1e9, memory_bytes=8e9)
+
+
+def test_fixed_work_is_charged_per_layer_per_microbatch_and_not_split_by_tp() -> None:
+    """A pipeline stage of 2 layers, 2 microbatches: 4 layer-passes of layer_s, plus step_s;
+    tp = 2 halves the FLOPs of its ranks but not their per-op work."""
+    cost = _cost(step_s=2e-3, layer_s=1e-3)
+    by = {lay.name: {t.name: t.value for t in predict_lab(lay, cost).time} for lay in LAYOUTS}
+    assert by["pipeline 2 (1F1B)"]["fixed"] == pytest.approx(2 * 2 * 1e-3 + 2e-3)
+    assert by["ddp 2"]["fixed"] == pytest.approx(4 * 1e-3 + 2e-3)
+    assert by["hybrid dp2 x tp2"]["fixed"] == pytest.approx(by["ddp 2"]["fixed"])
+    assert by["hybrid dp2 x tp2"]["compute"] == pytest.approx(by["ddp 2"]["compute"] / 2)
+
+
+def test_ranks_that_share_cores_take_every_ranks_compute_over_the_cores() -> None:
+    """8 ranks on 2 cores: the step is at least the sum of all ranks' compute / 2; with a
+    core each (8 cores) the cores term is 0 and the step is the rank's own."""
+    lay = LAYOUTS[0]
+    assert lay.ranks == 8
+    shared, own = predict_lab(lay, _cost(cores=2)), predict_lab(lay, _cost(cores=8))
+    term = {t.name: t.value for t in shared.time}
+    assert {t.name: t.value for t in own.time}["cores"] == 0.0
+    assert term["cores"] > 0 and shared.step_s == pytest.approx(own.step_s + term["cores"])
+    cost = _cost(cores=2)
+    # every rank: its share of the FLOPs (all 8 add up to 2 replicas' FLOPs), tp x L layer
+    # passes per microbatch over the whole model, step_s each
+    flops = 2 * step_flops(LAB_GPT, LAB_GPT.layers, 8) / cost.flops_per_s
+    work = flops + 2 * 2 * 2 * LAB_GPT.layers * cost.layer_s + 8 * cost.step_s
+    assert shared.step_s == pytest.approx(work / 2)
+
+
+def test_a_gpu_preset_has_no_fixed_or_cores_term() -> None:
+    """The published cases' steps are unchanged: a GPU has no measured fixed cost."""
+    q = plan(MODELS["llama3-8b"], cluster("h100-sxm", 8), Training(global_batch_tokens=2**20))[0]
+    assert not {"fixed", "cores"} & {t.name for t in q.time}
+
+
+def test_the_lab_gpt_is_the_lessons_gpt() -> None:
+    from labkit.lessons.plan_lesson import lesson_decoder
+
+    assert replace(lesson_decoder(), name=LAB_GPT.name) == LAB_GPT
+
+
+def test_the_step_cost_is_cached_per_machine(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    assert load_cost(2) is None
+    cost = _cost()
+    store_cost(cost)
+    assert load_cost(2) == cost and load_cost(4) is None
+
+
+def test_cli_this_machine_ranks_the_lab_layouts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``labkit plan --gpu this-machine``: the lab's layouts from the cached cost, fastest
+    predicted step first; ``--gpus`` keeps those of that many ranks; --json is clean."""
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr("labkit.theory.plan_local.cores_here", lambda: 2)
+    store_cost(_cost(cores=2))
+    assert main(["plan", "--gpu", "this-machine", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["layouts"]
+    assert sorted(r["name"] for r in rows) == sorted(lay.name for lay in LAYOUTS)
+    steps = [r["step_s"] for r in rows]
+    assert steps == sorted(steps)
+    assert main(["plan", "--gpu", "this-machine", "--gpus", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "hybrid dp2 x tp2" in text and "ddp 2" not in text and "Terms of #1" in text
+    assert main(["plan", "--gpu", "this-machine", "--model", "llama3-8b"]) == 2
+    assert "--model ('llama3-8b') does not apply" in capsys.readouterr().err
+    assert main(["plan", "--gpu", "this-machine", "--gpus", "3"]) == 2
+    assert "ranks (3) must be one of" in capsys.readouterr().err
+
+
+def test_the_lab_runs_match_their_layouts(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each layout runs on as many ranks as the planner counts; a cached cost is reused
+    without measuring again, and ``refresh`` measures."""
+    from labkit.lessons import plan_local as lab
+
+    for lay in LAYOUTS:
+        kwargs = lab.run_kwargs(lay, 3)
+        assert kwargs["world_size"] == lay.ranks and kwargs["strategy"] == lay.strategy
+        if lay.strategy == "hybrid":
+            assert (kwargs["options"]["dp"], kwargs["options"]["pp"],
+                    kwargs["options"]["tp"]) == (lay.dp, lay.pp, lay.tp)
+    monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(lab, "cores_here", lambda: 2)
+    cost, fresh = _cost(cores=2), _cost(cores=2, step_s=5e-3)
+    store_cost(cost)
+    monkeypatch.setattr(lab, "measure", lambda steps, rounds: fresh)
+    assert lab.step_cost() == cost
+    assert lab.step_cost(refresh=True) == fresh and load_cost(2) == fresh

@@ -1,0 +1,88 @@
+"""The lab's own runs as the planner sees them: the lesson GPT and its layouts on this machine.
+
+Teaches the last step of issue 38's bridge (item 4): the layouts a student runs with ``labkit
+run`` (hybrid dp x pp x tp on 8 and 4 ranks; 2-rank DDP, ZeRO-1 and a 1F1B pipeline) are
+planner layouts like Llama 3's, and "this machine" (``plan_local``: a fitted step cost,
+shared cores, the fitted wire) is a cluster like 16,384 H100s. ``rank_lab`` predicts each
+and ranks them by step time; ``bench/bench_plan_local.py`` runs them and prints predicted /
+measured. Pure: ``labkit.lessons.plan_local`` turns a ``LabLayout`` into ``labkit.run``'s
+arguments and measures the step cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.base.errors import ConfigError
+from labkit.theory.plan import Prediction, predict
+from labkit.theory.plan_local import StepCost, cluster_of
+from labkit.theory.plan_models import Decoder, Training
+from labkit.theory.plan_terms import Layout
+
+LAB_GPT = Decoder("lesson-gpt", 4, 64, 4, 4, 256, False, 96, 32, bias=True,
+                  learned_positions=True)
+"""The lessons' GPT (``labkit.lessons.parallel3d.LESSON_GPT``: width 64, depth 4, 4 heads,
+32-token sequences, the 96-character vocabulary), as ``lesson_decoder`` counts it."""
+LAB_BATCH = 8
+"""Sequences per data-parallel rank per step (labkit's ``batch_size``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabLayout:
+    """One of the lab's runs, as ``labkit.run`` takes it and as the planner sees it."""
+
+    name: str
+    """How the bench and ``labkit plan --gpu this-machine`` print it."""
+    strategy: str
+    """``labkit run`` strategy: hybrid, ddp, zero or pipeline."""
+    dp: int = 1
+    """Data-parallel ranks."""
+    pp: int = 1
+    """Pipeline stages."""
+    tp: int = 1
+    """Tensor-parallel ranks."""
+    zero: int = 0
+    """ZeRO stage (the zero strategy)."""
+
+    @property
+    def ranks(self) -> int:
+        return self.dp * self.pp * self.tp
+
+    @property
+    def microbatches(self) -> int:
+        """Two microbatches through a pipeline (the lessons' default), else one."""
+        return 2 if self.pp > 1 else 1
+
+    def layout(self) -> Layout:
+        return Layout(self.dp, self.tp, self.pp, LAB_BATCH // self.microbatches,
+                      self.microbatches, zero=self.zero)
+
+    def training(self) -> Training:
+        """What the lab trains with: fp32, momentum SGD, ``LAB_BATCH`` sequences per dp rank."""
+        return Training(global_batch_tokens=LAB_BATCH * self.dp * LAB_GPT.seq,
+                        precision="fp32", optimizer="momentum", recompute="none")
+
+
+LAYOUTS = (LabLayout(name="hybrid dp2 x pp2 x tp2", strategy="hybrid", dp=2, pp=2, tp=2),
+           LabLayout(name="hybrid pp2 x tp2", strategy="hybrid", pp=2, tp=2),
+           LabLayout(name="hybrid dp2 x tp2", strategy="hybrid", dp=2, tp=2),
+           LabLayout(name="hybrid dp2 x pp2", strategy="hybrid", dp=2, pp=2),
+           LabLayout(name="ddp 2", strategy="ddp", dp=2),
+           LabLayout(name="zero-1 2", strategy="zero", dp=2, zero=1),
+           LabLayout(name="pipeline 2 (1F1B)", strategy="pipeline", pp=2))
+
+
+def predict_lab(lay: LabLayout, cost: StepCost) -> Prediction:
+    """The planner's prediction of ``lay`` on this machine (``cost``)."""
+    return predict(LAB_GPT, cluster_of(cost, lay.ranks), lay.training(), lay.layout())
+
+
+def rank_lab(cost: StepCost, ranks: int | None = None) -> list[tuple[LabLayout, Prediction]]:
+    """The lab's layouts (those of ``ranks`` ranks, or all), fastest predicted step first."""
+    chosen = [lay for lay in LAYOUTS if ranks is None or lay.ranks == ranks]
+    if not chosen:
+        counts = sorted({lay.ranks for lay in LAYOUTS})
+        raise ConfigError(f"ranks ({ranks}) must be one of the lab's layouts' rank counts "
+                          f"{counts}; e.g. --gpus 4")
+    pairs = [(lay, predict_lab(lay, cost)) for lay in chosen]
+    return sorted(pairs, key=lambda pair: pair[1].step_s)
