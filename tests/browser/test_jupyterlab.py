@@ -450,6 +450,7 @@ def _no_ray_left(name: str) -> None:
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem,
                                                marks=getattr(pytest.mark, f"lesson{p.name[:2]}"))
                                   for p in NOTEBOOKS])
+@pytest.mark.timeout(900)  # the lesson's run, the look and a live widget, on a loaded machine
 def test_lesson_renders_in_jupyterlab(lab: Lab, browser: Any, path: Path, tmp_path: Path) -> None:
     """Execute the lesson once, headless, with its claims checked in its own kernel
     (``tests/notebooks``' ``execute_lesson``); open the executed notebook in JupyterLab and
@@ -481,6 +482,10 @@ def test_lesson_renders_in_jupyterlab(lab: Lab, browser: Any, path: Path, tmp_pa
         deadline = time.monotonic() + 60
         while shown.count() < len(cells):
             assert time.monotonic() < deadline, f"{shown.count()} of {len(cells)} cells shown"
+            page.wait_for_timeout(250)
+        _wait_kernel_ready(lab, path.name)  # saved widget views are restored once it is
+        while page.get_by_text("Loading widget...").count():  # connected
+            assert time.monotonic() < deadline + 60, "a saved widget view never loaded"
             page.wait_for_timeout(250)
         page.wait_for_timeout(1500)  # let widget views and images finish drawing
         page.screenshot(path=str(SHOTS / f"{stem}.png"))

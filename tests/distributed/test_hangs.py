@@ -4,7 +4,8 @@ its peer waits in communication -- never "no rank finished a step lately" (a pee
 in a collective DDP issued itself, its bucket rebuild at step 1, looked like it computed)
 and never "still training" (an exec'd rank's start-up was counted as step time).
 
-The limits are small (10 s; 40 s for exec'd ranks' start-up) so each case costs seconds; nothing here asserts a time."""
+The limits are small (10 s; 40 s for exec'd ranks' start-up) so each case costs seconds;
+nothing here asserts a time."""
 
 from __future__ import annotations
 
