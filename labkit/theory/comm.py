@@ -40,7 +40,7 @@ def ring_allreduce_bytes(size_bytes: float, world_size: int) -> float:
     """
     size = check_number("size_bytes", size_bytes, "size_bytes=4e6")
     n = check_int("world_size", world_size, 1, "world_size=4")
-    return 2 * (n - 1) / n * size
+    return BUSBW_FACTORS["all_reduce"](n) * size
 
 
 def hierarchical_allreduce_bytes(size_bytes: float, gpus_per_node: int, nodes: int
@@ -57,8 +57,7 @@ def hierarchical_allreduce_bytes(size_bytes: float, gpus_per_node: int, nodes: i
     size = check_number("size_bytes", size_bytes, "size_bytes=4e9")
     g = check_int("gpus_per_node", gpus_per_node, 1, "gpus_per_node=8")
     n = check_int("nodes", nodes, 1, "nodes=4")
-    intra = 2 * (g - 1) / g * size
-    return {"intra": intra, "inter": ring_allreduce_bytes(size / g, n),
+    return {"intra": ring_allreduce_bytes(size, g), "inter": ring_allreduce_bytes(size / g, n),
             "flat_ring": ring_allreduce_bytes(size, n * g)}
 
 
