@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from labkit.api import run
+from labkit.base.progress import each
 from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.machine import load_now, sharing_cores, why_not
@@ -108,7 +109,8 @@ def balance_runs(pp: int = 2, *, model: ModelConfig = BALANCE_GPT, steps: int = 
     count and by measured cost (rank 0 times each block on one microbatch, the head's time
     added to the last block, and every rank cuts where those costs balance)."""
     out = {}
-    for label, balance in (("by block count", "count"), ("by measured cost", "cost")):
+    for label, balance in each((("by block count", "count"), ("by measured cost", "cost")),
+                               "pipeline balance", name=lambda v: v[0]):
         run_kwargs.setdefault("progress", False)
         out[label] = run(strategy="pipeline", model=model, world_size=pp, steps=steps,
                          batch_size=BATCH, options={"schedule": "1f1b",
