@@ -17,6 +17,7 @@ from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.machine import load_now, sharing_cores, why_not
 from labkit.theory import Layout3D, parallel_layout
+from labkit.theory.comm import alpha_beta_time
 from labkit.theory.interconnect import get_link
 
 LESSON_GPT = ModelConfig(kind="gpt", width=64, depth=4, heads=4, seq_len=32)
@@ -87,7 +88,8 @@ def link_seconds(lay: Layout3D, inside: str = "nvlink4", across: str = "ethernet
         row: dict[str, Any] = {"axis": axis, "messages": calls, "MB_per_rank": per_rank / 1e6}
         for name in (inside, across):
             link = get_link(name)
-            row[f"ms_on_{name}"] = 1e3 * (calls * link.alpha_s + per_rank / link.bandwidth_Bps)
+            row[f"ms_on_{name}"] = 1e3 * alpha_beta_time(calls, per_rank, link.alpha_s,
+                                                         link.bandwidth_Bps)
         rows.append(row)
     return rows
 
