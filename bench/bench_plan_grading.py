@@ -13,32 +13,23 @@ tolerances (``labkit.grading.at_scale``: 5 %, 20 %, 75 %) must hold them with ro
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
-from typing import Any
-
-from labkit.grading import at_scale, instructor
-from labkit.theory.plan import predict
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.support, when run as a script
 
-
-def solution() -> dict[str, Any]:
-    nb = json.loads((REPO / "solutions/ps7_planning_at_scale/ps7_planning_at_scale.ipynb")
-                    .read_text())
-    ns: dict[str, Any] = {}
-    for cell in nb["cells"]:
-        gid = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
-        if gid == "ps7_setup" or gid.endswith("_answer"):
-            exec("".join(cell["source"]), ns)  # our own notebook
-    return ns
+from labkit.grading import at_scale, instructor  # noqa: E402
+from labkit.theory.plan import predict  # noqa: E402
+from tests.support.answers import model_answers  # noqa: E402
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--students", type=int, default=20)
     args = p.parse_args()
-    grader, ns = instructor.load("ps7_planning_at_scale", REPO), solution()
+    grader = instructor.load("ps7_planning_at_scale", REPO)
+    ns = model_answers("ps7_planning_at_scale")
     mem, mfu, share = [], [], []
     for i in range(args.students):
         for sc in grader.scenarios(f"student{i}"):

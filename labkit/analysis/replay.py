@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from labkit.analysis.timeline import Timeline
 from labkit.base.events import Event, Lane, Op, match_sends
 from labkit.base.grid import Grid
-from labkit.theory.comm import BUSBW_FACTORS, AlphaBeta, ring_allreduce_time
+from labkit.theory.comm import BUSBW_FACTORS, AlphaBeta, alpha_beta_time, ring_allreduce_time
 
 MODEL_LABEL = "replayed on dedicated cores (a model built from this run)"
 """How every replayed number and figure is labelled: never a measurement."""
@@ -52,16 +52,16 @@ def wire_s(op: Op, nbytes: int, world_size: int, wire: AlphaBeta) -> float:
     """The alpha-beta time of one op of ``nbytes`` (the bytes the trace recorded for it)."""
     n, a, bw = world_size, wire.alpha_s, wire.bandwidth_Bps
     if op in P2P:
-        return a + nbytes / bw
+        return alpha_beta_time(1, nbytes, a, bw)
     if n <= 1:
         return 0.0
     if op is Op.ALL_REDUCE:
         return ring_allreduce_time(nbytes, n, a, bw)
     if op in SCATTERING:  # one ring pass over the whole tensor
-        return (n - 1) * a + BUSBW_FACTORS[op.value](n) * nbytes / bw
-    if op is Op.BARRIER:
-        return 2 * (n - 1) * a
-    return (n - 1) * a + nbytes / bw  # broadcast, reduce, gather: pipelined along a chain
+        return alpha_beta_time(n - 1, BUSBW_FACTORS[op.value](n) * nbytes, a, bw)
+    if op is Op.BARRIER:  # an all-reduce of nothing: the ring's messages, no bytes
+        return alpha_beta_time(2 * (n - 1), 0, a, bw)
+    return alpha_beta_time(n - 1, nbytes, a, bw)  # broadcast, reduce, gather: along a chain
 
 
 @dataclass

@@ -17,9 +17,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
+
+T = TypeVar("T")
 
 
 def interactive() -> bool:
@@ -95,6 +97,22 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+SWEEP_DELAY_S = 5.0
+"""A sweep's bar shows once the sweep has lasted this long (where nobody asked for it)."""
+
+
+def each(items: Sequence[T], desc: str, *, name: Callable[[T], str] = str, unit: str = "run",
+         progress: bool | None = None) -> Iterator[T]:
+    """``items`` one by one, with one bar over them all: a lesson's sweep (a run per world
+    size, per method, per bucket size) counts its runs, each named by ``name(item)`` as it
+    finishes. ``progress`` follows the module's rule, the bar waiting ``SWEEP_DELAY_S``."""
+    with Progress(desc, total=len(items), unit=unit, enabled=progress,
+                  delay=SWEEP_DELAY_S) as shown:
+        for item in items:
+            yield item
+            shown.step(name(item))
 
 
 @contextmanager

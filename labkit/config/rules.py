@@ -42,6 +42,12 @@ def settings_problems(*, timeout_s: Any, seed: Any, threads_per_rank: Any,
     return [p for p in checks if p is not None]
 
 
+def auto_backend(world_size: int) -> str:
+    """What ``backend="auto"`` means for ``world_size`` ranks on this machine: NCCL with one GPU
+    per rank when there are that many GPUs, else gloo."""
+    return "nccl" if devices.gpu_count() >= world_size else "gloo"
+
+
 def backend_problem(backend: Any, world_size: Any) -> str | None:
     """``backend`` is known, and NCCL has one GPU per rank."""
     if not isinstance(backend, str) or backend not in BACKENDS:

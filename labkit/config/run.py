@@ -46,6 +46,7 @@ from labkit.config.rules import (
     OPTIMIZERS,
     SEED_MAX,
     FaultSpec,
+    auto_backend,
     backend_problem,
     settings_problems,
 )
@@ -189,7 +190,7 @@ class RunConfig:
         spec = registry.lookup(self.strategy)
         if spec is not None and "nccl" not in spec.backends:
             return "gloo"
-        return "nccl" if devices.gpu_count() >= self.world_size else "gloo"
+        return auto_backend(self.world_size)
 
     def threads(self) -> int:
         return self.threads_per_rank or devices.default_threads_per_rank(self.world_size)

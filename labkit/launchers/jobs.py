@@ -21,7 +21,7 @@ from labkit.base.validate import MAX_LOCAL_WORLD_SIZE, is_int, local_world_size_
 from labkit.config import registry
 from labkit.config.rules import settings_problems
 from labkit.config.run import RunConfig
-from labkit.rank.job import Job
+from labkit.rank.job import LaunchJob, RunJob
 
 
 def warn_oversubscribed(world_size: int, backend: str, stacklevel: int = 4) -> None:
@@ -74,12 +74,13 @@ def make_config(config: RunConfig | None, kwargs: dict[str, Any]) -> RunConfig:
     return config.replace(**kwargs) if kwargs else config
 
 
-def job_for(config: RunConfig, backend: str | None = None, threads: int | None = None) -> Job:
+def job_for(config: RunConfig, backend: str | None = None, threads: int | None = None
+            ) -> RunJob:
     """What every rank of a run of ``config`` needs, whichever launcher starts them: the
     backend (``config.resolved_backend()`` unless a launcher resolved it per node, as
     torchrun's worker does), the rank grid, the strategy's entry point and the threads."""
     spec = registry.get(config.strategy)
-    return Job(config=config, backend=backend or config.resolved_backend(),
+    return RunJob(config=config, backend=backend or config.resolved_backend(),
                threads=threads or config.threads(), timeout_s=config.timeout_s,
                seed=config.seed, trace=config.trace, grid=spec.grid_for(config),
                entry=spec.entry_for(config))
@@ -114,12 +115,12 @@ def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed
 
 def launch_job(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], *,
                backend: str, timeout_s: float, seed: int, threads_per_rank: int | None,
-               trace: bool) -> Job:
+               trace: bool) -> LaunchJob:
     """The validated job of a ``launch`` (``ConfigError`` before any process starts)."""
     problems = launch_problems(fn, world_size, backend, timeout_s, seed, threads_per_rank,
                                trace)
     if problems:
         raise ConfigError(problems)
     threads = threads_per_rank or devices.default_threads_per_rank(world_size)
-    return Job(fn=fn, args=args, backend=backend, threads=threads, timeout_s=timeout_s,
-               seed=seed, trace=trace)
+    return LaunchJob(fn=fn, args=args, backend=backend, threads=threads, timeout_s=timeout_s,
+                     seed=seed, trace=trace)

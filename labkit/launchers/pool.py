@@ -43,8 +43,8 @@ from typing import Any
 
 from labkit.base import devices
 from labkit.base.errors import ConfigError, LabError, RunFailed
-from labkit.base.validate import choice_problem, int_problem, local_world_size_problem
-from labkit.config.rules import MAX_THREADS, MAX_TIMEOUT_S
+from labkit.base.validate import int_problem, local_world_size_problem
+from labkit.config.rules import MAX_THREADS, MAX_TIMEOUT_S, auto_backend, backend_problem
 from labkit.config.run import RunConfig
 from labkit.launchers.jobs import launch_job, make_config
 from labkit.launchers.reaper import exited
@@ -185,19 +185,14 @@ class Pool:
 
     def __init__(self, world_size: int = 2, *, backend: str = "auto",
                  threads_per_rank: int | None = None):
-        problems = [local_world_size_problem(world_size),
-                    choice_problem("backend", backend, ("auto", "gloo", "nccl")),
+        problems = [local_world_size_problem(world_size),  # RunConfig's rules, stated once
+                    backend_problem(backend, world_size),
                     None if threads_per_rank is None else int_problem(
                         "threads_per_rank", threads_per_rank, 1, MAX_THREADS, example=1)]
-        if not any(problems) and backend == "nccl" and devices.gpu_count() < world_size:
-            problems.append(f"backend 'nccl' needs one GPU per rank, but world_size "
-                            f"({world_size}) > GPUs visible ({devices.gpu_count()}); use "
-                            f"backend='gloo' or 'auto'")
         if any(problems):
             raise ConfigError([p for p in problems if p])
         self.world_size = world_size
-        self.backend = (("nccl" if devices.gpu_count() >= world_size else "gloo")
-                        if backend == "auto" else backend)
+        self.backend = auto_backend(world_size) if backend == "auto" else backend
         self.threads = threads_per_rank or devices.default_threads_per_rank(world_size)
         self.starts = 0
         """How many times ranks were started (1 + the rebuilds after failures)."""

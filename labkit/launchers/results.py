@@ -17,7 +17,7 @@ from labkit.analysis.timeline import Timeline
 from labkit.config.metrics import combine_records
 from labkit.config.run import RunConfig
 from labkit.rank.context import RankOutput
-from labkit.rank.job import Job, RankReport
+from labkit.rank.job import RankReport, RunJob
 
 
 @dataclass
@@ -80,12 +80,11 @@ def merged_events(reports: list[RankReport]) -> list[Any]:
     return sorted((e for r in reports for e in r.events), key=lambda e: (e.start_ns, e.rank))
 
 
-def collect(job: Job, reports: list[RankReport], wall: float) -> RunResult:
+def collect(job: RunJob, reports: list[RankReport], wall: float) -> RunResult:
     """Every rank's report -> one ``RunResult``: the merged timeline, the losses, the
     strategy's metrics combined from each rank's typed record, and throughput. Reads the
     backend and the grid from the job (resolved once, when it was built)."""
     config, backend, grid = job.config, job.backend, job.grid
-    assert config is not None and grid is not None
     outputs: list[RankOutput] = [r.output for r in reports]
     hosts = sorted({r.host for r in reports})
     timeline = Timeline(merged_events(reports), config.world_size,

@@ -59,12 +59,13 @@ def is_dead(run_dir: Path) -> bool:
         return False
 
 
-def sweep(tmp: str | None = None) -> list[str]:
-    """Remove the run directories of dead runs in ``tmp`` (default: the temp dir)."""
+def sweep(tmp: str | None = None, prefix: str = PREFIX) -> list[str]:
+    """Remove the directories named ``prefix...`` in ``tmp`` (default: the temp dir) whose
+    owner is dead: a supervisor's runs by default, Ray's sessions with ``prefix="lkray-"``."""
     root = Path(tmp or tempfile.gettempdir())
     removed = []
     try:
-        entries = [e for e in root.iterdir() if e.name.startswith(PREFIX) and e.is_dir()]
+        entries = [e for e in root.iterdir() if e.name.startswith(prefix) and e.is_dir()]
     except OSError:
         return []
     for entry in entries:

@@ -18,6 +18,7 @@ from typing import Any
 
 from labkit.base.devices import cpu_count
 from labkit.base.events import Lane, Op
+from labkit.base.progress import each
 from labkit.config.run import ModelConfig
 from labkit.theory import amdahl_fraction_for, amdahl_speedup, fit_amdahl
 
@@ -104,7 +105,8 @@ def amdahl_experiment(world_sizes: tuple[int, ...] | None = None, *, global_batc
     model = model or ModelConfig(width=512, depth=4)
     run_kwargs.setdefault("progress", False)
     runs = {n: run(strategy=strategy, world_size=n, batch_size=global_batch // n, steps=steps,
-                   model=model, threads_per_rank=1, **run_kwargs) for n in sizes}
+                   model=model, threads_per_rank=1, **run_kwargs)
+            for n in each(sizes, "Amdahl sweep", name=lambda n: f"{n} rank(s)")}
     times = {n: r.step_time_s for n, r in runs.items()}
     rows = []
     for n, r in runs.items():

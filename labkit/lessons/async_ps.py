@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.base.progress import each
 from labkit.config.run import ModelConfig, RunConfig
 from labkit.lessons.async_ps_rates import (
     _arrivals,
@@ -126,19 +127,25 @@ def consistency_experiment(*, factor: float = 4.0, bound: int = 2, target: float
     load = load_now()
     runs: dict[str, Any] = {}
     total = 2 * len(consistencies)
-    for straggler in ("", f"{last}:{factor:g}"):
-        for consistency in consistencies:
-            options: dict[str, Any] = {"servers": 1, "consistency": consistency,
-                                       "straggler": straggler}
-            if consistency == "ssp":
-                options["staleness"] = bound
-            name = f"{consistency}{', straggler' if straggler else ''}"
-            with sharing_cores():  # 3 ranks on 2 cores: the lesson says it, and why
-                runs[name] = run(RunConfig(**common, options=options))
-            if show:
-                res = runs[name]
-                print(f"  run {len(runs)} of {total}: {name:<15} {res.metrics['updates']:>3} "
-                      f"updates in {res.wall_s:.1f} s", flush=True)
+    variants = [(s, c) for s in ("", f"{last}:{factor:g}") for c in consistencies]
+
+    def label(variant: tuple[str, str]) -> str:
+        return f"{variant[1]}{', straggler' if variant[0] else ''}"
+
+    # ``show``: the lesson's own line per run stands in for the bar
+    for straggler, consistency in each(variants, "consistency models", name=label,
+                                       progress=False if show else None):
+        options: dict[str, Any] = {"servers": 1, "consistency": consistency,
+                                   "straggler": straggler}
+        if consistency == "ssp":
+            options["staleness"] = bound
+        name = label((straggler, consistency))
+        with sharing_cores():  # 3 ranks on 2 cores: the lesson says it, and why
+            runs[name] = run(RunConfig(**common, options=options))
+        if show:
+            res = runs[name]
+            print(f"  run {len(runs)} of {total}: {name:<15} {res.metrics['updates']:>3} "
+                  f"updates in {res.wall_s:.1f} s", flush=True)
     return PSExperiment(runs, target, {"factor": factor, "bound": bound,
                                        "straggler_rank": last, **common}, load)
 

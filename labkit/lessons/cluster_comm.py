@@ -22,6 +22,7 @@ from labkit.lessons import cluster_predict as predict
 from labkit.lessons.cluster import DDP_MODEL, _missing, _run, _run_many, measure_loopback
 from labkit.strategies.collectives import parse_size
 from labkit.strategies.pipeline import pipeline_model
+from labkit.theory.comm import alpha_beta_time
 from labkit.theory.interconnect import Interconnect, predict_step_time
 
 # The same model work both ways: 4 transformer blocks of hidden 256 (3.1M parameters, 12 h^2
@@ -180,7 +181,8 @@ def compression_on_link(link: str = "ethernet_25g", *,
         wire = float(loop[m].metrics["wire_bytes_per_step"][-1])
         row = {"method": m, "wire_bytes": wire, "loopback_step_s": loop[m].step_time_s,
                "link_step_s": slow[m].step_time_s if m in slow else None,
-               "predicted_link_comm_s": model_link.alpha_s * 2 + wire / model_link.bandwidth_Bps}
+               "predicted_link_comm_s": alpha_beta_time(2, wire, model_link.alpha_s,
+                                                        model_link.bandwidth_Bps)}
         if m not in slow:
             row["note"] = _missing(link)
         rows.append(row)

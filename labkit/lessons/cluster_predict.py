@@ -70,8 +70,7 @@ def flat_vs_hierarchical(size_bytes: float, nodes: int, ranks_per_node: int,
     """Seconds on the slow link of a flat ring over all ranks vs the hierarchical scheme
     (the intra-node phases run on loopback and are left out: the link is the wall)."""
     n, k = nodes * ranks_per_node, nodes
-    flat = 2 * (n - 1) * link.alpha_s + 2 * (n - 1) / n * size_bytes / link.bandwidth_Bps
-    hier = 2 * (k - 1) * link.alpha_s + 2 * (k - 1) / k * size_bytes / link.bandwidth_Bps
+    flat, hier = allreduce_s(size_bytes, n, link), allreduce_s(size_bytes, k, link)
     return {"flat_s": flat, "hierarchical_s": hier, "speedup": flat / hier if hier else 1.0}
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from labkit.base.progress import each
 from labkit.theory.comm import AlphaBeta, fit_alpha_beta
 
 
@@ -88,8 +89,9 @@ def compare_compression(methods: Sequence[str] = ("none", "fp16", "powersgd", "t
     import labkit
 
     run_kw.setdefault("timeout_s", 120)
+    run_kw.setdefault("progress", False)  # one bar over the sweep instead
     rows, losses, results = [], {}, {}
-    for m in methods:
+    for m in each(methods, "compression methods"):
         r = labkit.run(strategy="compress", world_size=world_size, steps=steps,
                        options={**(options or {}), "method": m}, **run_kw)
         mt = r.metrics
@@ -125,8 +127,9 @@ def ddp_overlap_sweep(bucket_caps_mb: Sequence[float] = (0.05, 1.0, 25.0), *,
     import labkit
 
     run_kw.setdefault("timeout_s", 120)
+    run_kw.setdefault("progress", False)  # one bar over the sweep instead
     rows = []
-    for cap in bucket_caps_mb:
+    for cap in each(bucket_caps_mb, "bucket sizes", name=lambda c: f"{c:g} MB"):
         r = labkit.run(strategy="ddp", world_size=world_size, steps=steps,
                        options={"bucket_cap_mb": cap}, **run_kw)
         row = overlap_row(f"ddp bucket {cap:g} MB", r.timeline)

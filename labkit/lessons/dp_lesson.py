@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from labkit.base.devices import cpu_count
+from labkit.base.progress import each
 from labkit.lessons.machine import load_now, sharing_cores, why_not
 
 
@@ -38,9 +39,9 @@ def weak_scaling(reuse: Mapping[int, Any] | None = None, sizes: Sequence[int] = 
     out = dict(reuse or {})
     run_kwargs.setdefault("progress", False)
     with sharing_cores():
-        for n in sizes:
-            if n not in out:
-                out[n] = run(world_size=n, **run_kwargs)
+        for n in each([n for n in sizes if n not in out], "weak scaling",
+                      name=lambda n: f"{n} rank(s)"):
+            out[n] = run(world_size=n, **run_kwargs)
     return {n: out[n] for n in sizes}
 
 

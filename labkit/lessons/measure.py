@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from labkit.analysis.claims import Sample
-from labkit.base.progress import Progress
+from labkit.base.progress import SWEEP_DELAY_S, Progress
 
 
 def step_seconds(result: Any) -> float:
@@ -52,7 +52,7 @@ def alternate(variants: Mapping[Any, Callable[[], Any]], repeats: int = 3, *, wa
     results: dict[Any, list[Any]] = {name: [] for name in variants}
     rounds = warmup + repeats
     with Progress(desc, total=rounds * len(variants), unit="run", enabled=progress,
-                  delay=5.0) as bar:
+                  delay=SWEEP_DELAY_S) as bar:
         for round_ in range(rounds):
             for name, run in variants.items():
                 result = run()

@@ -12,10 +12,12 @@ from dataclasses import replace
 from typing import Any
 
 from labkit.api import run
+from labkit.base.progress import each
 from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.machine import load_now, sharing_cores, why_not
 from labkit.theory import Layout3D, parallel_layout
+from labkit.theory.comm import alpha_beta_time
 from labkit.theory.interconnect import get_link
 
 LESSON_GPT = ModelConfig(kind="gpt", width=64, depth=4, heads=4, seq_len=32)
@@ -86,7 +88,8 @@ def link_seconds(lay: Layout3D, inside: str = "nvlink4", across: str = "ethernet
         row: dict[str, Any] = {"axis": axis, "messages": calls, "MB_per_rank": per_rank / 1e6}
         for name in (inside, across):
             link = get_link(name)
-            row[f"ms_on_{name}"] = 1e3 * (calls * link.alpha_s + per_rank / link.bandwidth_Bps)
+            row[f"ms_on_{name}"] = 1e3 * alpha_beta_time(calls, per_rank, link.alpha_s,
+                                                         link.bandwidth_Bps)
         rows.append(row)
     return rows
 
@@ -108,7 +111,8 @@ def balance_runs(pp: int = 2, *, model: ModelConfig = BALANCE_GPT, steps: int = 
     count and by measured cost (rank 0 times each block on one microbatch, the head's time
     added to the last block, and every rank cuts where those costs balance)."""
     out = {}
-    for label, balance in (("by block count", "count"), ("by measured cost", "cost")):
+    for label, balance in each((("by block count", "count"), ("by measured cost", "cost")),
+                               "pipeline balance", name=lambda v: v[0]):
         run_kwargs.setdefault("progress", False)
         out[label] = run(strategy="pipeline", model=model, world_size=pp, steps=steps,
                          batch_size=BATCH, options={"schedule": "1f1b",

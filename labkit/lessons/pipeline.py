@@ -25,6 +25,7 @@ from typing import Any
 
 from labkit.api import run
 from labkit.base.errors import ConfigError
+from labkit.base.progress import each
 from labkit.base.validate import is_int
 from labkit.config.run import ModelConfig, RunConfig
 from labkit.launchers.results import RunResult
@@ -86,7 +87,8 @@ def balance_demo(layer_costs: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 4, 4), stages
     model = kwargs.pop("model", pipeline_model(1024, len(layer_costs)))
     return {label: run_pipeline(schedule, stages, microbatches, model=model,
                                 layer_costs=layer_costs, balance=balance, **kwargs)
-            for label, balance in (("by layer count", "count"), ("by measured cost", "cost"))}
+            for label, balance in each((("by layer count", "count"), ("by measured cost", "cost")),
+                                       "pipeline balance", name=lambda v: v[0])}
 
 
 def bubble_breakdown(result: RunResult, plan: Any = None) -> dict[str, float]:

@@ -28,7 +28,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from labkit.rank.context import RankContext, RunContext
-from labkit.rank.job import Job, RankReport
+from labkit.rank.job import Job, LaunchJob, RankReport, RunJob
 from labkit.rank.subgroups import build_axis_comms
 
 if TYPE_CHECKING:
@@ -125,13 +125,12 @@ class RankGroup:
         reset_rank_state(job.seed, self.rank, job.threads)  # 1.
         tracer = (CudaTracer(self.rank, job.trace) if self.backend == "nccl"
                   else Tracer(self.rank, job.trace))
-        grid = job.grid
+        grid = job.grid if isinstance(job, RunJob) else None
         active = grid.active_axes() if grid is not None else []
         comm = Comm(tracer, self.rank, self.world_size, status=status,
                     axis=active[0] if len(active) == 1 else None)
         axis_comms = build_axis_comms(comm, grid, self.subgroups) if grid is not None else {}
         offset = align_clocks(tracer, self.rank, self.world_size)  # 3.
-        cfg = job.config
         spool = None
         if spool_dir is not None and job.trace and type(tracer) is Tracer:
             from labkit.trace.spool import Spool, spool_path
@@ -142,14 +141,13 @@ class RankGroup:
             backend=self.backend, device=self.device, tracer=tracer, comm=comm, seed=job.seed,
             progress=progress, spool=spool, grid=grid, axis_comms=axis_comms,
             ranks_per_node=ranks_per_node)
-        ctx = (RankContext(**common) if cfg is None else
-               RunContext(**common, config=cfg, fault=cfg.inject_fault))
         try:  # 4.
-            if job.fn is not None:
-                output = job.fn(ctx, *job.args)
+            if isinstance(job, RunJob):
+                output = load_entry(job.entry)(RunContext(**common, config=job.config,
+                                                          fault=job.config.inject_fault))
             else:
-                assert job.entry is not None, "a strategy's job names its entry (job_for)"
-                output = load_entry(job.entry)(ctx)
+                assert isinstance(job, LaunchJob), f"a job is a RunJob or a LaunchJob: {job!r}"
+                output = job.fn(RankContext(**common), *job.args)
         except BaseException:
             if spool is not None:  # everything up to the error, for err.timeline
                 spool.write()

@@ -2,13 +2,15 @@
 ``RankReport`` each one sends back. Plain data, torch-free (the supervisor pickles a job
 and unpickles reports without importing torch).
 
-A job is resolved once, when it is built (``labkit.launchers.jobs.job_for``): the backend,
-the rank grid and the strategy's entry point are fields here, so a rank reads them and
-never looks them up again.
+A job is resolved once, when it is built (``labkit.launchers.jobs``): the backend, and for a
+``RunJob`` the config, the rank grid and the strategy's entry point, are fields here, so a
+rank reads them and never looks them up again. A ``LaunchJob`` carries a function instead;
+each kind holds only what it has, so no field is None for the other.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,23 +21,44 @@ if TYPE_CHECKING:
     from labkit.config.run import RunConfig
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Job:
-    """Everything a rank needs, pickled (with cloudpickle) by the supervisor."""
+    """What every rank of any start needs, pickled (with cloudpickle) by the supervisor: a
+    ``RunJob`` (``labkit.run``) or a ``LaunchJob`` (``labkit.launch``) adds what it runs."""
 
-    config: RunConfig | None = None
-    fn: Any = None
-    """A function run on every rank as ``fn(ctx, *args)`` (code exercises); else the strategy."""
-    args: tuple[Any, ...] = ()
     backend: str = "gloo"
+    """gloo or nccl (never auto: resolved when the job is built)."""
     threads: int = 1
+    """Torch threads per rank."""
     timeout_s: float = 60.0
+    """The run's limit, seconds."""
     seed: int = 0
+    """The run's seed (each rank derives its own)."""
     trace: bool = True
-    grid: Grid | None = None
-    """How the ranks are laid out (dp x pp x tp); None: one flat group with no axis."""
-    entry: str | None = None
-    """The strategy's rank code, "module:function" (``Strategy.entry``); None for ``fn``."""
+    """Record the ranks' events."""
+
+
+@dataclass(kw_only=True)
+class RunJob(Job):
+    """A strategy's run of a resolved config (``labkit.launchers.jobs.job_for``)."""
+
+    config: RunConfig
+    """The run's resolved config: each rank's ``RunContext.config``."""
+    grid: Grid
+    """How the ranks are laid out (dp x pp x tp)."""
+    entry: str
+    """The strategy's rank code, "module:function" (``Strategy.entry_for``)."""
+
+
+@dataclass(kw_only=True)
+class LaunchJob(Job):
+    """A function run on every rank as ``fn(ctx, *args)`` (``labkit.launch``, code exercises),
+    on one flat group with no grid axis."""
+
+    fn: Callable[..., Any]
+    """What each rank calls with its ``RankContext``."""
+    args: tuple[Any, ...] = ()
+    """The arguments after ``ctx``."""
 
 
 @dataclass

@@ -102,7 +102,9 @@ def ring_vs_builtin(backend: str, size_bytes: int, world_size: int,
     runs share the machine's load of that moment)."""
     import statistics
 
-    factor = 2 * (world_size - 1) / world_size
+    from labkit.theory.comm import BUSBW_FACTORS
+
+    factor = BUSBW_FACTORS["all_reduce"](world_size)
     problems = sorted({f"{name} busbw {r['busbw_gbps']:.3f} GB/s is not size/time x 2(n-1)/n = "
                        f"{size_bytes / r['time_s'] * factor / 1e9:.3f}"
                        for pair in rounds for name, r in zip(("ring", "builtin"), pair)

@@ -65,6 +65,7 @@ from labkit.theory.checkpointing import (
 from labkit.theory.comm import (
     AlphaBeta,
     algbw,
+    alpha_beta_time,
     amdahl_fraction_for,
     amdahl_speedup,
     busbw,
@@ -230,6 +231,7 @@ __all__ = [
     "rank_chunks",
     "ring_allreduce_bytes",
     "ring_allreduce_time",
+    "alpha_beta_time",
     "ring_attention_traffic",
     "ring_kv_block_bytes",
     "ring_overlap",

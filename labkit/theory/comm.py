@@ -40,7 +40,7 @@ def ring_allreduce_bytes(size_bytes: float, world_size: int) -> float:
     """
     size = check_number("size_bytes", size_bytes, "size_bytes=4e6")
     n = check_int("world_size", world_size, 1, "world_size=4")
-    return 2 * (n - 1) / n * size
+    return BUSBW_FACTORS["all_reduce"](n) * size
 
 
 def hierarchical_allreduce_bytes(size_bytes: float, gpus_per_node: int, nodes: int
@@ -57,8 +57,7 @@ def hierarchical_allreduce_bytes(size_bytes: float, gpus_per_node: int, nodes: i
     size = check_number("size_bytes", size_bytes, "size_bytes=4e9")
     g = check_int("gpus_per_node", gpus_per_node, 1, "gpus_per_node=8")
     n = check_int("nodes", nodes, 1, "nodes=4")
-    intra = 2 * (g - 1) / g * size
-    return {"intra": intra, "inter": ring_allreduce_bytes(size / g, n),
+    return {"intra": ring_allreduce_bytes(size, g), "inter": ring_allreduce_bytes(size / g, n),
             "flat_ring": ring_allreduce_bytes(size, n * g)}
 
 
@@ -82,6 +81,15 @@ def naive_allreduce_bytes(size_bytes: float, world_size: int,
     return {"root": root, "non_root": non_root, "total": root + (n - 1) * non_root}
 
 
+def alpha_beta_time(messages: float, bytes_sent: float, alpha_s: float,
+                    bandwidth_Bps: float) -> float:
+    """The alpha-beta model itself: ``messages`` sent one after another cost a latency
+    ``alpha_s`` each, and ``bytes_sent`` in all cost ``bytes_sent / bandwidth_Bps``. Every
+    time this package predicts for a link is this sum (no checks here: the callers' inputs
+    are checked where a user gives them)."""
+    return messages * alpha_s + bytes_sent / bandwidth_Bps
+
+
 def ring_allreduce_time(size_bytes: float, world_size: int, alpha_s: float,
                         bandwidth_Bps: float) -> float:
     """Alpha-beta time of a ring all-reduce: ``2(n-1)*alpha + 2(n-1)/n * size / bandwidth``.
@@ -93,7 +101,7 @@ def ring_allreduce_time(size_bytes: float, world_size: int, alpha_s: float,
     bandwidth = check_number("bandwidth_Bps", bandwidth_Bps, "bandwidth_Bps=25e9",
                              allow_equal=False)
     n = check_int("world_size", world_size, 1, "world_size=4")
-    return 2 * (n - 1) * alpha + ring_allreduce_bytes(size_bytes, n) / bandwidth
+    return alpha_beta_time(2 * (n - 1), ring_allreduce_bytes(size_bytes, n), alpha, bandwidth)
 
 
 def algbw(size_bytes: float, time_s: float) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from labkit.base.errors import ConfigError
 from labkit.theory.batch import check_choice, check_int, check_number
-from labkit.theory.comm import AlphaBeta, ring_allreduce_time
+from labkit.theory.comm import AlphaBeta, alpha_beta_time, ring_allreduce_time
 
 STRATEGIES = ("dp", "tp", "pp")
 
@@ -176,7 +176,7 @@ def predict_step_time(strategy: str, *, params: float | None = None,
                        f"{link.name}, none hidden")
         else:
             m = _required_int("microbatches", microbatches, "microbatches=8", strategy)
-            t_msg = (link.alpha_s + message / link.bandwidth_Bps) if n > 1 else 0.0
+            t_msg = alpha_beta_time(1, message, link.alpha_s, link.bandwidth_Bps) if n > 1 else 0.0
             slot = compute / m + 2 * t_msg
             comm = m * 2 * t_msg
             bubble = (n - 1) * slot  # fill + drain: p-1 idle slots, as in bubble_fraction

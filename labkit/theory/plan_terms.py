@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from labkit.theory.activations import layer_activation_bytes
-from labkit.theory.comm import hierarchical_allreduce_bytes, ring_allreduce_time
+from labkit.theory.comm import ring_allreduce_time
 from labkit.theory.interconnect import Interconnect
 from labkit.theory.memory import bytes_per_param, zero_memory
 from labkit.theory.pipeline import pipeline_peak_activations
@@ -210,9 +210,10 @@ def allreduce_time(size_bytes: float, members: int, stride: int,
     intra, inter = _usable(net.intra), _usable(net.inter)
     if nodes == 1:
         return ring_allreduce_time(size_bytes, k, intra.alpha_s, intra.bandwidth_Bps), 0.0
-    sent = hierarchical_allreduce_bytes(size_bytes, k, nodes)
-    t_intra = (2 * (k - 1) * intra.alpha_s + sent["intra"] / intra.bandwidth_Bps) if k > 1 else 0.0
-    t_inter = 2 * (nodes - 1) * inter.alpha_s + sent["inter"] / inter.bandwidth_Bps
+    # the intra-node reduce-scatter + all-gather is a ring's traffic and messages inside the
+    # node; between nodes, a ring over each GPU's 1/k shard (hierarchical_allreduce_bytes)
+    t_intra = ring_allreduce_time(size_bytes, k, intra.alpha_s, intra.bandwidth_Bps)
+    t_inter = ring_allreduce_time(size_bytes / k, nodes, inter.alpha_s, inter.bandwidth_Bps)
     return t_intra + t_inter, t_inter / (t_intra + t_inter)
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from labkit.base.errors import ConfigError
 from labkit.theory.batch import check_choice, check_int, check_number
+from labkit.theory.comm import ring_allreduce_bytes
 
 FLOPS_PER_PARAM_PER_SAMPLE = 6
 """Training FLOPs per weight and sample (token): 2 forward + 4 backward (Kaplan et al. 2020)."""
@@ -71,7 +72,7 @@ def dp_allreduce_time(params: float, world_size: int, bandwidth_Bps: float,
     n = check_int("world_size", world_size, 1, "world_size=8")
     bw = check_number("bandwidth_Bps", bandwidth_Bps, "bandwidth_Bps=300e9", allow_equal=False)
     k = check_number("bytes_per_param", bytes_per_param, "bytes_per_param=2", allow_equal=False)
-    return 2 * (n - 1) / n * k * p / bw
+    return ring_allreduce_bytes(k * p, n) / bw
 
 
 def dp_crossover_batch(world_size: int, flops_per_s: float, bandwidth_Bps: float,
@@ -83,7 +84,7 @@ def dp_crossover_batch(world_size: int, flops_per_s: float, bandwidth_Bps: float
     f = check_number("flops_per_s", flops_per_s, "flops_per_s=312e12", allow_equal=False)
     bw = check_number("bandwidth_Bps", bandwidth_Bps, "bandwidth_Bps=300e9", allow_equal=False)
     k = check_number("bytes_per_param", bytes_per_param, "bytes_per_param=2", allow_equal=False)
-    return 2 * (n - 1) / n * k * f / (FLOPS_PER_PARAM_PER_SAMPLE * bw)
+    return ring_allreduce_bytes(k, n) * f / (FLOPS_PER_PARAM_PER_SAMPLE * bw)
 
 
 def node_crossover(gpu: str, world_size: int = 8, bytes_per_param: float = 2.0) -> float:

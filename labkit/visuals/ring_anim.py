@@ -22,6 +22,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from labkit.theory.comm import ring_allreduce_bytes
+
 if TYPE_CHECKING:
     from matplotlib.animation import FuncAnimation
     from matplotlib.axes import Axes
@@ -85,7 +87,7 @@ def ring_record(run: Any, timeline: Any = None) -> dict[str, Any]:
             "start": [r["start"] for r in ranks], "result": [r["result"] for r in ranks],
             "expected": [sum(col) for col in zip(*(r["start"] for r in ranks))],
             "bytes_sent": sent, "tensor_bytes": numel * item,
-            "predicted_bytes_per_rank": 2 * (n - 1) / n * numel * item}
+            "predicted_bytes_per_rank": ring_allreduce_bytes(numel * item, n)}
 
 
 def stage_title(record: dict[str, Any], stage: int) -> str:

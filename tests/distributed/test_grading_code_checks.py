@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.grading import code_checks
+from tests.support.rank_code import rank_function
 
 pytestmark = [pytest.mark.distributed, pytest.mark.grading, pytest.mark.lesson08]
 
@@ -126,13 +127,9 @@ def test_a_deadlock_is_named_at_once_not_timed_out() -> None:
 
 def _zero_doubling() -> object:
     """Exactly recursive doubling's sends, carrying zeros: what a sum found elsewhere needs."""
-    import torch
-
     from tests.grading.test_nbgrader_flow import ZERO_DOUBLING
 
-    namespace = {"torch": torch}
-    exec("def doubling_shaped_zeros(ctx, tensor):\n" + ZERO_DOUBLING, namespace)
-    return namespace["doubling_shaped_zeros"]
+    return rank_function("doubling_shaped_zeros", "ctx, tensor", ZERO_DOUBLING)
 
 
 def test_doubling_shaped_sends_of_zeros_earn_nothing() -> None:
@@ -217,12 +214,16 @@ def test_an_undivided_window_loses_the_averages_with_a_hint() -> None:
 
 
 # ---- Q3: ZeRO-1 with Adam ----------------------------------------------------------------------
-ZERO_ADAM = """    n, rank = ctx.world_size, ctx.rank
+ZERO_PARAMS = "ctx, params, grads, state, lr, betas, eps"
+"""The parameters of problem set 3's ``zero_adam_step``."""
+FLAT_GRAD = """    n, rank = ctx.world_size, ctx.rank
     total = sum(p.numel() for p in params)
     shard = -(-total // n)
     pad = shard * n - total
     flat_grad = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_zeros(pad)])
-    {reduce}
+"""
+"""How a ZeRO-1 step starts: every gradient in one flat buffer, padded to n equal shards."""
+ZERO_ADAM = FLAT_GRAD + """    {reduce}
     if "m" not in state:
         state["m"], state["v"], state["t"] = torch.zeros_like(g), torch.zeros_like(g), 0
     state["t"] += 1
@@ -245,12 +246,8 @@ ALL_REDUCE = ("ctx.comm.all_reduce(flat_grad); "
 
 
 def zero_adam(reduce: str = REDUCE_SCATTER, bias: bool = True) -> object:
-    import torch
-
-    namespace = {"torch": torch}
-    exec("def zero_adam_step(ctx, params, grads, state, lr, betas, eps):\n"
-         + ZERO_ADAM.format(reduce=reduce, bias=bias), namespace)
-    return namespace["zero_adam_step"]
+    return rank_function("zero_adam_step", ZERO_PARAMS,
+                         ZERO_ADAM.format(reduce=reduce, bias=bias))
 
 
 def test_zero_adam_honest_passes_on_uneven_sizes() -> None:

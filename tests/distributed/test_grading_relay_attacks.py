@@ -16,6 +16,13 @@ from typing import Any
 import pytest
 
 from labkit.grading import code_checks
+from tests.distributed.test_grading_code_checks import (
+    FLAT_GRAD,
+    ZERO_PARAMS,
+    doubling,
+    everyone_sends_everything,
+)
+from tests.support.rank_code import rank_function
 
 pytestmark = [pytest.mark.distributed, pytest.mark.grading, pytest.mark.lesson08]
 
@@ -24,43 +31,16 @@ def forged_case_edges() -> Any:
     calls = {"n": 0}
 
     def attack(ctx, tensor):  # type: ignore[no-untyped-def]
-        import torch
-
         case, calls["n"] = calls["n"], calls["n"] + 1
-        n, link = ctx.world_size, ctx._link
+        link = ctx._link
         link.post({"op": "step", "case": case, "edge": "end"})  # off the record, it hopes
         total = tensor.clone()
-        for k in range(1, n):  # every rank's whole tensor: an all-gather
-            handle = ctx.comm.isend(tensor.clone(), (ctx.rank + k) % n)
-            buf = torch.empty_like(tensor)
-            ctx.comm.recv(buf, (ctx.rank - k) % n)
-            handle.wait()
-            total += buf
+        everyone_sends_everything(ctx, total)  # every rank's whole tensor: an all-gather
         link.post({"op": "step", "case": case, "edge": "begin"})
-        distance, partial = 1, tensor.clone()  # the cover: doubling's sends, real sums
-        while distance < n:
-            incoming = torch.empty_like(partial)
-            handle = ctx.comm.isend(partial.clone(), ctx.rank ^ distance)
-            ctx.comm.recv(incoming, ctx.rank ^ distance)
-            handle.wait()
-            partial += incoming
-            distance *= 2
+        doubling(ctx, tensor.clone())  # the cover: doubling's sends, real sums
         tensor.copy_(total)
 
     return attack
-
-
-def doubling(ctx, tensor):  # type: ignore[no-untyped-def]
-    import torch
-
-    distance = 1
-    while distance < ctx.world_size:
-        incoming = torch.empty_like(tensor)
-        handle = ctx.comm.isend(tensor, ctx.rank ^ distance)
-        ctx.comm.recv(incoming, ctx.rank ^ distance)
-        handle.wait()
-        tensor += incoming
-        distance *= 2
 
 
 def test_a_rank_that_marks_its_own_case_edges_earns_nothing_and_honest_code_everything(
@@ -73,14 +53,7 @@ def test_a_rank_that_marks_its_own_case_edges_earns_nothing_and_honest_code_ever
     assert honest.passed, honest.feedback
 
 
-ZERO_HIDING = """
-def zero_adam_step(ctx, params, grads, state, lr, betas, eps):
-    n, rank = ctx.world_size, ctx.rank
-    total = sum(p.numel() for p in params)
-    shard = -(-total // n)
-    pad = shard * n - total
-    flat_grad = torch.cat([g.reshape(-1) for g in grads] + [grads[0].new_zeros(pad)])
-    mine = flat_grad.new_empty(shard)
+ZERO_HIDING = FLAT_GRAD + """    mine = flat_grad.new_empty(shard)
     ctx.comm.reduce_scatter(mine, flat_grad)
     full = flat_grad.new_empty(shard * n)
     ctx.comm.all_gather(full, mine)  # the whole mean gradient, one all-gather's worth
@@ -108,11 +81,10 @@ def zero_adam_step(ctx, params, grads, state, lr, betas, eps):
     ("HIDDEN[0]", "m.clone(), v.clone()")])  # tensors in a global, outside the state
 def test_full_moments_beside_a_shard_sized_decoy_lose_the_state_part(where: str, keep: str
                                                                      ) -> None:
-    import torch
-
-    namespace: dict[str, Any] = {"torch": torch, "HIDDEN": [None]}
-    exec(ZERO_HIDING.replace("{where}", where).replace("{keep}", keep), namespace)
-    verdict = code_checks.check_zero_adam(namespace["zero_adam_step"])
+    step = rank_function("zero_adam_step", ZERO_PARAMS,
+                         ZERO_HIDING.replace("{where}", where).replace("{keep}", keep),
+                         HIDDEN=[None])
+    verdict = code_checks.check_zero_adam(step)
     assert "[ok] parameters match Adam on the mean gradient" in verdict.feedback, \
         verdict.feedback
     assert "[failed] Adam state sharded: m and v of one shard" in verdict.feedback, \

@@ -112,7 +112,7 @@ def test_interrupt_reaps_every_rank():
     """The notebook's stop button raises KeyboardInterrupt in the supervisor's loop."""
     import cloudpickle
 
-    from labkit.rank.job import Job
+    from labkit.rank.job import LaunchJob
 
     def sleepy(ctx):
         time.sleep(60)
@@ -124,7 +124,7 @@ def test_interrupt_reaps_every_rank():
         if calls["n"] > 5:
             raise KeyboardInterrupt
 
-    sup = Supervisor(cloudpickle.dumps(Job(fn=sleepy)), 2, 60, on_progress=interrupt)
+    sup = Supervisor(cloudpickle.dumps(LaunchJob(fn=sleepy)), 2, 60, on_progress=interrupt)
     with pytest.raises(KeyboardInterrupt):
         sup.run()
     assert rank_children() == []

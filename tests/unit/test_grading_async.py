@@ -11,24 +11,14 @@ from typing import Any
 import pytest
 
 from labkit.grading import async_ps, instructor
+from tests.support.answers import model_answers
 
 pytestmark = pytest.mark.lesson11
 REPO = Path(__file__).resolve().parents[2]
 GRADER = instructor.load("ps6_async", REPO)
 
 
-def solution() -> dict[str, Any]:
-    """The model answers, executed from the solution notebook."""
-    nb = json.loads((REPO / "solutions/ps6_async/ps6_async.ipynb").read_text())
-    ns: dict[str, Any] = {}
-    for cell in nb["cells"]:
-        gid = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
-        if gid == "ps6_setup" or gid.endswith("_answer"):
-            exec("".join(cell["source"]), ns)  # our own notebook
-    return ns
-
-
-SOLUTION = solution()
+SOLUTION = model_answers("ps6_async")
 QUESTIONS = {"may_read": (async_ps.gate_question, GRADER.check_gate),
              "straggler_effects": (async_ps.straggler_question, GRADER.check_stragglers),
              "serializations": (async_ps.program_question, GRADER.check_programs)}

@@ -4,33 +4,20 @@ scores 0; hidden scenarios differ per student and reach every part."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from labkit.grading import at_scale, instructor
 from labkit.grading.parts import Question
+from tests.support.answers import model_answers
 
 pytestmark = pytest.mark.lesson13
 REPO = Path(__file__).resolve().parents[2]
 GRADER = instructor.load("ps7_planning_at_scale", REPO)
 
 
-def solution() -> dict[str, Any]:
-    """The model answers, executed from the solution notebook."""
-    nb = json.loads((REPO / "solutions/ps7_planning_at_scale/ps7_planning_at_scale.ipynb")
-                    .read_text())
-    ns: dict[str, Any] = {}
-    for cell in nb["cells"]:
-        gid = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
-        if gid == "ps7_setup" or gid.endswith("_answer"):
-            exec("".join(cell["source"]), ns)  # our own notebook
-    return ns
-
-
-SOLUTION = solution()
+SOLUTION = model_answers("ps7_planning_at_scale")
 
 
 def failed(q: Question) -> set[str]:

@@ -7,7 +7,6 @@ traffic loses exactly those parts. The real run is in tests/distributed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +14,14 @@ import pytest
 
 from labkit.grading import instructor, layout3d
 from labkit.grading.layout3d import SEED_LAYOUT
+from tests.support.answers import model_answers
 
 pytestmark = pytest.mark.lesson09
 REPO = Path(__file__).resolve().parents[2]
 GRADER = instructor.load("ps5_3d", REPO)
 
 
-def solution() -> dict[str, Any]:
-    """The model answers, executed from the solution notebook."""
-    nb = json.loads((REPO / "solutions/ps5_3d/ps5_3d.ipynb").read_text())
-    ns: dict[str, Any] = {}
-    for cell in nb["cells"]:
-        gid = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
-        if gid == "ps5_setup" or gid.endswith("_answer"):
-            exec("".join(cell["source"]), ns)  # our own notebook
-    return ns
-
-
-SOLUTION = solution()
+SOLUTION = model_answers("ps5_3d")
 
 
 @pytest.mark.parametrize("student", ["", "alice", "stray"])

@@ -14,6 +14,7 @@ import pytest
 
 from labkit.grading import instructor, reasoning
 from labkit.grading.parts import Question
+from tests.support.answers import model_answers
 
 pytestmark = pytest.mark.lesson08
 REPO = Path(__file__).resolve().parents[2]
@@ -87,19 +88,6 @@ def test_traces_carry_no_label() -> None:
             assert data["meta"] == {} and "slow" not in path.read_text()
 
 
-def solution() -> dict:
-    """The model answers, executed from the solution notebook."""
-    import json
-
-    nb = json.loads((REPO / "solutions/ps4_reasoning/ps4_reasoning.ipynb").read_text())
-    ns: dict = {}
-    for cell in nb["cells"]:
-        gid = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
-        if gid == "ps4_setup" or gid.endswith("_answer"):
-            exec("".join(cell["source"]), ns)  # our own notebook
-    return ns
-
-
 @pytest.mark.parametrize("student", ["", "alice", "bob", "stray"])
 def test_hidden_cases_are_drawn_per_student_and_the_model_answers_meet_them(student: str
                                                                            ) -> None:
@@ -107,7 +95,7 @@ def test_hidden_cases_are_drawn_per_student_and_the_model_answers_meet_them(stud
     solution scores full marks on every draw (the real run aside)."""
     assert GRADER.hidden_scenarios(student) != GRADER.hidden_scenarios(student + "x")
     assert GRADER.hidden_challenges(student) != GRADER.hidden_challenges(student + "x")
-    ns = solution()
+    ns = model_answers("ps4_reasoning")
     q = reasoning.strategy_question(ns["choose_strategy"])
     GRADER.check_strategies(q, ns["choose_strategy"], student)
     assert q.earned == q.points, q.feedback()
@@ -131,7 +119,7 @@ def test_a_hidden_cases_feedback_names_no_answer() -> None:
     assert not any(word in c for c in hidden for word in ("shard it", "replicate", "one GPU is"))
 
     def bad_lr(challenge: dict) -> dict:
-        return {**solution()["propose"](challenge), "lr": 1.0}
+        return {**model_answers("ps4_reasoning")["propose"](challenge), "lr": 1.0}
 
     q = reasoning.challenge_question(bad_lr)
     GRADER.check_challenge(q, bad_lr, "alice", real_run=False)

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from labkit.launchers import rundirs
 from labkit.launchers.ray import session
 
 pytestmark = pytest.mark.lesson12
@@ -40,6 +44,8 @@ def fake_ray(monkeypatch, tmp_path):
         ray = FakeRay(failures)
         monkeypatch.setattr(session.tempfile, "mkdtemp", lambda **kw: str(tmp_path))
         monkeypatch.setitem(session._state, "tmp", None)
+        monkeypatch.setitem(session._state, "owner", None)
+        monkeypatch.setattr(session, "_session_root", lambda: str(tmp_path / "root"))
         monkeypatch.setattr(session, "_ray_module", lambda: ray)
         monkeypatch.setattr(session, "_abandon", lambda tmp, guard=None: ray.shutdown())
         monkeypatch.setattr(session.atexit, "register", lambda fn: None)
@@ -101,3 +107,40 @@ def test_a_quick_start_says_nothing(fake_ray, monkeypatch) -> None:
     monkeypatch.setattr(sys, "stderr", terminal)
     monkeypatch.setattr(session, "SAY_START_AFTER_S", 600.0)
     assert session.ensure_ray() is ray and terminal.getvalue() == ""
+
+
+def _held_by_a_killed_process(path: Path) -> None:
+    """``path`` locked as alive by a process that is then SIGKILLed (no cleanup ran)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from labkit.launchers import rundirs; h = rundirs.hold(Path(sys.argv[1])); "
+         "print('held', flush=True); time.sleep(600)", str(path)],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+
+
+def test_a_start_sweeps_the_session_dirs_of_killed_drivers_only(fake_ray, tmp_path) -> None:
+    """Issue 39: a driver killed outright leaves its ``lkray-*`` dir; the next start removes
+    it, and leaves a live session's dir (its owner holds the lock) and a dir too young to
+    have its lock yet. The new session's own dir is locked while the session lives."""
+    ray = fake_ray(0)
+    root = tmp_path / "root"
+    dead, live, young, other = (root / name for name in (
+        "lkray-dead", "lkray-live", "lkray-young", "labkit-run-other"))
+    for d in (dead, live, young, other):
+        d.mkdir(parents=True)
+    _held_by_a_killed_process(dead)
+    _held_by_a_killed_process(other)  # not a Ray session: not this sweep's to remove
+    owner = rundirs.hold(live)
+    try:
+        assert session.ensure_ray() is ray
+        assert not dead.exists()
+        assert live.exists() and young.exists() and other.exists()
+        assert not rundirs.is_dead(tmp_path)  # the new session's dir (the fake mkdtemp's)
+    finally:
+        owner.close()
+        if session._state["owner"] is not None:
+            session._state["owner"].close()
+    assert rundirs.is_dead(tmp_path)

@@ -43,7 +43,7 @@ from labkit.config.run import RunConfig
 from labkit.launchers import rundirs
 from labkit.launchers.ray.session import ensure_ray
 from labkit.launchers.verdict import waits_in_torch
-from labkit.rank.job import Job
+from labkit.rank.job import RunJob
 
 _BACKSTOP_S = 120.0
 """After the run's timeout, how long the driver still waits for Ray Train to return."""
@@ -166,7 +166,7 @@ def rank_on_ray(loop_config: dict[str, Any]) -> None:
     ray.get(inbox.report.remote(rank, report, log.getvalue()))
 
 
-def run_on_ray(job: Job) -> Any:
+def run_on_ray(job: RunJob) -> Any:
     """``labkit.run(config)`` with ``config.launcher == "ray"``: the same ``RunResult``, from
     the same resolved ``Job`` (``labkit.launchers.jobs.job_for``)."""
     from labkit.launchers.results import collect
@@ -177,7 +177,6 @@ def run_on_ray(job: Job) -> Any:
     from ray.train.torch import TorchConfig, TorchTrainer
 
     config, backend = job.config, job.backend
-    assert config is not None
     cpus = float(ray.cluster_resources().get("CPU", 1.0))
     per_worker: dict[str, float] = {"CPU": min(1.0, cpus / config.world_size)}
     if backend == "nccl":

@@ -23,6 +23,10 @@ that run tasks and actors. labkit starts that cluster like this (``ensure_ray``)
    however that happens. Without it, a process killed outright (SIGKILL, no atexit) or
    interrupted while Ray starts left Ray's two agents (``ray::DashboardAgent``,
    ``ray::RuntimeEnvAgent``) running for up to a minute after its GCS and raylet died.
+7. swept: each session's temp dir (``lkray-*``) is locked by this process while it lives,
+   as a supervisor's run directory is (``labkit.launchers.rundirs``); a start first removes
+   the dirs whose owner is dead, so the sessions of killed kernels (whose guard was killed
+   too, or which used a second try's dir the guard never heard of) do not pile up.
 
 With ``RAY_ADDRESS`` set (a cluster you already run), ``ensure_ray`` connects to it instead
 and leaves it running at exit.
@@ -38,11 +42,13 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 from labkit.base import devices
 from labkit.base.errors import LabError
 from labkit.base.progress import waiting
+from labkit.launchers import rundirs
 
 SESSION_ENV = "LABKIT_RAY_SESSION"
 """Set in the driver's environment before ``ray.init``: every Ray process of the session
@@ -51,7 +57,11 @@ GUARD_DIR_ENV = "LABKIT_RAY_GUARD_DIR"
 """The session's temp dir, handed to the guard in its environment: on its command line, the
 guard would be one of the processes "naming the session's dir" that shutdown waits for."""
 
-_state: dict[str, Any] = {"started": False, "tmp": None, "guard": None}
+PREFIX = "lkray-"
+"""A session's temp dir: ``/tmp/lkray-XXXX`` (Ray's unix sockets under it must fit in 107
+bytes: keep it short)."""
+
+_state: dict[str, Any] = {"started": False, "tmp": None, "guard": None, "owner": None}
 _RAY_NAMES = ("raylet", "gcs_server")
 TRIES = 2
 BUSY_MACHINE_LIMITS = {
@@ -94,17 +104,24 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
         return ray
     for var, value in BUSY_MACHINE_LIMITS.items():
         os.environ.setdefault(var, value)
+    rundirs.sweep(_session_root(), prefix=PREFIX)  # 7.
     with waiting(f"starting Ray ({STARTING})", after_s=SAY_START_AFTER_S):
-        tmp, guard = _start(ray, num_cpus)
+        tmp, guard, owner = _start(ray, num_cpus)
     if not _state["started"]:
         atexit.register(shutdown_ray)
-    _state.update(started=True, tmp=tmp, guard=guard)
+    _state.update(started=True, tmp=tmp, guard=guard, owner=owner)
     return ray
 
 
-def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]]:
+def _session_root() -> str | None:
+    """Where session dirs go: /tmp (short paths), else the temp dir."""
+    return "/tmp" if os.path.isdir("/tmp") else None
+
+
+def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes], IO[bytes]]:
     """Step 5: ``ray.init`` here, tried ``TRIES`` times under one guard (step 6);
-    returns the session's temp dir and its guard. An interrupt meanwhile stops what started."""
+    returns the session's temp dir, its guard and the lock that marks the dir as alive
+    (step 7). An interrupt meanwhile stops what started."""
 
     # one marker and one guard for every try: a failed try's raylet may still start an
     # agent after that try was cleaned up; the guard kills it when this session ends
@@ -112,21 +129,22 @@ def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]
     os.environ[SESSION_ENV] = mark  # before ray.init: every Ray process inherits it
     guard = None
     for attempt in range(1, TRIES + 1):
-        # Ray's unix sockets live under this dir and must fit in 107 bytes: keep it short
-        tmp = tempfile.mkdtemp(prefix="lkray-", dir="/tmp" if os.path.isdir("/tmp") else None)
+        tmp = tempfile.mkdtemp(prefix=PREFIX, dir=_session_root())
+        owner = rundirs.hold(Path(tmp))
         if guard is None:
             guard = _start_guard(mark, tmp)
         try:
             ray.init(num_cpus=num_cpus or devices.cpu_count(), include_dashboard=False,
                      _temp_dir=tmp, log_to_driver=False, configure_logging=False,
                      namespace="labkit")
-            return tmp, guard
+            return tmp, guard, owner
         except BaseException as exc:  # Ray raises a plain Exception when its start-up fails
             from labkit.launchers.reaper import interrupts_deferred
 
             last = attempt == TRIES or not isinstance(exc, Exception)
             with interrupts_deferred():  # a second Ctrl-C waits for the cleanup
                 _abandon(tmp, guard if last else None)
+                owner.close()
             if not isinstance(exc, Exception):
                 raise  # Ctrl-C: stopped, nothing of this start left
             if attempt == TRIES:
@@ -196,7 +214,9 @@ def shutdown_ray(wait_s: float = 10.0) -> None:
     while any(map(psutil.pid_exists, ours)) and time.monotonic() < deadline:
         time.sleep(0.1)
     shutil.rmtree(session, ignore_errors=True)
-    _state.update(started=False, tmp=None, guard=None)
+    if _state["owner"] is not None:
+        _state["owner"].close()
+    _state.update(started=False, tmp=None, guard=None, owner=None)
 
 
 def ray_processes() -> list[tuple[int, str]]:

@@ -46,11 +46,17 @@ def powersgd_values(shapes: Sequence[Sequence[int]], rank: int,
 
 
 def allreduce_wire(payload: float, world_size: int) -> float:
-    return 2 * (world_size - 1) / world_size * payload
+    """Bytes one rank sends in a ring all-reduce of ``payload`` (``labkit.theory.comm``)."""
+    from labkit.theory.comm import BUSBW_FACTORS  # not at the top: see labkit.trace.comm
+
+    return BUSBW_FACTORS["all_reduce"](world_size) * payload
 
 
 def allgather_wire(payload: float, world_size: int) -> float:
-    return (world_size - 1) / world_size * payload
+    """Bytes one rank sends in a ring all-gather of ``payload`` in all."""
+    from labkit.theory.comm import BUSBW_FACTORS
+
+    return BUSBW_FACTORS["all_gather"](world_size) * payload
 
 
 def predicted_payload_bytes(method: str, shapes: Sequence[Sequence[int]], world_size: int, *,

@@ -42,8 +42,8 @@ from labkit.base.events import Op as Ev
 from labkit.base.grid import GROUP_AXES
 from labkit.rank.context import RankOutput, RunContext
 from labkit.schedules import build_plan
-from labkit.strategies.hybrid import HybridMetrics
 from labkit.strategies.hybrid.experts import ExpertsOnGrid, build_moe_gpt
+from labkit.strategies.hybrid.options import HybridMetrics
 from labkit.strategies.pipeline.engine import StepRecord, run_step
 from labkit.strategies.zero import accounting as acc
 from labkit.trace.comm import wire_bytes

@@ -24,8 +24,8 @@ import torch
 
 from labkit.base.events import Op
 from labkit.rank.context import RankOutput, RunContext
-from labkit.strategies.tp import TPMetrics
 from labkit.strategies.tp.cost import tp_bytes_per_layer
+from labkit.strategies.tp.options import TPMetrics
 from labkit.train.data import ActivationTask
 from labkit.train.loop import TrainLoop
 from labkit.train.models import Blocks, build_blocks

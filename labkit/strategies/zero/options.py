@@ -20,7 +20,8 @@ STAGES = (0, 1, 2, 3)
 TERMS = ("params", "grads", "optimizer")
 IMPLS = ("labkit", "torch")
 PRECISIONS = ("fp32", "bf16")
-TORCH_STAGES = (1, 3)
+TORCH_STAGES = {1: "ZeroRedundancyOptimizer", 3: "FSDP2 fully_shard"}
+"""The stages torch itself implements (``--impl torch``), by the class that does it."""
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -48,17 +49,27 @@ class ZeroOptions:
         problems = check_fields(self)
         if not problems and self.impl == "torch":
             if self.stage not in TORCH_STAGES:
-                problems.append(f"impl 'torch' has stage 1 (ZeroRedundancyOptimizer) and "
-                                f"stage 3 (FSDP2 fully_shard), not stage {self.stage}; use "
-                                f"--impl labkit for stages 0 and 2, e.g. --stage 1 --impl torch")
-            if self.precision != "fp32":
-                problems.append(f"impl 'torch' runs in fp32 here, not {self.precision!r}; "
-                                f"use --impl labkit --precision bf16 for mixed precision")
-            if self.checkpointing:
-                problems.append("checkpointing is implemented for impl 'labkit' only; "
-                                "e.g. --impl labkit --checkpointing")
+                has = " and ".join(f"stage {s} ({cls})" for s, cls in TORCH_STAGES.items())
+                others = " and ".join(str(s) for s in STAGES if s not in TORCH_STAGES)
+                problems.append(f"impl 'torch' has {has}, not stage {self.stage}; use --impl "
+                                f"labkit for stages {others}, e.g. --stage 1 --impl torch")
+            problems += labkit_mlp_only(self, "impl 'torch'")
         if problems:
             raise ConfigError(problems)
+
+
+def labkit_mlp_only(opts: ZeroOptions, used: str) -> list[str]:
+    """The features only labkit's own ZeRO of the MLP has -- mixed precision and activation
+    checkpointing -- each asked for alongside ``used`` (``impl 'torch'``, ``--model gpt``)."""
+    problems = []
+    if opts.precision != "fp32":
+        problems.append(f"precision {opts.precision!r} is implemented by --impl labkit for the "
+                        f"MLP; {used} runs in fp32 here; e.g. --precision fp32")
+    if opts.checkpointing:
+        problems.append(f"checkpointing (segments of the MLP's Linear+ReLU blocks) is "
+                        f"implemented by --impl labkit for the MLP; drop --checkpointing with "
+                        f"{used}")
+    return problems
 
 
 PER_RANK = {"model_state_bytes": "per_rank_bytes", "padding": "padding_bytes",
@@ -138,16 +149,10 @@ def layer_sizes(model: Any) -> list[int]:
 
 def _gpt_problems(opts: ZeroOptions) -> list[str]:
     """What our ZeRO does for the MLP only: the GPT runs fp32, padded, ours."""
-    problems = []
+    problems = labkit_mlp_only(opts, "--model gpt")
     if opts.impl != "labkit":
         problems.append("--model gpt runs with --impl labkit (torch's FSDP2 is set up for the "
                         "MLP's Linear layers here); e.g. labkit run zero --model gpt --stage 3")
-    if opts.precision != "fp32":
-        problems.append(f"precision {opts.precision!r} is implemented for the MLP; --model gpt "
-                        f"trains in fp32 here; e.g. --precision fp32")
-    if opts.checkpointing:
-        problems.append("checkpointing (segments of Linear+ReLU blocks) is implemented for the "
-                        "MLP; drop --checkpointing with --model gpt")
     if not opts.pad:
         problems.append("--no-pad needs every sharded unit to divide by world_size; the GPT's "
                         "LayerNorms and biases rarely do: keep --pad with --model gpt")

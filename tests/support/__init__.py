@@ -1,0 +1,2 @@
+"""Helpers the tests and the bench scripts share (outside ``labkit/``: the package never reads
+``solutions/``)."""

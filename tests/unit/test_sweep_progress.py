@@ -1,0 +1,85 @@
+"""A lesson's sweep of runs shows one progress bar over the sweep (issue 39, item 3): its runs
+stay quiet (``progress=False``), the bar counts them on stderr, and stdout stays the
+lesson's own. Runs are stand-ins here: what is pinned is who shows what, where."""
+
+from __future__ import annotations
+
+import io
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from labkit.base import progress
+from labkit.base.progress import each
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal (where a bar can redraw)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_each_names_every_item_on_a_plain_line_when_asked_off_a_terminal(capsys) -> None:
+    assert list(each([1, 2, 4], "weak scaling", name=lambda n: f"{n} rank(s)",
+                     progress=True)) == [1, 2, 4]
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == ["weak scaling: 1/3 1 rank(s)", "weak scaling: 2/3 2 rank(s)",
+                                "weak scaling: 3/3 4 rank(s)"]
+
+
+def test_each_is_silent_off_a_terminal_unless_asked_and_never_when_refused(capsys) -> None:
+    assert list(each("ab", "sweep")) == ["a", "b"]
+    assert list(each("ab", "sweep", progress=False)) == ["a", "b"]
+    assert capsys.readouterr() == ("", "")
+
+
+def test_each_draws_a_bar_on_a_terminal_once_the_sweep_lasts(monkeypatch, capsys) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(progress, "SWEEP_DELAY_S", 0.0)
+    assert list(each(["none", "fp16"], "compression methods")) == ["none", "fp16"]
+    shown = terminal.getvalue()  # tqdm redraws at most every 0.1 s: the bar, its total
+    assert "compression methods" in shown and "/2 " in shown
+    assert capsys.readouterr().out == ""
+
+
+def _fake_run(calls: list[dict[str, Any]]) -> Any:
+    def run(**kwargs: Any) -> Any:
+        calls.append(kwargs)
+        method = kwargs["options"]["method"]
+        return SimpleNamespace(
+            metrics={"wire_bytes_per_step": [100.0], "predicted_wire_bytes": 100.0,
+                     "compression_ratio": 1.0 if method == "none" else 2.0},
+            step_time_s=0.01, losses=[1.0, 0.5])
+    return run
+
+
+@pytest.mark.lesson06
+def test_a_lesson_sweep_counts_its_runs_on_one_bar_and_its_runs_stay_quiet(monkeypatch,
+                                                                            capsys) -> None:
+    """``compare_compression`` runs each method once: one line per run from the sweep's bar
+    (asked for here, off a terminal), none from the runs themselves, nothing on stdout."""
+    import labkit
+    from labkit.lessons.compression import compare_compression
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(labkit, "run", _fake_run(calls))
+    monkeypatch.setattr(progress, "interactive", lambda: False)
+    real_each = progress.each
+
+    def asked(*args: Any, **kwargs: Any) -> Any:
+        return real_each(*args, **{**kwargs, "progress": True})
+
+    monkeypatch.setattr("labkit.lessons.compression.each", asked)
+    out = compare_compression(("none", "fp16", "topk"))
+    assert [row["method"] for row in out["rows"]] == ["none", "fp16", "topk"]
+    assert all(call["progress"] is False for call in calls)
+    stdout, stderr = capsys.readouterr()
+    assert stdout == ""
+    assert stderr.splitlines() == ["compression methods: 1/3 none",
+                                   "compression methods: 2/3 fp16",
+                                   "compression methods: 3/3 topk"]
