@@ -7,7 +7,8 @@ hardware (the replay: a model built from this run's own CPU times and fastest me
 labelled so) and what the machine's load did to it (the measurement). ``machine_wire`` fits
 an alpha-beta wire once per kernel from a short run of the built-in all-reduce, for a replay
 that should use a benchmark's wire instead of the run's own; ``replay_text`` says
-the two step times (and the two bubbles, for a pipeline) in one sentence;
+the two step times (and the two bubbles, for a pipeline) in one sentence, with where the
+measured ranks ran (pinned one per core, or why not: ``labkit.rank.pinning``);
 ``labkit.visuals.replay.plot_replay`` draws both timelines on one time scale.
 """
 
@@ -62,6 +63,9 @@ def replay_text(result: Any, rep: Replay | None, *, what: str = "the step") -> s
             f"{measured * 1e3:.1f} ms")
     if measured > 0 and modelled > 0:
         text += f" ({measured / modelled:.2f}x the replay)"
+    pinning = timeline.meta.get("pinning")
+    if isinstance(pinning, dict) and pinning.get("reason"):  # where the measured ranks ran
+        text += f" (measured with ranks {pinning['reason']})"
     metrics = getattr(result, "metrics", {})
     if "schedule" in metrics and "bubble_fraction" in metrics:  # a pipeline: its own measure
         from labkit.strategies.pipeline.metrics import timeline_bubble

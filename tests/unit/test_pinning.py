@@ -1,0 +1,75 @@
+"""``labkit.rank.pinning``: one rank per core where the cores allow (issue 32, item 1), pinned
+as pure data (which cores each rank takes, or why none) and on this process's own threads."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from labkit.rank import pinning
+from labkit.rank.pinning import PIN_ENV, Pinning, plan, run_meta
+
+
+def test_ranks_that_fit_take_one_core_each_in_rank_order():
+    usable = (2, 3, 5, 7)
+    got = [plan(r, 4, 1, usable).cores for r in range(4)]
+    assert got == [(2,), (3,), (5,), (7,)]
+    assert plan(0, 4, 1, usable).reason == "pinned: 4 ranks on 4 usable cores, 1 core each"
+
+
+def test_spare_cores_go_to_a_ranks_threads_but_never_past_its_share():
+    usable = tuple(range(8))
+    assert [plan(r, 2, 4, usable).cores for r in range(2)] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert plan(1, 2, 8, usable).cores == (4, 5, 6, 7)  # 8 threads, but 4 cores are its share
+    assert plan(2, 3, 2, usable).cores == (4, 5)  # 3 ranks x 2: cores 6 and 7 stay free
+
+
+def test_more_ranks_than_cores_are_not_pinned_and_say_so():
+    got = plan(1, 3, 1, (0, 1))
+    assert got.cores is None and got.usable == 2
+    assert got.reason == "not pinned: 3 ranks share 2 usable cores"
+
+
+def test_the_opt_out_and_a_system_without_affinity_leave_ranks_unpinned():
+    assert plan(0, 2, 1, (0, 1), enabled=False).reason == f"not pinned: {PIN_ENV}=0"
+    assert plan(0, 1, 1, ()).cores is None
+
+
+def test_the_run_meta_says_every_rank_was_pinned_only_when_each_was():
+    a = Pinning(cores=(0,), usable=2, reason="pinned: 2 ranks on 2 usable cores, 1 core each")
+    b = Pinning(cores=(1,), usable=2, reason=a.reason)
+    assert run_meta([a, b]) == {"pinned": True, "cores": [[0], [1]], "reason": a.reason}
+    off = Pinning(cores=None, usable=2, reason="not pinned: 3 ranks share 2 usable cores")
+    assert run_meta([off, off, off])["pinned"] is False
+    assert run_meta([a, None])["pinned"] is False  # a launcher that did not record one rank
+    assert run_meta([])["reason"] == "not recorded by this launcher"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
+def test_pinning_moves_every_thread_and_unpinning_gives_the_whole_set_back(monkeypatch):
+    """In this process: a thread started before pinning is moved too (gloo's and the intra-op
+    pool's threads exist before the job), and a later job that may not pin gets every usable
+    core back."""
+    usable = pinning.usable_cores()
+    stop = threading.Event()
+    seen: list[set[int]] = []
+
+    def worker() -> None:
+        stop.wait()
+        seen.append(os.sched_getaffinity(0))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    try:
+        got = pinning.pin_rank(0, 1, 1)
+        assert got.cores == (usable[0],)
+        assert os.sched_getaffinity(0) == {usable[0]}
+    finally:
+        stop.set()
+        t.join()
+        monkeypatch.setenv(PIN_ENV, "0")
+        back = pinning.pin_rank(0, 1, 1)
+    assert seen == [{usable[0]}]
+    assert back.cores is None and os.sched_getaffinity(0) == set(usable)
