@@ -20,9 +20,11 @@ The rule, decided in each rank from what the machine lets it use:
 
 Global rank and world size, never the local rank: ranks that share a host (emulated nodes in
 namespaces, torchrun's agents) then never share a core, and ranks on hosts of their own stay
-within the cores each host allows. Every thread of the process is pinned (the main thread,
-gloo's and the intra-op pool's), since ``sched_setaffinity`` moves one thread at a time.
-Linux only; elsewhere nothing is pinned, and the record says why. Torch-free.
+within the cores each host allows. The rank's main thread is pinned (it computes; the
+intra-op threads it starts later inherit its cores); gloo's threads, started with the process
+group, stay free to run wherever a core is idle: pinned beside the compute they made naive
+DDP's step slower here (measured: ``bench/bench_pinning.py``, docs/benchmarks.md). Linux only;
+elsewhere nothing is pinned, and the record says why. Torch-free.
 """
 
 from __future__ import annotations
@@ -82,31 +84,24 @@ def pin_enabled() -> bool:
 
 
 def pin_rank(rank: int, world_size: int, threads: int) -> Pinning:
-    """Pin every thread of this process by the rule (or unpin it) and say what was done."""
+    """Pin this rank's main thread by the rule (or unpin it) and say what was done."""
     usable = usable_cores()
     chosen = plan(rank, world_size, threads, usable, enabled=pin_enabled())
     if usable:
         try:
-            _set_all_threads(chosen.cores if chosen.cores is not None else usable)
+            _set_main_thread(chosen.cores if chosen.cores is not None else usable)
         except OSError as err:  # the set shrank under us (a cgroup changed): run unpinned
             return Pinning(cores=None, usable=len(usable), reason=f"not pinned: {err}")
     return chosen
 
 
-def _set_all_threads(cores: tuple[int, ...]) -> None:
-    """``sched_setaffinity`` for each thread of this process (threads started later inherit
-    the creating thread's set): the calling thread first, whose failure is raised; another
-    thread that ended meanwhile is skipped."""
+def _set_main_thread(cores: tuple[int, ...]) -> None:
+    """``sched_setaffinity`` of the calling thread only (Linux sets one thread's cores): the
+    rank's main thread, which computes; threads it starts later (the intra-op pool) inherit
+    the set. Threads that exist already -- gloo's, which move the messages -- keep floating:
+    pinned beside the compute on one core they queued behind it for a scheduler slice, and
+    naive DDP's step got slower (docs/benchmarks.md, "Ranks pinned to cores")."""
     os.sched_setaffinity(0, cores)
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError:
-        return
-    for tid in tids:
-        try:
-            os.sched_setaffinity(tid, cores)
-        except OSError:
-            continue
 
 
 def run_meta(pinnings: list[Pinning | None]) -> dict[str, object]:

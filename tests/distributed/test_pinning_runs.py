@@ -1,5 +1,5 @@
 """Ranks pinned one per core where the cores allow (issue 32, item 1), read from inside real
-ranks: every thread of rank r runs on the cores ``labkit.rank.pinning.plan`` gives it, the
+ranks: rank r's main thread runs on the cores ``labkit.rank.pinning.plan`` gives it, the
 run's timeline meta says so, more ranks than cores stay unpinned (and say why), the opt-out
 unpins, and a warm pool rank re-pins (or gives the cores back) per job."""
 
@@ -19,15 +19,9 @@ pytestmark = [pytest.mark.distributed, pytest.mark.xdist_group("serial"),
               pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")]
 
 
-def affinity(ctx: Any) -> list[list[int]]:
-    """Each thread's cores in this rank (the main thread, gloo's, the intra-op pool's)."""
-    out = []
-    for tid in sorted(int(t) for t in os.listdir("/proc/self/task")):
-        try:
-            out.append(sorted(os.sched_getaffinity(tid)))
-        except ProcessLookupError:  # a thread that ended while we looked
-            continue
-    return out
+def affinity(ctx: Any) -> list[int]:
+    """The cores of this rank's main thread (the one that computes)."""
+    return sorted(os.sched_getaffinity(0))
 
 
 def expected(rank: int, world_size: int, *, enabled: bool = True) -> list[int]:
@@ -42,9 +36,9 @@ def test_each_rank_runs_on_the_cores_the_rule_gives_it(world_size: int) -> None:
     with warnings.catch_warnings():  # 3 ranks on 2 cores warn that they share them
         warnings.simplefilter("ignore")
         res = labkit.launch(affinity, world_size, timeout_s=60)
-    for rank, threads in enumerate(res.outputs):
-        assert threads and all(t == expected(rank, world_size) for t in threads), (
-            f"rank {rank} of {world_size}: threads on {threads}, "
+    for rank, cores in enumerate(res.results):
+        assert cores == expected(rank, world_size), (
+            f"rank {rank} of {world_size}: main thread on {cores}, "
             f"expected {expected(rank, world_size)}")
     meta = res.timeline.meta["pinning"]
     fits = world_size <= len(usable_cores())
@@ -61,8 +55,8 @@ def test_each_rank_runs_on_the_cores_the_rule_gives_it(world_size: int) -> None:
 def test_the_opt_out_leaves_every_core_to_every_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PIN_ENV, "0")
     res = labkit.launch(affinity, 2, timeout_s=60)
-    for rank, threads in enumerate(res.outputs):
-        assert all(t == expected(rank, 2, enabled=False) for t in threads), (rank, threads)
+    for rank, cores in enumerate(res.results):
+        assert cores == expected(rank, 2, enabled=False), (rank, cores)
     assert res.timeline.meta["pinning"]["reason"] == f"not pinned: {PIN_ENV}=0"
 
 
@@ -76,4 +70,4 @@ def test_a_strategy_run_records_its_pinning_and_a_pool_pins_per_job() -> None:
     with labkit.Pool(2) as pool:
         for _ in range(2):
             again = pool.launch(affinity)
-            assert [t[0] for t in again.outputs] == [expected(0, 2), expected(1, 2)]
+            assert list(again.results) == [expected(0, 2), expected(1, 2)]

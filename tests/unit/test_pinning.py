@@ -48,28 +48,33 @@ def test_the_run_meta_says_every_rank_was_pinned_only_when_each_was():
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
-def test_pinning_moves_every_thread_and_unpinning_gives_the_whole_set_back(monkeypatch):
-    """In this process: a thread started before pinning is moved too (gloo's and the intra-op
-    pool's threads exist before the job), and a later job that may not pin gets every usable
-    core back."""
+def test_pinning_moves_the_main_thread_and_what_it_starts_and_unpinning_undoes_it(monkeypatch):
+    """In this process: the calling (main) thread and a thread it starts afterwards run on the
+    rank's core; a thread that existed before (gloo's) keeps every core; a later job that may
+    not pin gets every usable core back."""
     usable = pinning.usable_cores()
-    stop = threading.Event()
-    seen: list[set[int]] = []
+    seen: dict[str, set[int]] = {}
+    go = threading.Event()
 
-    def worker() -> None:
-        stop.wait()
-        seen.append(os.sched_getaffinity(0))
+    def look(name: str) -> None:
+        go.wait()
+        seen[name] = os.sched_getaffinity(0)
 
-    t = threading.Thread(target=worker)
-    t.start()
+    before = threading.Thread(target=look, args=("before",))
+    before.start()
     try:
         got = pinning.pin_rank(0, 1, 1)
+        after = threading.Thread(target=look, args=("after",))
+        after.start()
+        go.set()
+        before.join()
+        after.join()
         assert got.cores == (usable[0],)
         assert os.sched_getaffinity(0) == {usable[0]}
     finally:
-        stop.set()
-        t.join()
+        go.set()
+        before.join()
         monkeypatch.setenv(PIN_ENV, "0")
         back = pinning.pin_rank(0, 1, 1)
-    assert seen == [{usable[0]}]
+    assert seen == {"before": set(usable), "after": {usable[0]}}
     assert back.cores is None and os.sched_getaffinity(0) == set(usable)
