@@ -3,7 +3,7 @@ the measured run beside the same run re-timed as if every rank had a core of its
 wire were the alpha-beta fitted on this machine (``labkit.analysis.replay``, issue 32).
 
 A student on a busy laptop then sees two things apart: what this algorithm does on dedicated
-hardware (the replay: a model built from this run's own CPU times and fastest messages, and
+hardware (the replay: a model built from this run's own CPU times and typical messages, and
 labelled so) and what the machine's load did to it (the measurement). ``machine_wire`` fits
 an alpha-beta wire once per kernel from a short run of the built-in all-reduce, for a replay
 that should use a benchmark's wire instead of the run's own; ``replay_text`` says
@@ -41,7 +41,7 @@ def machine_wire(world_size: int = 2, runner: Any = None) -> AlphaBeta:
 def dedicated(result: Any, wire: AlphaBeta | None = None) -> Replay | None:
     """``result``'s timeline replayed on dedicated cores (None where it cannot be: a trace
     without the members of a collective, or a run on a GPU, whose spans carry no CPU time).
-    Messages cost what the run's own fastest message of their kind took, or ``wire``."""
+    Messages cost what the run's own typical message of their kind took, or ``wire``."""
     timeline = getattr(result, "timeline", result)
     if not any(e.cpu_ns is not None for e in timeline):
         return None
