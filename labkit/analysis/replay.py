@@ -12,7 +12,7 @@ trace holds what is needed to take that wait out (issue 32, item 3):
   the median over its instances of the time from when it could start (its last rank arrived
   and its ranks' previous collective had left the wire) to its end. Not the fastest: naive
   DDP's same-size all-reduces range 0.4-5 ms on this machine, and the fastest made its
-  replayed step 0.22-0.37x the measured one. Given a ``wire``, the alpha-beta model
+  replayed step 0.13-0.37x the measured one. Given a ``wire``, the alpha-beta model
   (``labkit.theory.comm``: a ring for the collectives, ``alpha + bytes / bandwidth`` for a
   send) times them instead. The run's own messages carry the
   per-call costs (Python, the backend) that a benchmark's fit leaves out.
