@@ -18,6 +18,7 @@ from labkit.config.metrics import combine_records
 from labkit.config.run import RunConfig
 from labkit.rank.context import RankOutput
 from labkit.rank.job import RankReport, RunJob
+from labkit.rank.pinning import run_meta
 
 
 @dataclass
@@ -89,7 +90,7 @@ def collect(job: RunJob, reports: list[RankReport], wall: float) -> RunResult:
     hosts = sorted({r.host for r in reports})
     timeline = Timeline(merged_events(reports), config.world_size,
                         {"config": config.to_json(), "backend": backend, "hosts": hosts,
-                         "grid": grid.as_dict()})
+                         "grid": grid.as_dict(), "pinning": _pinning(reports)})
     per_step = [o.losses for o in outputs if o.losses]
     losses = [statistics.fmean(vals) for vals in zip(*per_step)] if per_step else []
     metrics: dict[str, Any] = dict(timeline.summary()) if config.trace else {}
@@ -111,5 +112,12 @@ def collect(job: RunJob, reports: list[RankReport], wall: float) -> RunResult:
 def launch_result(reports: list[RankReport], world_size: int, wall: float, logs: list[str]
                   ) -> LaunchResult:
     """Every rank's return value, in rank order, with the merged timeline."""
-    return LaunchResult([r.output for r in reports], Timeline(merged_events(reports), world_size),
-                        wall, logs)
+    return LaunchResult([r.output for r in reports],
+                        Timeline(merged_events(reports), world_size,
+                                 {"pinning": _pinning(reports)}), wall, logs)
+
+
+def _pinning(reports: list[RankReport]) -> dict[str, Any]:
+    """Each rank's cores, in rank order (``labkit.rank.pinning.run_meta``)."""
+    ordered = sorted(reports, key=lambda r: r.rank)
+    return run_meta([r.pinning for r in ordered])

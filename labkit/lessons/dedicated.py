@@ -3,11 +3,12 @@ the measured run beside the same run re-timed as if every rank had a core of its
 wire were the alpha-beta fitted on this machine (``labkit.analysis.replay``, issue 32).
 
 A student on a busy laptop then sees two things apart: what this algorithm does on dedicated
-hardware (the replay: a model built from this run's own CPU times and fastest messages, and
+hardware (the replay: a model built from this run's own CPU times and typical messages, and
 labelled so) and what the machine's load did to it (the measurement). ``machine_wire`` fits
 an alpha-beta wire once per kernel from a short run of the built-in all-reduce, for a replay
 that should use a benchmark's wire instead of the run's own; ``replay_text`` says
-the two step times (and the two bubbles, for a pipeline) in one sentence;
+the two step times (and the two bubbles, for a pipeline) in one sentence, with where the
+measured ranks ran (pinned one per core, or why not: ``labkit.rank.pinning``);
 ``labkit.visuals.replay.plot_replay`` draws both timelines on one time scale.
 """
 
@@ -40,7 +41,7 @@ def machine_wire(world_size: int = 2, runner: Any = None) -> AlphaBeta:
 def dedicated(result: Any, wire: AlphaBeta | None = None) -> Replay | None:
     """``result``'s timeline replayed on dedicated cores (None where it cannot be: a trace
     without the members of a collective, or a run on a GPU, whose spans carry no CPU time).
-    Messages cost what the run's own fastest message of their kind took, or ``wire``."""
+    Messages cost what the run's own typical message of their kind took, or ``wire``."""
     timeline = getattr(result, "timeline", result)
     if not any(e.cpu_ns is not None for e in timeline):
         return None
@@ -62,6 +63,9 @@ def replay_text(result: Any, rep: Replay | None, *, what: str = "the step") -> s
             f"{measured * 1e3:.1f} ms")
     if measured > 0 and modelled > 0:
         text += f" ({measured / modelled:.2f}x the replay)"
+    pinning = timeline.meta.get("pinning")
+    if isinstance(pinning, dict) and pinning.get("reason"):  # where the measured ranks ran
+        text += f" (measured with ranks {pinning['reason']})"
     metrics = getattr(result, "metrics", {})
     if "schedule" in metrics and "bubble_fraction" in metrics:  # a pipeline: its own measure
         from labkit.strategies.pipeline.metrics import timeline_bubble

@@ -7,7 +7,8 @@ way and produces the same bits:
 
 1. every random generator reset to the job's seed (torch ``seed * 1000 + rank``, Python's
    ``random`` and numpy's global generator from the same number), torch's thread count set,
-   gradients on, fp32 the default dtype -- whatever the previous job changed;
+   gradients on, fp32 the default dtype -- whatever the previous job changed; the rank
+   pinned to cores of its own where they allow (``labkit.rank.pinning``), again per job;
 2. a fresh tracer and ``Comm``; the grid's sub-groups are made once per grid and reused.
    ``new_subgroups_by_enumeration`` is collective: every rank must create every group of an
    axis, in the same order. Pool ranks run the same jobs in the same order, so their caches
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.rank.context import RankContext, RunContext
 from labkit.rank.job import Job, LaunchJob, RankReport, RunJob
+from labkit.rank.pinning import pin_rank
 from labkit.rank.subgroups import build_axis_comms
 
 if TYPE_CHECKING:
@@ -123,6 +125,7 @@ class RankGroup:
         from labkit.trace.tracer import CudaTracer, Tracer
 
         reset_rank_state(job.seed, self.rank, job.threads)  # 1.
+        pinning = pin_rank(self.rank, self.world_size, job.threads)
         tracer = (CudaTracer(self.rank, job.trace) if self.backend == "nccl"
                   else Tracer(self.rank, job.trace))
         grid = job.grid if isinstance(job, RunJob) else None
@@ -154,7 +157,7 @@ class RankGroup:
             raise
         comm.drain()  # every async op's span recorded before the events are handed in
         report = RankReport(rank=self.rank, host=socket.gethostname(),
-                            events=tracer.events(offset), output=output)
+                            events=tracer.events(offset), output=output, pinning=pinning)
         if before_destroy is not None:
             before_destroy(report)
         return report

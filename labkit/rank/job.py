@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from labkit.base.events import Event
 from labkit.base.grid import Grid
+from labkit.rank.pinning import Pinning
 
 if TYPE_CHECKING:
     from labkit.config.run import RunConfig
@@ -69,3 +70,5 @@ class RankReport:
     host: str
     events: list[Event]
     output: Any
+    pinning: Pinning | None = None
+    """The cores this rank was pinned to for the job, or why not (``labkit.rank.pinning``)."""

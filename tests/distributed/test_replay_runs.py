@@ -3,7 +3,7 @@
 on each rank, never let a message arrive before it was sent or a collective end before its
 last rank reached it, and take the measured wait for a core out. On a quiet machine (ranks <=
 cores, load under half the cores) the replayed pipeline step is within 15 % of the measured
-one (DDP's is not yet: xfail, with the numbers); on a busy one that check is skipped with the
+one (DDP's is not yet every run: xfail, with the numbers); on a busy one that check is skipped with the
 load it saw (``bench/bench_replay.py`` prints both)."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ CASES: dict[str, dict[str, Any]] = {
 
 @pytest.fixture(scope="module")
 def wire() -> Any:
-    return None  # the run's own fastest messages (labkit.lessons.dedicated's default)
+    return None  # the run's own typical messages (labkit.lessons.dedicated's default)
 
 
 def test_a_benchmark_wire_replays_too() -> None:
@@ -78,8 +78,10 @@ def test_a_real_run_replays_in_order_and_without_the_wait(name: str, wire: Any) 
                     f"measured {measured * 1e3:.1f} ms")
     if name.startswith("ddp"):
         pytest.xfail(f"{name}: replayed {modelled * 1e3:.1f} ms vs measured {measured * 1e3:.1f} ms "
-                     "quiet -- the replay still misses DDP (Python between spans scaled by the "
-                     "compute's core share; async buckets timed with their contention): issue 32")
+                     "quiet -- closer since messages cost their kind's median, queueing excluded, "
+                     "but not yet within 15 % every run: one median per kind is short of a "
+                     "wall of same-size messages with a long tail (naive), and an async bucket's "
+                     "time carries its contention with backward (bucketed): issue 32")
     assert abs(modelled - measured) <= 0.15 * measured, (
         f"{name} on a quiet machine: replayed {modelled * 1e3:.1f} ms vs measured "
         f"{measured * 1e3:.1f} ms ({modelled / measured:.2f}x)")

@@ -102,3 +102,35 @@ def test_sub_group_collectives_and_unpaired_messages_are_refused_in_words():
         replay(Timeline(tp, 2), WIRE)
     with pytest.raises(ReplayError, match="has no matching message"):
         replay(Timeline([ev(0, Op.SEND, 0, 1, peer=1, bytes=4)], 2), WIRE)
+
+
+def test_the_runs_own_wire_is_its_typical_message_not_its_luckiest():
+    """Naive DDP's wall of same-size all-reduces: three took 1 ms once both ranks had arrived,
+    one took 0.2 ms (the peer's half was already there). Replayed, each costs the median, 1 ms:
+    the lucky one would make the whole wall five times too short."""
+    events = [ev(r, Op.STEP, 0, 5.2) for r in (0, 1)] + [ev(r, Op.BACKWARD, 0, 2, cpu_ms=2)
+                                                        for r in (0, 1)]
+    t = 2.0
+    for took in (1, 1, 0.2, 1):
+        events += [ev(r, Op.ALL_REDUCE, t, took, bytes=1024) for r in (0, 1)]
+        t += took
+    rep = replay(Timeline(events, 2))
+    assert [e.dur_ns for e in by_op(rep.timeline, 0, Op.ALL_REDUCE)] == [1 * MS] * 4
+    assert rep.step_times_s() == [pytest.approx(6e-3)]
+
+
+def test_a_bucket_queued_behind_the_one_before_is_not_charged_its_queue():
+    """Three 1 MB buckets issued together at 5 ms inside backward; the backend moves one at a
+    time, 2 ms each, so they end at 7, 9 and 11 ms and measure 2, 4 and 6 ms from their issue.
+    Each costs 2 ms on the wire (its start is when the one before left it); the replay queues
+    them again, so the wait ends at 11 ms as measured -- not at 5 + 4 + 4 + 4 = 17 ms."""
+    events = []
+    for r in (0, 1):
+        events += [ev(r, Op.STEP, 0, 11), ev(r, Op.BACKWARD, 0, 6, cpu_ms=6)]
+        events += [ev(r, Op.ALL_REDUCE, 5, 2 * (b + 1), bytes=1_000_000, bucket=b)
+                   for b in range(3)]
+        events += [ev(r, Op.WAIT, 6, 5)]
+    rep = replay(Timeline(events, 2))
+    ends = [e.end_ns for e in by_op(rep.timeline, 0, Op.ALL_REDUCE)]
+    assert sorted(ends) == [7 * MS, 9 * MS, 11 * MS]
+    assert rep.step_times_s() == [pytest.approx(11e-3)]
