@@ -199,7 +199,7 @@ def predictions_text(exp: PSExperiment) -> str:
 
 def race_text(exp: PSExperiment) -> str:
     """Who reached the target loss first, with equal workers and with the straggler, as
-    this run measured it; where ASP did not win with the straggler, why it may not have."""
+    this run measured it, then the verdicts with the straggler (``verdict_lines``)."""
     rows = {r["run"]: r for r in exp.table()}
     lines = []
     for suffix, label in (("", "equal workers"), (", straggler", "with the straggler")):
@@ -213,17 +213,27 @@ def race_text(exp: PSExperiment) -> str:
         shown = ", ".join(f"{c.upper()} {t:.2f} s" if t is not None else f"{c.upper()} never"
                           for c, t in times.items())
         lines.append(f"{label}: {first.upper()} reached loss {exp.target:g} first ({shown})")
-    strag = {c: rows[f"{c}, straggler"]["time_to_target_s"] for c in ("bsp", "asp")
-             if f"{c}, straggler" in rows}
-    if set(strag) == {"bsp", "asp"}:
-        bsp, asp = strag["bsp"], strag["asp"]
-        if asp is not None and (bsp is None or asp < bsp):
-            lines.append("the rule holds here: with the straggler ASP got there "
-                         + (f"{bsp / asp:.1f}x sooner" if bsp else "and BSP never did"))
-        else:
-            lines.append("this run contradicts the rule (ASP first with a straggler): "
-                         + why_not(exp.load or load_now(), exp.settings["world_size"]))
+    if all(f"{c}, straggler" in exp.runs for c in ("asp", "bsp")):
+        lines.extend(verdict_lines(exp))
     return "\n".join(lines)
+
+
+def verdict_lines(exp: PSExperiment) -> list[str]:
+    """The race's and the gradient rate's verdicts with the straggler
+    (``labkit.lessons.async_ps_verdicts``); for one that is not "holds", why the run may have
+    missed, and the same ratio on the two runs replayed on dedicated cores."""
+    from labkit.lessons.async_ps_verdicts import race_on_trace, race_verdict, rate_ratio, rate_verdict
+    from labkit.lessons.replayed import again
+
+    pair = [exp.runs["asp, straggler"], exp.runs["bsp, straggler"]]
+    lines = []
+    for verdict, read in ((race_verdict(exp), lambda a, b: race_on_trace(a, b, exp.target)),
+                          (rate_verdict(exp), rate_ratio)):
+        lines.append(verdict.sentence())
+        if not verdict.holds:
+            lines.append("  " + why_not(exp.load or load_now(), exp.settings["world_size"]))
+            lines.append("  " + again(verdict.what, read, pair, verdict.sample.value))
+    return lines
 
 
 def staleness_text(exp: PSExperiment) -> str:

@@ -190,7 +190,8 @@ def _ddp_row(name: str, nodes: int, link: str | None, result: Any, t1: float) ->
 def overhead_inside_vs_across(ddp: dict[str, Any], link: str | None = None) -> dict[str, Any]:
     """Seed 001's FAQ ("5-15% inside a node, 15-30% across") as this machine measured it:
     the share of the DDP step spent in exposed communication, inside one node and across
-    ``link`` (default: the first link measured)."""
+    ``link`` (default: the first link measured). ``runs``: the two runs behind the shares
+    (inside, across), for the replay a missed verdict draws."""
     rows = ddp["rows"]
     inside = next(r for r in rows if r["name"].startswith("1 node"))
     across = next(r for r in rows if r["nodes"] == 2 and (link is None or r["link"] == link))
@@ -199,7 +200,10 @@ def overhead_inside_vs_across(ddp: dict[str, Any], link: str | None = None) -> d
         share = across["predicted_comm_s"] / across["predicted_step_s"]
     return {"inside": inside["exposed_share"], "across": share, "link": across["link"],
             "faq_inside": (0.05, 0.15), "faq_across": (0.15, 0.30),
-            "measured": across["step_s"] is not None}
+            "measured": across["step_s"] is not None,
+            "runs": {k: ddp["results"][r["name"]] for k, r in (("inside", inside),
+                                                               ("across", across))
+                     if r["name"] in ddp.get("results", {})}}
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:

@@ -74,3 +74,15 @@ def ratio(numbers: Mapping[str, Sequence[float]], top: str, bottom: str) -> Samp
 def least(numbers: Mapping[str, Sequence[float]], name: str) -> Sample:
     """A time or an idle share: noise only adds to it, so the least run is the variant's own."""
     return Sample.of(numbers[name], "min")
+
+
+SINGLE_RUN_NOISE = 0.05
+"""The least relative noise one run's step time carries here (two runs of the same work on a
+quiet 2-core machine differ by a few percent): the noise a claim judged on one run per side
+is given, since one run cannot measure its own."""
+
+
+def one_run_ratio(ratio: float) -> Sample:
+    """A ratio of two single runs, with ``SINGLE_RUN_NOISE`` on each side (twice it on the
+    ratio): ``judge`` then says "holds" only for an effect beyond that noise."""
+    return Sample(ratio, abs(ratio) * 2 * SINGLE_RUN_NOISE, (ratio,))

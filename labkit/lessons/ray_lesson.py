@@ -129,10 +129,37 @@ def tasks_text(elapsed_s: float, results: Sequence[dict[str, Any]], delay_s: flo
     return line
 
 
+def step_ratio(top: Any, bottom: Any) -> Any:
+    """``top``'s step over ``bottom``'s, step by step (first step skipped: warm-up), as a
+    ``labkit.analysis.claims.Sample``: the median of the pairs and their half-spread."""
+    from labkit.analysis.claims import Sample
+
+    a, b = top.timeline.step_times_s()[1:], bottom.timeline.step_times_s()[1:]
+    n = min(len(a), len(b))
+    if not n:
+        raise ValueError("the runs have no steps after the first to compare")
+    return Sample.ratio(a[:n], b[:n])
+
+
+def launchers_verdict(ours: Any, via_ray: Any) -> Any:
+    """Whether a step cost about the same under both launchers (within 1.5x), judged on
+    ``step_ratio`` (``labkit.analysis.claims.judge``); None without steps to compare."""
+    from labkit.analysis.claims import Claim, judge
+
+    try:
+        sample = step_ratio(via_ray, ours)
+    except ValueError:
+        return None
+    return judge(sample, Claim.within_factor(1.0, 1.5, "the same ranks on the same gloo cost "
+                                             "about the same per step under either launcher"),
+                 "Ray Train's step / labkit's, step by step", fmt=".2f")
+
+
 def launchers_text(ours: Any, via_ray: Any) -> str:
     """Both launchers' times, how much of each run came before its first step, and whether a
-    step cost the same under both (judged step by step: ``labkit.analysis.claims``)."""
-    from labkit.analysis.claims import Claim, Sample, judge
+    step cost the same under both (``launchers_verdict``); where it did not hold, the same
+    ratio on both runs replayed on dedicated cores (``labkit.lessons.replayed``)."""
+    from labkit.lessons.replayed import again
 
     out = []
     for name, r in (("labkit", ours), ("Ray Train", via_ray)):
@@ -145,18 +172,15 @@ def launchers_text(ours: Any, via_ray: Any) -> str:
     out.append(f"Ray Train took {ratio:.0f}x labkit's time for the same steps and the same "
                f"weights ({'same' if ours.params_sha256 == via_ray.params_sha256 else 'DIFFERENT'}"
                f" sha256)")
-    a, b = via_ray.timeline.step_times_s()[1:], ours.timeline.step_times_s()[1:]
-    n = min(len(a), len(b))
-    if n:
-        v = judge(Sample.ratio(a[:n], b[:n]),
-                  Claim.within_factor(1.0, 1.5, "the same ranks on the same gloo cost about the "
-                                      "same per step under either launcher"),
-                  "Ray Train's step / labkit's, step by step", fmt=".2f")
+    v = launchers_verdict(ours, via_ray)
+    if v is not None:
         out.append(v.sentence())
         if not v.holds:
             out.append("Ray's own processes (its raylet, its object store and the train "
                        "controller) stay alive beside the ranks and take turns on the same cores, "
                        "and a step of a few ms feels every such turn")
+            out.append(again("Ray Train's step / labkit's", lambda a, b: step_ratio(a, b).value,
+                             [via_ray, ours], v.sample.value))
     return "\n".join(out)
 
 

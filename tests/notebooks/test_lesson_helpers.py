@@ -83,27 +83,40 @@ def test_gradient_rate_counts_while_every_worker_computes() -> None:
 
 
 def _race(bsp_s: float, asp_s: float) -> async_ps.PSExperiment:
+    ms = 1_000_000
+    pace = {"asp": {1: 10 * ms, 2: 40 * ms}, "bsp": {1: 40 * ms, 2: 40 * ms}}
+
     def run(c: str, t: float) -> SimpleNamespace:
+        ps = _ps_run({w: [gap * (i + 1) for i in range(10)] for w, gap in pace[c].items()})
         return SimpleNamespace(
             metrics={"updates": 40, "updates_per_s": 10.0, "mean_staleness": 0.0,
                      "max_staleness": 0, "consistency": c, "workers": 2,
                      "loss_vs_time": [[t / 2, 2.3]] * 12 + [[t, 2.0]] * 12,
                      "max_abs_diff_vs_reference": 1e-8},
-            losses=[2.0] * 8, timeline=Timeline([], 3),
-            config=SimpleNamespace(options=SimpleNamespace(servers=1)))
+            losses=[2.0] * 8, timeline=ps.timeline, config=ps.config)
     runs = {"bsp, straggler": run("bsp", bsp_s), "asp, straggler": run("asp", asp_s)}
-    return async_ps.PSExperiment(runs, 2.1, {"world_size": 3, "bound": 2},
+    return async_ps.PSExperiment(runs, 2.1, {"world_size": 3, "bound": 2, "factor": 4.0},
                                  machine.Load(3.0, 2))
 
 
 def test_the_race_sentence_follows_the_run() -> None:
-    """ASP first: the rule holds, with the measured ratio. BSP first: the sentence says the
-    run contradicts the rule, how many ranks shared how many cores and how busy it was."""
-    assert "the rule holds here: with the straggler ASP got there 2.0x sooner" in \
-        async_ps.race_text(_race(2.0, 1.0))
+    """ASP first by 2x: the race's verdict holds, with the ratio it judged, and so does the
+    gradient rate (120 / 50 per second). BSP and ASP within the noise of one run each: the
+    race is inconclusive, never "holds", and the sentence says how many ranks shared how many
+    cores and how busy it was; the timeline has no CPU times, so it says there is no replay."""
+    from labkit.lessons.async_ps_verdicts import RACE, RATE
+
+    text = async_ps.race_text(_race(2.0, 1.0))
+    assert f"{RACE}: BSP's time to the target / ASP's 2.00 +- 0.20, the rule wants above " \
+           "1.00 -- holds" in text
+    assert f"{RATE} (the formula: ((W-1)F+1)/W = 2.50x): ASP / BSP gradients per second " \
+           "2.40 +- 0.24" in text and text.count("-- holds") == 2
     text = async_ps.race_text(_race(0.73, 0.75))
-    assert "BSP reached loss 2.1 first" in text and "contradicts the rule" in text
+    assert "BSP reached loss 2.1 first" in text and "-- holds" in text  # the rate only
+    assert "BSP's time to the target / ASP's 0.97 +- 0.10, the rule wants above 1.00 -- " \
+           "inconclusive on this machine" in text
     assert "3 ranks shared 2 cores" in text and "load average 3.0 on 2 cores" in text
+    assert "no dedicated-core replay" in text
 
 
 def test_sharing_cores_silences_only_the_oversubscription_warning() -> None:
@@ -214,3 +227,75 @@ def test_an_efficiency_above_one_is_named_as_noise_not_a_speedup() -> None:
     assert "2 nodes, infiniband_hdr: efficiency 140%" in text and "at least 40% of noise" in text
     assert "1 node" not in text
     assert "at most 100 %" in cluster_text.efficiency_text([{"name": "x", "efficiency": 0.8}])
+
+
+def _contended(cpu_ms: float, wall_ms: float, steps: int = 3, idle: str | None = None) -> SimpleNamespace:
+    """Two ranks, each step compute (``cpu_ms`` of CPU in ``wall_ms`` of wall time: the rest
+    waited for a core) then a blocking all-reduce of 1 ms; ``idle``: rank 1 then sleeps in a
+    span of that name for ``wall_ms`` (a straggler's idle, no CPU time)."""
+    ms, events, t = 1_000_000, [], 0
+    wall = int(wall_ms * ms)
+    for s in range(steps):
+        end = t + wall * (2 if idle else 1) + ms  # the all-reduce ends together on both ranks
+        for r in (0, 1):
+            events.append(Event(r, Lane.COMPUTE, Op.FORWARD, t, wall, step=s,
+                                cpu_ns=int(cpu_ms * ms)))
+            arrive = t + wall
+            if idle and r == 1:
+                events.append(Event(r, Lane.COMPUTE, Op.BACKWARD, arrive, wall, step=s,
+                                    name=idle, cpu_ns=0))
+                arrive += wall
+            events.append(Event(r, Lane.COMM, Op.ALL_REDUCE, arrive, end - arrive, step=s,
+                                bytes=4096))
+            events.append(Event(r, Lane.STEP, Op.STEP, t, end - t, step=s))
+        t = end
+    timeline = Timeline(events, 2)
+    return SimpleNamespace(timeline=timeline, step_time_s=timeline.median_step_s())
+
+
+def test_a_replayed_run_drops_the_wait_for_a_core_and_keeps_an_asked_idle() -> None:
+    """Compute that used 2 ms of CPU in 8 ms of wall time replays at 2 ms: a step of 3 ms
+    (with the 1 ms all-reduce), a quarter of the 9 ms measured; the stand-in keeps the run's
+    other attributes. A straggler's idle ("slow x4", a sleep) is kept at 3 x its own CPU time,
+    not dropped as waiting."""
+    from labkit.lessons import replayed
+
+    run = _contended(2.0, 8.0)
+    run.config = "kept"
+    copy = replayed.replayed(run)
+    assert copy is not None and copy.config == "kept"
+    assert copy.step_time_s == pytest.approx(0.003, rel=0.01)
+    assert replayed.delay(run) == pytest.approx(3.0, rel=0.01)
+    slow = _contended(2.0, 8.0, idle="slow x4")
+    idle = [e for e in replayed.intended_idle(slow.timeline) if e.name == "slow x4"]
+    assert {e.cpu_ns for e in idle} == {6_000_000}
+    assert replayed.replayed(slow).step_time_s == pytest.approx(0.009, rel=0.01)  # 2 + 6 + 1
+
+
+def test_the_replayed_sentence_reads_the_verdicts_own_quantity() -> None:
+    """``again`` applies the lesson's own reading to the replayed runs, labelled as a model,
+    beside the measured value; a run without CPU times has no replay, and says so; the most
+    delayed run is the one whose replay is drawn."""
+    from labkit.analysis.replay import MODEL_LABEL
+    from labkit.lessons import replayed
+
+    a, b = _contended(2.0, 8.0), _contended(4.0, 4.0)
+    text = replayed.again("a's step / b's", lambda x, y: x.step_time_s / y.step_time_s,
+                          [a, b], measured=9 / 5)
+    assert text == f"a's step / b's, {MODEL_LABEL}: 0.60, where this machine measured 1.80"
+    bare = SimpleNamespace(timeline=Timeline([Event(0, Lane.COMPUTE, Op.FORWARD, 0, 5)], 1))
+    assert "no dedicated-core replay" in replayed.again("x", lambda r: 1.0, [bare], 1.0)
+    assert replayed.most_delayed({"a": a, "b": b, "bare": bare}) == "a"
+
+
+def test_the_faq_ordering_is_a_verdict_with_its_noise() -> None:
+    """Lesson 10's "more of the step lost across nodes": 30 % across vs 10 % inside holds;
+    11 % vs 10 % is within two runs' noise (inconclusive), and the sentence never says holds."""
+    def over(inside: float, across: float) -> dict:
+        return {"inside": inside, "across": across, "link": "infiniband_hdr",
+                "faq_inside": (0.05, 0.15), "faq_across": (0.15, 0.30), "measured": True}
+
+    assert cluster_text.overhead_text(over(0.10, 0.30)).endswith("-- holds")
+    near = cluster_text.overhead_text(over(0.10, 0.11))
+    assert "exposed share across / inside 1.10 +- 0.11" in near and "holds" not in near
+    assert "inconclusive on this machine" in near
