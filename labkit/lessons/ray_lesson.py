@@ -114,18 +114,38 @@ def reports_text(lines: Sequence[str]) -> str:
             f"being retried; the first reads \"{first}.\"")
 
 
+def tasks_verdict(elapsed_s: float, tasks: int, delay_s: float = 0.2) -> Any:
+    """Whether ``tasks`` tasks of ``delay_s`` seconds took the waves of tasks the CPUs allow
+    (ceil(tasks / CPUs) x ``delay_s``, within 1.5x): one run, so the measured time carries
+    ``labkit.lessons.measure.SINGLE_RUN_NOISE``."""
+    from labkit.analysis.claims import Claim, Sample, judge
+    from labkit.lessons.measure import SINGLE_RUN_NOISE
+
+    waves = -(-tasks // max(int(cpu_count()), 1))
+    return judge(Sample(elapsed_s, elapsed_s * SINGLE_RUN_NOISE, (elapsed_s,)),
+                 Claim.within_factor(waves * delay_s, 1.5,
+                                     f"Ray runs as many tasks at a time as it has CPUs, so "
+                                     f"{tasks} tasks take {waves} wave(s) of {delay_s:g} s"),
+                 "seconds to the last task's end", fmt=".2f")
+
+
 def tasks_text(elapsed_s: float, results: Sequence[dict[str, Any]], delay_s: float = 0.2
                ) -> str:
-    """The task timing the lesson states, from the run: serial, parallel on the CPUs, measured."""
+    """The task timing the lesson states, from the run: serial, parallel on the CPUs,
+    measured, and the verdict (``tasks_verdict``); a sleeping task has no CPU time to replay,
+    so a miss is explained, not replayed."""
     n, cpus = len(results), int(cpu_count())
     waves = -(-n // max(cpus, 1))
     pids = sorted({r["pid"] for r in results})
     line = (f"{n} tasks of {delay_s:g} s on {cpus} CPUs: {elapsed_s:.2f} s measured; one at a "
             f"time would take {n * delay_s:.1f} s, {cpus} at a time {waves * delay_s:.1f} s; "
             f"they ran in {len(pids)} worker processes {pids}")
-    if elapsed_s > 1.5 * waves * delay_s:
-        line += ("\nslower than the waves of tasks: Ray's scheduler and the worker processes "
-                 "waited for cores other programs were using (run the cell again)")
+    v = tasks_verdict(elapsed_s, n, delay_s)
+    line += "\n" + v.sentence()
+    if not v.holds:
+        line += ("\nRay's scheduler and its worker processes waited for cores other programs "
+                 "were using; no dedicated-core replay: a task that sleeps has no CPU time to "
+                 "replay, and Ray's calls leave no labkit trace")
     return line
 
 

@@ -299,3 +299,15 @@ def test_the_faq_ordering_is_a_verdict_with_its_noise() -> None:
     near = cluster_text.overhead_text(over(0.10, 0.11))
     assert "exposed share across / inside 1.10 +- 0.11" in near and "holds" not in near
     assert "inconclusive on this machine" in near
+
+
+def test_ray_tasks_are_judged_against_their_waves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four 0.2 s tasks on 2 CPUs: 0.41 s is two waves (holds); 0.8 s is not, and the lesson
+    says why and that a sleeping task has nothing to replay, never "run the cell again"."""
+    monkeypatch.setattr(ray_lesson, "cpu_count", lambda: 2)
+    results = [{"pid": 10 + i % 2} for i in range(4)]
+    assert ray_lesson.tasks_text(0.41, results).endswith("-- holds")
+    slow = ray_lesson.tasks_text(0.8, results)
+    assert "seconds to the last task's end 0.80 +- 0.04, the rule wants from 0.27 to 0.60 -- " \
+           "contradicted by this run" in slow
+    assert "no dedicated-core replay" in slow and "again" not in slow
