@@ -311,3 +311,21 @@ def test_ray_tasks_are_judged_against_their_waves(monkeypatch: pytest.MonkeyPatc
     assert "seconds to the last task's end 0.80 +- 0.04, the rule wants from 0.27 to 0.60 -- " \
            "contradicted by this run" in slow
     assert "no dedicated-core replay" in slow and "again" not in slow
+
+
+def test_hierarchical_is_judged_on_the_side_the_model_puts_it() -> None:
+    """4 MB across the link: the model says hierarchical is faster (1.5x); measured 1.4x
+    holds. At a size where the model says no faster, a measured 1.3x contradicts it, and the
+    lesson says why and that the benchmark's times cannot be replayed."""
+    def rows(pred_flat: float, flat: float) -> dict:
+        return {"rows": [{"impl": "ring", "bytes": 4e6, "time_s": flat, "predicted_s": pred_flat},
+                         {"impl": "hierarchical", "bytes": 4e6, "time_s": 1.0,
+                          "predicted_s": 1.0}]}
+
+    assert cluster_text.hierarchical_text(rows(1.5, 1.4)).endswith("(predicted 1.50x): flat / "
+                                                                    "hierarchical time 1.40 +- "
+                                                                    "0.14, the rule wants above "
+                                                                    "1.00 -- holds")
+    odd = cluster_text.hierarchical_text(rows(0.9, 1.3))
+    assert "is no faster than the flat ring" in odd and "contradicted by this run" in odd
+    assert "no dedicated-core replay" in odd
