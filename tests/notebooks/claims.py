@@ -388,13 +388,19 @@ def lesson_10(ns: dict[str, Any]) -> None:
     for name in ("tp", "pipeline"):
         assert across[name]["predicted_step_s"] >= inside[name]["step_s"], name
     if across["tp"]["slowdown"] is not None:  # an emulated cluster ran here
-        from labkit.lessons.cluster_text import hierarchical_verdicts, overhead_verdict, placement_verdict
+        from labkit.lessons.cluster_text import (
+            compression_verdicts,
+            hierarchical_verdicts,
+            overhead_verdict,
+            placement_verdict,
+        )
 
         v = placement_verdict(across["tp"]["slowdown"], across["pipeline"]["slowdown"])
         judged([v], ns["placed"], label="placement")
         over = ns["overhead"]
         judged([overhead_verdict(over)], ns["said_overhead"], label="overhead")
         judged(hierarchical_verdicts(ns["hier"]), ns["said_hier"], label=None)
+        judged(compression_verdicts(ns["comp"]), ns["said_comp"], label="compression")
         assert all(abs(r["rate_error"]) < 0.1 for r in ns["links"]), ns["links"]
 
 

@@ -329,3 +329,20 @@ def test_hierarchical_is_judged_on_the_side_the_model_puts_it() -> None:
     odd = cluster_text.hierarchical_text(rows(0.9, 1.3))
     assert "is no faster than the flat ring" in odd and "contradicted by this run" in odd
     assert "no dedicated-core replay" in odd
+
+
+def test_compression_across_the_link_is_a_verdict_per_method() -> None:
+    """PowerSGD 3x faster than plain DDP across the link holds; fp16 at 1.02x is inside two
+    runs' noise: inconclusive, never "holds", and the why is said (no runs: no replay)."""
+    def row(method: str, loop: float, link: float | None) -> dict:
+        return {"method": method, "wire_bytes": 1e5, "speedup_loopback": loop,
+                "speedup_link": link}
+
+    comp = {"rows": [row("none", 1.0, 1.0), row("fp16", 0.9, 1.02), row("powersgd", 0.8, 3.0)]}
+    text = cluster_text.compression_text(comp)
+    assert "on loopback, faster than plain DDP: none of them" in text
+    assert "powersgd pays for itself across the slow link: plain DDP's step / this method's " \
+           "3.00 +- 0.30, the rule wants above 1.00 -- holds" in text
+    assert "fp16 pays for itself across the slow link: plain DDP's step / this method's 1.02 " \
+           "+- 0.10, the rule wants above 1.00 -- inconclusive on this machine" in text
+    assert "the largest speedup across the link: powersgd 3.0x" in text
