@@ -218,21 +218,25 @@ def race_text(exp: PSExperiment) -> str:
     return "\n".join(lines)
 
 
+ASP_NOT_REPLAYED = ("no dedicated-core replay of this ratio: ASP's server applies gradients in "
+                    "the order they arrived in this run, and a replay keeps that order, so it "
+                    "cannot say what ASP does with a core per rank (the figure below replays the "
+                    "BSP run, whose order is fixed by the rule)")
+"""What a missed race or rate verdict says instead of a replayed ratio."""
+
+
 def verdict_lines(exp: PSExperiment) -> list[str]:
     """The race's and the gradient rate's verdicts with the straggler
     (``labkit.lessons.async_ps_verdicts``); for one that is not "holds", why the run may have
-    missed, and the same ratio on the two runs replayed on dedicated cores."""
-    from labkit.lessons.async_ps_verdicts import race_on_trace, race_verdict, rate_ratio, rate_verdict
-    from labkit.lessons.replayed import again
+    missed, and why its ratio has no replay (``ASP_NOT_REPLAYED``)."""
+    from labkit.lessons.async_ps_verdicts import race_verdict, rate_verdict
 
-    pair = [exp.runs["asp, straggler"], exp.runs["bsp, straggler"]]
     lines = []
-    for verdict, read in ((race_verdict(exp), lambda a, b: race_on_trace(a, b, exp.target)),
-                          (rate_verdict(exp), rate_ratio)):
+    for verdict in (race_verdict(exp), rate_verdict(exp)):
         lines.append(verdict.sentence())
         if not verdict.holds:
             lines.append("  " + why_not(exp.load or load_now(), exp.settings["world_size"]))
-            lines.append("  " + again(verdict.what, read, pair, verdict.sample.value))
+            lines.append("  " + ASP_NOT_REPLAYED)
     return lines
 
 

@@ -8,10 +8,9 @@ replayed on dedicated cores when a verdict is not "holds" (issue 32).
   (``async_ps_rates.gradient_rate``): above 1, the formula says ((W-1)F+1)/W.
 
 Each side is one run, so each carries at least ``labkit.lessons.measure.SINGLE_RUN_NOISE``
-(a ratio of two runs twice that). ``race_on_trace`` reads the race from a trace (the time
-the server had received as many gradients as it had applied when the loss crossed the
-target), so that a replayed run, whose loss log keeps the measured clock, gives it too.
-Torch-free.
+(a ratio of two runs twice that). Neither ratio is replayed on dedicated cores: ASP's server
+took the gradients in the order they arrived, and a replay keeps the order of the trace it is
+given (``async_ps.ASP_NOT_REPLAYED``). Torch-free.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from labkit.analysis.claims import Claim, Verdict, judge
-from labkit.lessons.async_ps_rates import _arrivals, gradient_rate
+from labkit.lessons.async_ps_rates import gradient_rate
 from labkit.lessons.measure import one_run_ratio
 from labkit.strategies.ps.records import time_to_loss
 
@@ -57,28 +56,3 @@ def rate_verdict(exp: Any) -> Verdict:
                  Claim.above(1.0, f"{RATE} (the formula: ((W-1)F+1)/W = "
                                   f"{((w - 1) * f + 1) / w:.2f}x)"),
                  "ASP / BSP gradients per second", fmt=".2f")
-
-
-def _gradients_at_target(metrics: dict[str, Any], target: float) -> int | None:
-    """How many gradients the server had received when the loss crossed ``target``."""
-    t = time_to_loss(metrics, target)
-    if t is None:
-        return None
-    per = metrics["workers"] if metrics["consistency"] == "bsp" else 1
-    done = sum(1 for when, _ in metrics["loss_vs_time"] if when <= t)
-    return done * per
-
-
-def race_on_trace(asp: Any, bsp: Any, target: float) -> float:
-    """BSP's time to the target over ASP's, read from the traces: seconds from the first pull
-    until server 0 had received the gradients it had applied when the loss crossed
-    ``target``. Raises ValueError where a run never got there."""
-    def seconds(run: Any) -> float:
-        n = _gradients_at_target(run.metrics, target)
-        arrived = sorted(t for ts in _arrivals(run).values() for t in ts)
-        if n is None or not arrived:
-            raise ValueError(f"the {run.metrics['consistency']} run never reached {target:g}")
-        pulls = [e.start_ns for e in run.timeline.events if e.name == "pull"]
-        return (arrived[min(n, len(arrived)) - 1] - min(pulls, default=arrived[0])) / 1e9
-
-    return seconds(bsp) / max(seconds(asp), 1e-9)

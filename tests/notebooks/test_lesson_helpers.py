@@ -103,7 +103,7 @@ def test_the_race_sentence_follows_the_run() -> None:
     """ASP first by 2x: the race's verdict holds, with the ratio it judged, and so does the
     gradient rate (120 / 50 per second). BSP and ASP within the noise of one run each: the
     race is inconclusive, never "holds", and the sentence says how many ranks shared how many
-    cores and how busy it was; the timeline has no CPU times, so it says there is no replay."""
+    cores and how busy it was, and why ASP's ratio has no replay (its arrival order)."""
     from labkit.lessons.async_ps_verdicts import RACE, RATE
 
     text = async_ps.race_text(_race(2.0, 1.0))
@@ -116,7 +116,7 @@ def test_the_race_sentence_follows_the_run() -> None:
     assert "BSP's time to the target / ASP's 0.97 +- 0.10, the rule wants above 1.00 -- " \
            "inconclusive on this machine" in text
     assert "3 ranks shared 2 cores" in text and "load average 3.0 on 2 cores" in text
-    assert "no dedicated-core replay" in text
+    assert "no dedicated-core replay of this ratio" in text
 
 
 def test_sharing_cores_silences_only_the_oversubscription_warning() -> None:
