@@ -9,7 +9,8 @@ DDP averages inside backward, so there is no ``sync`` step of our own.
 
 A run on one rank has nothing to average: torch's DDP would still copy every gradient into
 its buckets and all-reduce them over a group of one (about 10 % of a small GPT's step,
-``bench/bench_step.py``), so ``ddp`` trains the bare model there, as a student's loop would.
+``bench/bench_step.py``), so ``ddp`` trains the bare model there, as a student's loop would,
+and times its backward as one span (no per-parameter hook: nothing can wait inside it).
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ class TorchDDPLoop(TrainLoop[D]):
         model = build_model(ctx.config).to(ctx.device)
         self.step_ref = StepRef()
         if ctx.dp_comm.world_size == 1 and not self.wraps_one_replica:
-            super().__init__(ctx, model)
+            # nothing waits inside a bare model's backward: its return is its last gradient,
+            # so no per-parameter hook has to note when that came (``BackwardClock``)
+            super().__init__(ctx, model, clock=False)
             return
         ids = [ctx.local_rank] if ctx.device.type == "cuda" else None
         ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb, device_ids=ids)
