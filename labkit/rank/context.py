@@ -13,6 +13,7 @@ Torch is imported lazily: the supervisor unpickles ``RankOutput`` without it.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field, fields
@@ -61,13 +62,16 @@ class _StepSpan:
             ctx.progress.value = self._step
         if ctx.fault is not None and ctx.fault.step == self._step and ctx.fault.rank == ctx.rank:
             inject_fault(ctx.fault.kind, self._step)
-        self._start = ctx.tracer.now()
+        self._start = ctx.tracer.clock()
         return self._step
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         ctx = self._ctx
-        ctx.tracer.record(Op.STEP, self._start, ctx.tracer.now(), step=self._step,
-                          name=None if exc_type is None else ABORTED)
+        tr = ctx.tracer
+        if exc_type is None:  # the step alone: the tracer's cheapest record
+            tr.record(Op.STEP, self._start, tr.clock(), self._step)
+        else:
+            tr.record(Op.STEP, self._start, tr.clock(), self._step, name=ABORTED)
         if ctx.progress is not None:
             ctx.progress.value = self._step + 1
         if ctx.spool is not None:
@@ -117,8 +121,9 @@ class RankContext:
     _node_comms: tuple[Comm, Comm] | None = field(default=None, repr=False)
 
     # ---- the rank grid -----------------------------------------------------------------
-    @property
+    @functools.cached_property
     def coords(self) -> Coords:
+        """This rank's place on the grid (worked out once: every step's batch asks for it)."""
         if self.grid is None:
             return Coords(self.rank, self.rank, self.rank)
         return self.grid.coords(self.rank)

@@ -24,26 +24,37 @@ _cpu = time.thread_time_ns  # this thread's CPU clock: advances only while it ru
 class _Span:
     """Context manager for one span; created by ``Tracer.span``."""
 
-    __slots__ = ("_cpu", "_meta", "_op", "_start", "_tracer")
+    __slots__ = ("_meta", "_op", "_start", "_tracer")
 
     def __init__(self, tracer: Tracer, op: Op, meta: tuple[Any, ...]):
         self._tracer = tracer
         self._op = op
         self._meta = meta
-        self._start = 0
-        self._cpu: int | None = None  # read only for host compute spans (about 0.8 us a read)
 
     def __enter__(self) -> _Span:
-        tr = self._tracer
-        self._start = tr.clock()
-        if tr.records_cpu and self._op.lane is Lane.COMPUTE:
-            self._cpu = _cpu()
+        self._start = self._tracer.clock()
         return self
 
     def __exit__(self, *exc: object) -> None:
         tr = self._tracer
-        meta = self._meta if self._cpu is None else _with_cpu(self._meta, _cpu() - self._cpu)
-        tr._raw.append((self._op, self._start, tr.clock(), meta))
+        tr._raw.append((self._op, self._start, tr.clock(), self._meta))
+
+
+class _CpuSpan(_Span):
+    """A host compute span: also the CPU time this thread used inside it (a system call
+    each edge, about 1 us; its interval nests inside the wall-clock one)."""
+
+    __slots__ = ("_cpu",)
+
+    def __enter__(self) -> _CpuSpan:
+        self._start = self._tracer.clock()
+        self._cpu = _cpu()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        cpu = _cpu() - self._cpu
+        tr = self._tracer
+        tr._raw.append((self._op, self._start, tr.clock(), _with_cpu(self._meta, cpu)))
 
 
 class _ComputeSpan:
@@ -100,6 +111,13 @@ class _NullSpan:
 
 _NULL = _NullSpan()
 
+_COMPUTE_OPS = frozenset(op._value_ for op in Op if op.lane is Lane.COMPUTE)
+"""The ops whose host spans carry the thread's CPU time, by value: ``Op.lane`` is a property
+and an enum member's hash a Python call, a string's hash is cached."""
+
+_AFTER_STEP = (None,) * (len(RAW_FIELDS) - 1)
+"""Every meta field after ``step`` unset: a span tagged with its step alone."""
+
 
 Raw = tuple[Op, Any, Any, tuple[Any, ...]]
 """One record as taken: (op, start reading, end reading, meta in RAW_FIELDS order)."""
@@ -139,11 +157,18 @@ class Tracer:
               axis: str | None = None, cpu_ns: int | None = None) -> tuple[Any, ...]:
         return (step, microbatch, stage, peer, bytes, bucket, chunk, name, axis, cpu_ns)
 
-    def span(self, op: Op, **meta: Any) -> _Span | _NullSpan:
+    def _host_span(self, op: Op, step: int | None, meta: dict[str, Any]) -> _Span:
+        """A span of ``op``: with this thread's CPU time where it is host compute. A span
+        tagged with its step alone (most of them, every step) skips ``_meta``'s keywords."""
+        m = self._meta(step, **meta) if meta else (step, *_AFTER_STEP)
+        cls = _CpuSpan if self.records_cpu and op._value_ in _COMPUTE_OPS else _Span
+        return cls(self, op, m)
+
+    def span(self, op: Op, step: int | None = None, **meta: Any) -> _Span | _NullSpan:
         """``with tracer.span(Op.FORWARD, step=3): ...`` records one span."""
         if not self.enabled:
             return _NULL
-        return _Span(self, op, self._meta(**meta))
+        return self._host_span(op, step, meta)
 
     def compute(self, op: Op, **meta: Any) -> _ComputeSpan | _NullSpan:
         """``with tracer.compute(Op.FORWARD, step=3): ...``: a compute span that is cut while
@@ -159,7 +184,7 @@ class Tracer:
         is open: inside a pipeline action the action's span already says it computed."""
         if not self.enabled or self._open:
             return _NULL
-        return _Span(self, op, self._meta(**meta))
+        return self._host_span(op, meta.pop("step", None), meta)
 
     def pause_compute(self) -> None:
         """This rank starts waiting (blocking comm): cut every open compute span (nests)."""
@@ -177,10 +202,12 @@ class Tracer:
             for span in self._open:
                 span._restart(now)
 
-    def record(self, op: Op, start: Any, end: Any, **meta: Any) -> None:
+    def record(self, op: Op, start: Any, end: Any, step: int | None = None, **meta: Any
+               ) -> None:
         """Record a span whose edges were measured elsewhere (e.g. an async op's completion)."""
         if self.enabled:
-            self._raw.append((op, start, end, self._meta(**meta)))
+            self._raw.append((op, start, end,
+                              self._meta(step, **meta) if meta else (step, *_AFTER_STEP)))
 
     def now(self) -> Any:
         return self.clock()

@@ -45,6 +45,9 @@ from labkit.train.training import BackwardClock, model_stats, traced_backward, u
 
 R = TypeVar("R", bound=RankMetrics)
 
+_NO_AUTOCAST = contextlib.nullcontext()
+"""fp32's forward context, made once (a ``nullcontext`` can be entered again and again)."""
+
 
 class TrainLoop(Generic[R]):
     """One rank's training run; subclass and override the hooks your strategy changes.
@@ -102,6 +105,8 @@ class TrainLoop(Generic[R]):
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """1. This replica's contiguous shard of step ``step``'s global batch."""
         x, y = self.task.batch(step, self.global_batch(), self.dp_rank, self.dp)
+        if self.ctx.device.type == "cpu":  # where the task made them
+            return x, y
         return x.to(self.ctx.device), y.to(self.ctx.device)
 
     def zero_grad(self) -> None:
@@ -123,7 +128,7 @@ class TrainLoop(Generic[R]):
         gradients, bf16 matmuls), else nothing. A strategy that stores its weights in bf16
         itself (ZeRO's mixed precision) overrides this with a no-op."""
         if self.precision != "bf16":
-            return contextlib.nullcontext()
+            return _NO_AUTOCAST
         return torch.autocast(self.ctx.device.type, dtype=torch.bfloat16)
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, step: int) -> Any:
