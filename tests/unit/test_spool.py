@@ -3,6 +3,10 @@ torn by a kill costs only itself, and clearing the tracer never re-sends or skip
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from labkit.analysis.timeline import Timeline
 from labkit.base.errors import RankFailure, RunFailed
 from labkit.base.events import Op
+from labkit.trace import spool as spool_module
 from labkit.trace.spool import Spool, read_spool, read_spools, spool_path
 from labkit.trace.tracer import Tracer
 
@@ -32,18 +37,57 @@ def test_spooled_events_equal_the_tracers(tmp_path: Path) -> None:
     assert read_spools(tmp_path, 2) == tracer.events(50)  # rank 0 wrote nothing: no file
 
 
-def test_a_torn_last_write_is_dropped_and_the_rest_kept(tmp_path: Path) -> None:
+def test_a_torn_last_write_is_dropped_and_the_rest_kept(tmp_path: Path, monkeypatch) -> None:
     tracer = Tracer(rank=0)
     path = spool_path(tmp_path, 0)
     spool = Spool(path, tracer, 0)
     _step(tracer, 0)
     spool.write()
+
+    class KilledBeforeTheCommit:  # the kill landed after the bytes, before their length
+        size = spool_module._LEN.size
+
+        def pack_into(self, *args: object) -> None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(spool_module, "_LEN", KilledBeforeTheCommit())
     _step(tracer, 1)
-    spool.write()
-    path.write_bytes(path.read_bytes()[:-5])  # the kill landed mid-write
+    with pytest.raises(KeyboardInterrupt):
+        spool.write()
+    monkeypatch.undo()
     assert [e.step for e in read_spool(path)] == [0, 0]
+    whole = path.read_bytes()
+    path.write_bytes(whole[:len(whole) // 2 ** 10])  # a file cut short, mid-header
+    assert read_spool(path) == []
     path.write_bytes(b"not a spool")
     assert read_spool(path) == []
+
+
+def test_a_killed_process_keeps_every_step_it_finished(tmp_path: Path) -> None:
+    """The spool is a shared file mapping: what a step stored is in the page cache, and a
+    SIGKILL a moment later (no exit handler, no flush) loses none of it."""
+    code = textwrap.dedent(f"""
+        import os, signal
+        from labkit.base.events import Op
+        from labkit.trace.spool import Spool, spool_path
+        from labkit.trace.tracer import Tracer
+        tracer = Tracer(rank=0)
+        spool = Spool(spool_path({str(tmp_path)!r}, 0), tracer, 0)
+        for step in range(3000):  # past the first mapping's size: it grows, twice
+            with tracer.span(Op.FORWARD, step=step):
+                pass
+            tracer.record(Op.STEP, tracer.clock(), tracer.clock(), step)
+            spool.write()
+        with tracer.span(Op.FORWARD, step=3000):  # in flight: never written
+            os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    events = read_spool(spool_path(tmp_path, 0))
+    steps = [e.step for e in events if e.op is Op.STEP]
+    assert steps == list(range(3000))
+    assert [e.step for e in events if e.op is Op.FORWARD] == list(range(3000))
+    assert all(e.cpu_ns is not None for e in events if e.op is Op.FORWARD)
 
 
 def test_clear_keeps_the_write_index_right(tmp_path: Path) -> None:
