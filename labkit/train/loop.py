@@ -167,14 +167,19 @@ class TrainLoop(Generic[R]):
         start, self.losses = self.checkpointer.start() if self.checkpointer else (0, [])
         walls = self.record.step_seconds = []
         cpus = self.record.step_cpu_seconds = []
+        # one pair of readings between two steps ends one and starts the next (the process
+        # CPU clock is a system call, slow just after a step's compute)
+        t0, c0 = time.perf_counter(), time.process_time()
         for step in range(start, self.cfg.steps):
-            t0, c0 = time.perf_counter(), time.process_time()
             with self.ctx.step(step):
                 self.train_step(step)
-            walls.append(time.perf_counter() - t0)
-            cpus.append(time.process_time() - c0)
+            t1, c1 = time.perf_counter(), time.process_time()
+            walls.append(t1 - t0)
+            cpus.append(c1 - c0)
+            t0, c0 = t1, c1
             if self.checkpointer is not None:  # 5. outside the step span: saving is not training
                 self.checkpointer.after_step(step, self.losses)
+                t0, c0 = time.perf_counter(), time.process_time()
         return self.finish()
 
     def train_step(self, step: int) -> None:
