@@ -18,6 +18,13 @@ def test_one_rank_ddp_trains_without_exchanging_anything(no_leftover_ranks):
     assert diff <= 1e-6, f"ddp x1: max abs weight diff {diff} from one process > 1e-6"
     assert res.timeline.select(op=labkit.Op.ALL_REDUCE) == []
     assert res.metrics["buckets"] == 0 and len(res.losses) == 5
+    # every step's compute is on the timeline, with its CPU time, though backward is timed
+    # without the per-parameter hooks (nothing waits inside a bare model's backward)
+    for op in (labkit.Op.FORWARD, labkit.Op.BACKWARD, labkit.Op.OPTIMIZER, labkit.Op.STEP):
+        spans = res.timeline.select(op=op)
+        assert [e.step for e in spans] == list(range(5)), (op, spans)
+        assert all((e.cpu_ns is not None) == (op is not labkit.Op.STEP) for e in spans), op
+    assert res.timeline.select(op=labkit.Op.WAIT) == []
 
 
 def test_compression_still_wraps_one_rank(no_leftover_ranks):
