@@ -24,11 +24,19 @@ from typing import Any, TextIO, TypeVar
 T = TypeVar("T")
 
 
+def in_kernel() -> bool:
+    """Whether this process is a running Jupyter kernel. Asked of IPython, not inferred from
+    ``ipykernel`` being imported: a process that only imported it (a test worker that drove
+    a notebook) is no kernel, and its progress must stay plain lines."""
+    if "ipykernel" not in sys.modules or "IPython" not in sys.modules:
+        return False
+    shell = sys.modules["IPython"].get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
 def interactive() -> bool:
-    """True in a Jupyter kernel or when stderr is a terminal (where a bar can redraw)."""
-    if "ipykernel" in sys.modules:
-        return True
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+    """True in a running Jupyter kernel or when stderr is a terminal (where a bar can redraw)."""
+    return in_kernel() or bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def bar(total: int | None, enabled: bool | None, desc: str, unit: str = "step",
@@ -145,7 +153,7 @@ def waiting(what: str, *, after_s: float = 2.0, enabled: bool | None = None,
         yield
         return
     started = time.monotonic()
-    shown: list[Any] = [_elapsed(what)] if "ipykernel" in sys.modules else []
+    shown: list[Any] = [_elapsed(what)] if in_kernel() else []
     said = [bool(shown)]
 
     def tick() -> None:

@@ -83,3 +83,17 @@ def test_a_lesson_sweep_counts_its_runs_on_one_bar_and_its_runs_stay_quiet(monke
     assert stderr.splitlines() == ["compression methods: 1/3 none",
                                    "compression methods: 2/3 fp16",
                                    "compression methods: 3/3 topk"]
+
+
+def test_a_process_that_only_imported_ipykernel_is_no_kernel(monkeypatch) -> None:
+    """A test worker that drove a notebook has ``ipykernel`` imported but is no kernel: its
+    progress stays plain lines (the full suite failed five progress tests this way)."""
+    import io
+
+    import ipykernel  # noqa: F401
+
+    from labkit.base import progress
+
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert "ipykernel" in __import__("sys").modules
+    assert not progress.in_kernel() and not progress.interactive()
