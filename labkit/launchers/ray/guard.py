@@ -41,8 +41,10 @@ def session_processes(mark: str) -> list[int]:
     return [pid for pid, _ in ray_processes() if pid in ours]
 
 
-def kill_session(mark: str, within_s: float = 10.0) -> list[int]:
-    """SIGKILL every process of the session until none is left (or ``within_s``); the pids."""
+def kill_session(mark: str, within_s: float = 30.0) -> list[int]:
+    """SIGKILL every process of the session until none is left for ``SETTLE_S`` (or
+    ``within_s``: generous, since on a loaded machine one scan of every process's environment
+    takes seconds); the pids."""
     from labkit.launchers.reaper import sigkill
 
     killed: list[int] = []
