@@ -20,6 +20,10 @@ The rule, decided in each rank from what the machine lets it use:
    -- would crowd core 0), or ``LABKIT_PIN_RANKS=0``, no rank is pinned and every rank gets
    the whole usable set back; the reason is recorded.
 
+Pinning is opt-in (``LABKIT_PIN_RANKS=1``, ``pin_enabled``): measured beside load, pinned
+ranks were noisier, not steadier, since a pinned rank cannot leave a core another program
+took.
+
 Global rank and world size, never the local rank: ranks that share a host (emulated nodes in
 namespaces, torchrun's agents) then never share a core, and ranks on hosts of their own stay
 within the cores each host allows. The rank's main thread is pinned (it computes; the
@@ -35,8 +39,8 @@ import os
 from dataclasses import dataclass
 
 PIN_ENV = "LABKIT_PIN_RANKS"
-"""Set to 0 to leave ranks unpinned (a bench's "unpinned" variant); read by each rank per job
-(a warm ``labkit.Pool`` reads the environment it was started with)."""
+"""Set to 1 to pin (``pin_enabled``: opt-in); read by each rank per job (a warm
+``labkit.Pool`` reads the environment it was started with)."""
 
 _USABLE: tuple[int, ...] | None = None
 
@@ -67,7 +71,7 @@ def plan(rank: int, world_size: int, threads: int, usable: tuple[int, ...], *,
     """Step 2-3 as pure data: the cores ``rank`` takes, or why it takes none."""
     n = len(usable)
     if not enabled:
-        return Pinning(cores=None, usable=n, reason=f"not pinned: {PIN_ENV}=0")
+        return Pinning(cores=None, usable=n, reason=f"not pinned ({PIN_ENV}=1 pins)")
     if n == 0:
         return Pinning(cores=None, usable=0,
                        reason="not pinned: this system cannot set a process's cores")
@@ -84,7 +88,12 @@ def plan(rank: int, world_size: int, threads: int, usable: tuple[int, ...], *,
 
 
 def pin_enabled() -> bool:
-    return os.environ.get(PIN_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    """Opt-in (``LABKIT_PIN_RANKS=1``): measured beside load, pinned ranks were noisier, not
+    steadier -- a pinned rank cannot leave a core another program took (bucketed DDP's
+    spread over runs 0.82 pinned against 0.22 unpinned, 1F1B's 1.14 against 0.18; load 7-9,
+    ``bench/bench_pinning.py``) -- and a student's laptop is rarely quiet. On a quiet
+    machine the gain is not measured yet; until it is, the scheduler keeps its freedom."""
+    return os.environ.get(PIN_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
 
 
 def pin_rank(rank: int, world_size: int, threads: int) -> Pinning:

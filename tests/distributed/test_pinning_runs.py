@@ -19,6 +19,12 @@ pytestmark = [pytest.mark.distributed, pytest.mark.xdist_group("serial"),
               pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")]
 
 
+@pytest.fixture(autouse=True)
+def _pinning_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pinning is opt-in (``labkit.rank.pinning.pin_enabled``): these runs opt in."""
+    monkeypatch.setenv(PIN_ENV, "1")
+
+
 def affinity(ctx: Any) -> list[int]:
     """The cores of this rank's main thread (the one that computes)."""
     return sorted(os.sched_getaffinity(0))
@@ -57,7 +63,7 @@ def test_the_opt_out_leaves_every_core_to_every_rank(monkeypatch: pytest.MonkeyP
     res = labkit.launch(affinity, 2, timeout_s=60)
     for rank, cores in enumerate(res.results):
         assert cores == expected(rank, 2, enabled=False), (rank, cores)
-    assert res.timeline.meta["pinning"]["reason"] == f"not pinned: {PIN_ENV}=0"
+    assert res.timeline.meta["pinning"]["reason"] == f"not pinned ({PIN_ENV}=1 pins)"
 
 
 def test_a_strategy_run_records_its_pinning_and_a_pool_pins_per_job() -> None:

@@ -33,7 +33,7 @@ def test_more_ranks_than_cores_are_not_pinned_and_say_so():
 
 
 def test_the_opt_out_and_a_system_without_affinity_leave_ranks_unpinned():
-    assert plan(0, 2, 1, (0, 1), enabled=False).reason == f"not pinned: {PIN_ENV}=0"
+    assert plan(0, 2, 1, (0, 1), enabled=False).reason == f"not pinned ({PIN_ENV}=1 pins)"
     assert plan(0, 1, 1, ()).cores is None
     assert plan(0, 1, 1, (0, 1)).reason == "not pinned: one rank, no peer to keep apart"
 
@@ -54,6 +54,7 @@ def test_pinning_moves_the_main_thread_and_what_it_starts_and_unpinning_undoes_i
     """In this process: the calling (main) thread and a thread it starts afterwards run on the
     rank's core; a thread that existed before (gloo's) keeps every core; a later job that may
     not pin gets every usable core back."""
+    monkeypatch.setenv(PIN_ENV, "1")
     usable = pinning.usable_cores()
     seen: dict[str, set[int]] = {}
     go = threading.Event()
@@ -80,3 +81,15 @@ def test_pinning_moves_the_main_thread_and_what_it_starts_and_unpinning_undoes_i
         back = pinning.pin_rank(0, 2, 1)
     assert seen == {"before": set(usable), "after": {usable[0]}}
     assert back.cores is None and os.sched_getaffinity(0) == set(usable)
+
+
+def test_pinning_is_opt_in(monkeypatch) -> None:
+    """Unset, ranks are not pinned (measured noisier beside load); 1 pins, 0 does not."""
+    from labkit.rank.pinning import pin_enabled
+
+    monkeypatch.delenv(PIN_ENV, raising=False)
+    assert not pin_enabled()
+    monkeypatch.setenv(PIN_ENV, "1")
+    assert pin_enabled()
+    monkeypatch.setenv(PIN_ENV, "0")
+    assert not pin_enabled()
