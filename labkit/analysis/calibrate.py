@@ -47,7 +47,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -71,18 +70,7 @@ def cache_dir() -> Path:
     return places.cache_dir()
 
 
-def _torch_build() -> str:
-    """torch's version and where it is installed: a rebuilt or other torch is another key."""
-    try:
-        dist = metadata.distribution("torch")
-    except metadata.PackageNotFoundError:
-        return "none"
-    where = str(dist.locate_file("torch"))
-    try:
-        stamp = int(Path(where, "version.py").stat().st_mtime)
-    except OSError:
-        stamp = 0
-    return f"{dist.version}@{where}#{stamp}"
+_torch_build = places.torch_build
 
 
 DTYPES = ("fp32", "bf16")
@@ -91,9 +79,8 @@ precision, ``--precision bf16``: on a GPU the tensor-core rate a datasheet quote
 
 
 def _key(device: str, threads: int, dtype: str = "fp32") -> str:
-    checkout = Path(__file__).resolve().parents[2]
-    return (f"{platform.node()}|{sys.executable}|torch {_torch_build()}|labkit {checkout}|"
-            f"{device}|{threads} threads" + ("" if dtype == "fp32" else f"|{dtype}"))
+    return (f"{places.machine_key(_torch_build())}|{device}|{threads} threads"
+            + ("" if dtype == "fp32" else f"|{dtype}"))
 
 
 # ---- 3. how busy the machine is while we measure -------------------------------------------

@@ -10,6 +10,9 @@ stays in use while it exists, so no one's quiz progress is left behind. Torch-fr
 from __future__ import annotations
 
 import os
+import platform
+import sys
+from importlib import metadata
 from pathlib import Path
 
 import platformdirs
@@ -34,3 +37,26 @@ def cache_dir() -> Path:
     Linux, where labkit kept its cache before)."""
     env = os.environ.get("LABKIT_CACHE")
     return Path(env).expanduser() if env else platformdirs.user_cache_path(APP)
+
+
+def torch_build() -> str:
+    """torch's version and where it is installed: a rebuilt or other torch is another key."""
+    try:
+        dist = metadata.distribution("torch")
+    except metadata.PackageNotFoundError:
+        return "none"
+    where = str(dist.locate_file("torch"))
+    try:
+        stamp = int(Path(where, "version.py").stat().st_mtime)
+    except OSError:
+        stamp = 0
+    return f"{dist.version}@{where}#{stamp}"
+
+
+def machine_key(torch: str | None = None) -> str:
+    """What a measurement cached for this machine depends on: the host, the Python, the torch
+    build (``torch_build``, or ``torch`` as given) and the labkit checkout. Calibrate's peak
+    and the planner's step cost add what else they depend on."""
+    checkout = Path(__file__).resolve().parents[2]
+    build = torch if torch is not None else torch_build()
+    return f"{platform.node()}|{sys.executable}|torch {build}|labkit {checkout}"

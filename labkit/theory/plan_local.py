@@ -37,11 +37,8 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -225,13 +222,9 @@ def cache_path() -> Path:
 
 
 def cache_key(cores: int) -> str:
-    """One entry per host, Python, torch build, labkit checkout and core count."""
-    try:
-        torch = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch = "none"
-    checkout = Path(__file__).resolve().parents[2]
-    return f"{platform.node()}|{sys.executable}|torch {torch}|labkit {checkout}|{cores} cores"
+    """One entry per machine (``labkit.base.places.machine_key``, as calibrate's) and core
+    count."""
+    return f"{places.machine_key()}|{cores} cores"
 
 
 def load_cost(cores: int) -> StepCost | None:
