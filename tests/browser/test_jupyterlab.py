@@ -435,16 +435,10 @@ def _look_at_teaching(page: Any, cells: list[dict[str, Any]], stem: str) -> list
 
 
 def _no_ray_left(name: str) -> None:
-    """No Ray process the lesson's kernel started outlives the lesson (its last cell stops
-    Ray; the daemons take a moment to exit)."""
-    from labkit.launchers.ray import ray_processes
-    from labkit.launchers.reaper import tagged
+    """No Ray process a kernel of this suite's JupyterLab started outlives the notebook."""
+    from tests.notebooks.test_notebooks import assert_no_ray_left
 
-    deadline = time.monotonic() + 10
-    while (left := [p for p in ray_processes() if p[0] in tagged("LABKIT_NOTEBOOK_MARK", MARK)]) \
-            and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left, f"{name} left Ray processes behind: {left}"
+    assert_no_ray_left(name, MARK)
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem,

@@ -58,9 +58,6 @@ def execute_lesson(path: Path, workdir: Path) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert not cell.get("outputs"), f"{path.name} is committed with outputs; clear them"
-    from labkit.launchers.ray import ray_processes
-    from labkit.launchers.reaper import tagged
-
     marker = uuid.uuid4().hex
     nb.cells.append(nbformat.v4.new_code_cell(
         f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
@@ -85,13 +82,21 @@ def execute_lesson(path: Path, workdir: Path) -> nbformat.NotebookNode:
     ray_noise = [o["text"] for c in nb.cells if c.cell_type == "code"
                  for o in c.get("outputs", []) if "(raylet)" in str(o.get("text", ""))]
     assert not ray_noise, f"{path.name} shows Ray's log lines: {ray_noise[0][:300]}"
-    deadline = time.monotonic() + 10  # Ray's daemons take a moment to exit after shutdown
-    while (ray_left := [p for p in ray_processes()
-                        if p[0] in tagged("LABKIT_NOTEBOOK_MARK", marker)]) \
+    assert_no_ray_left(path.name, marker)
+    return nb
+
+
+def assert_no_ray_left(name: str, marker: str) -> None:
+    """No Ray process started by a kernel with ``LABKIT_NOTEBOOK_MARK=marker`` outlives the
+    notebook (its last cell stops Ray; the daemons take a moment to exit)."""
+    from labkit.launchers.ray import ray_processes
+    from labkit.launchers.reaper import tagged
+
+    deadline = time.monotonic() + 10
+    while (left := [p for p in ray_processes() if p[0] in tagged("LABKIT_NOTEBOOK_MARK", marker)]) \
             and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not ray_left, f"{path.name} left Ray processes behind: {ray_left}"
-    return nb
+    assert not left, f"{name} left Ray processes behind: {left}"
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.stem) for p in NOTEBOOKS])
