@@ -263,15 +263,15 @@ XDIST_GROUPS = {
                 "test_lesson_renders_in_jupyterlab[10_multi_node]"),
     "ray": ("tests/distributed/test_ray.py", "test_notebook_runs_top_to_bottom[12_ray]",
             "test_lesson_renders_in_jupyterlab[12_ray]"),
-    "nbgrader": ("tests/grading/test_nbgrader_flow.py", "tests/grading/test_grading_attacks.py",
-                 "tests/grading/test_grading_box.py", "tests/grading/test_grading_robust.py"),
 }
 """Tests that share machine-wide state run on one worker, one after another: emulated
 clusters and torchrun (their leftover checks count every labkit namespace and cluster
-process on the host; lesson 10 among them), Ray (one cluster at a time; lesson 12 among
-them) and the nbgrader flow (one course directory). Every other test -- each other lesson,
-headless or in the browser, included: a worker starts its own JupyterLab for the lessons it
-gets -- is its own unit of work."""
+process on the host; lesson 10 among them) and Ray (one cluster at a time; lesson 12 among
+them). Every other test -- each other lesson, headless or in the browser, included: a worker
+starts its own JupyterLab for the lessons it gets -- is its own unit of work. The grading
+tests are too: each worker grades in a course copy of its own (the session's ``root``), each
+test as a student of its own, and what they check for leftovers is their own (processes
+holding the test's token, box cgroups whose grader is gone)."""
 
 
 def xdist_group_of(nodeid: str) -> str | None:
