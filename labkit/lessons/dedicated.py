@@ -91,7 +91,8 @@ def missed(text: str) -> bool:
 def replay_if_missed(result: Any, verdicts: str, wire: AlphaBeta | None = None, *,
                      what: str = "the step") -> Any:
     """Where ``verdicts`` (the sentences a cell printed) hold a verdict that is not "holds":
-    print the replay's sentence and return the measured and replayed timelines as one figure
+    print the replay's sentence and return the measured and replayed timelines as one figure,
+    each at its median step, the step whose time the sentence quotes
     (``labkit.visuals.replay.plot_replay``); else say that every verdict held and return None
     (a notebook shows nothing for None)."""
     if not missed(verdicts):
