@@ -20,7 +20,11 @@ trace holds what is needed to take that wait out (issue 32, item 3):
 ``replay(timeline, wire)`` walks every rank's spans in the order the rank ran them and re-times
 them as a discrete-event simulation: compute takes its cost; a blocking collective starts when
 every rank has reached it (and its previous collective left the wire) and takes the model's
-time; an async one is only issued, and a later ``wait`` blocks until it is done; a receive ends
+time; an async one (the rank went on before it ended) is only issued, and the rank waits for
+it where the measured rank had it back: at a ``wait`` that ended after it (or names its bucket),
+and -- a collective's result being what the program goes on with -- at the first span that
+began after it ended (DDP's wait for a bucket already done leaves no span, yet the optimizer
+needs it); a message is joined at a wait or where the next step begins. A receive ends
 when its message (the matching send: ``labkit.base.events.match_sends``) has crossed the wire.
 The result is a model built from this run, and says so: a lesson draws it beside the measured
 timeline when a timed verdict is not "holds". Collectives on a sub-group of the ranks (tensor
@@ -129,6 +133,8 @@ def _programs(timeline: Timeline) -> dict[int, list[_Item]]:
         work = sorted((e for e in evs if e.lane is Lane.COMPUTE), key=lambda e: e.start_ns)
         starts = [w.start_ns for w in work]
         reach = list(itertools.accumulate((w.end_ns for w in work), max))  # latest end so far
+        after = [e for e in evs if e.lane is not Lane.STEP]  # what the rank did next
+        following = {id(a): b.start_ns for a, b in itertools.pairwise(after)}
         items: list[_Item] = []
         for e in evs:
             if e.lane is Lane.STEP:
@@ -150,6 +156,8 @@ def _programs(timeline: Timeline) -> dict[int, list[_Item]]:
                     counts[(rank, e.op, members)] += 1
                 k = bisect.bisect_left(starts, e.end_ns)  # compute that began before it ended...
                 overlapped = k > 0 and reach[k - 1] > e.start_ns  # ...and ran on after it began
+                # or the rank went on to its next span before the op ended (it did not block)
+                overlapped = overlapped or following.get(id(e), e.end_ns) < e.end_ns
                 items.append(_Item(e, "issue" if overlapped else "block", key=key))
         programs[rank] = items
     return programs
@@ -235,6 +243,21 @@ def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
         done[key] = end
         return end
 
+    open_ops: dict[int, list[_Item]] = {r: [] for r in ranks}  # issued, not yet joined
+
+    def joins(r: int, it: _Item) -> list[_Item]:
+        """The async ops ``it`` must wait for: those the measured rank had seen complete when
+        ``it`` began (a wait: when it ended), and the one a wait names by its bucket. A
+        collective's result is what the program goes on with; a message is joined only at a
+        wait or where the next step begins (a pipeline waits its sends at the step's end)."""
+        e = it.event
+        seen = e.end_ns if it.kind == "wait" else e.start_ns
+        return [o for o in open_ops[r]
+                if (o.event.end_ns <= seen and (it.kind in ("wait", "mark")
+                                                or o.event.op not in P2P))
+                or (it.kind == "wait" and e.bucket is not None and o.event.bucket == e.bucket
+                    and o.event.step == e.step)]
+
     progress = True
     while progress:
         progress = False
@@ -245,24 +268,30 @@ def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
                 e = it.event
                 gap = max(0, e.start_ns - last_end[r])
                 t = clock[r] + int(gap * share.get((r, e.step), 1.0))
+                joined = 0
+                if it.kind != "issue":
+                    due = joins(r, it)
+                    ends = [settle(o.key) for o in due if o.key is not None]
+                    if any(x is None for x in ends):
+                        break  # another rank has yet to issue one of them
+                    joined = max((x for x in ends if x is not None), default=0)
+                    open_ops[r] = [o for o in open_ops[r] if o not in due]
                 if it.kind == "work":
+                    t = max(t, joined)
                     new[id(e)] = dataclasses.replace(e, start_ns=t, dur_ns=it.cost_ns)
                     clock[r], last_end[r] = t + it.cost_ns, e.end_ns
                     within[r] = (e.start_ns, e.end_ns, t, it.cost_ns)
                 elif it.kind == "mark":
+                    t = max(t, joined)
                     new[id(e)] = dataclasses.replace(e, start_ns=t, dur_ns=0)
                     clock[r], last_end[r] = t, e.start_ns
                 elif it.kind == "wait":
-                    pending = [i.key for i in items[:pos[r]] if i.kind == "issue"
-                               and i.event.end_ns <= e.end_ns and i.key not in done]
-                    ends = [settle(k) for k in pending if k is not None]
-                    if any(x is None for x in ends):
-                        break
-                    end = max([t, *[x for x in ends if x is not None]])
+                    end = max(t, joined)
                     new[id(e)] = dataclasses.replace(e, start_ns=t, dur_ns=end - t)
                     clock[r], last_end[r] = end, e.end_ns
                 else:
                     assert it.key is not None
+                    t = max(t, joined)
                     inside = within.get(r)
                     if it.kind == "issue" and inside is not None and e.start_ns < inside[1]:
                         # issued from inside a compute span (a DDP bucket's hook during backward):
@@ -270,11 +299,13 @@ def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
                         m_start, m_end, r_start, cost = inside
                         t = r_start + int((e.start_ns - m_start) * cost / max(1, m_end - m_start))
                         issued[it.key].setdefault(r, t)
+                        open_ops[r].append(it)
                         pos[r] += 1
                         progress = True
                         continue
                     issued[it.key].setdefault(r, t)
                     if it.kind == "issue":
+                        open_ops[r].append(it)
                         clock[r], last_end[r] = t, e.start_ns
                     else:
                         end_or_none = settle(it.key)

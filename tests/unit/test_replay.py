@@ -134,3 +134,64 @@ def test_a_bucket_queued_behind_the_one_before_is_not_charged_its_queue():
     ends = [e.end_ns for e in by_op(rep.timeline, 0, Op.ALL_REDUCE)]
     assert sorted(ends) == [7 * MS, 9 * MS, 11 * MS]
     assert rep.step_times_s() == [pytest.approx(11e-3)]
+
+
+def test_a_bucket_whose_wait_left_no_span_is_still_waited_for():
+    """The wait for a bucket that was already done when DDP asked leaves no span (< 20 us),
+    but the optimizer began after the bucket ended, so it needs it. Backward 4 ms measured, 1 ms
+    of CPU: replayed 0-1 ms, the bucket issued at a quarter of it (0.25 ms) and 2 ms on the
+    wire (its measured time from launch), done at 2.25 ms: the optimizer waits for it there,
+    where without the wait it would start at 1.2 ms on gradients not yet averaged."""
+    events = []
+    for r in (0, 1):
+        events += [ev(r, Op.STEP, 0, 5.5), ev(r, Op.BACKWARD, 0, 4, cpu_ms=1),
+                   ev(r, Op.ALL_REDUCE, 1, 2, bytes=1_000_000, bucket=0),
+                   ev(r, Op.OPTIMIZER, 4.5, 1, cpu_ms=1)]
+    rep = replay(Timeline(events, 2))
+    bucket, opt = by_op(rep.timeline, 0, Op.ALL_REDUCE)[0], by_op(rep.timeline, 0, Op.OPTIMIZER)[0]
+    assert (bucket.start_ns, bucket.end_ns) == (0.25 * MS, 2.25 * MS)
+    assert opt.start_ns == 2.25 * MS
+    assert rep.step_times_s() == [pytest.approx(3.25e-3)]
+
+
+def test_a_bucket_launched_after_backward_keeps_its_place_on_the_wire():
+    """Bucket 1 is launched at 2.1 ms, after backward ended, and the rank went on to wait for
+    bucket 0 at 2.2 ms: it did not block on bucket 1, so it is async too, and it moves after
+    bucket 0 as the backend moved it -- not ahead of it, as a blocking op the rank reached
+    first would be."""
+    events = []
+    for r in (0, 1):
+        events += [ev(r, Op.STEP, 0, 7), ev(r, Op.BACKWARD, 0, 2, cpu_ms=2),
+                   ev(r, Op.ALL_REDUCE, 1, 3, bytes=1_000_000, bucket=0),
+                   ev(r, Op.ALL_REDUCE, 2.1, 3.9, bytes=2_000_000, bucket=1),
+                   ev(r, Op.WAIT, 2.2, 1.8, bucket=0), ev(r, Op.WAIT, 4.1, 1.9, bucket=1),
+                   ev(r, Op.OPTIMIZER, 6.1, 0.9, cpu_ms=0.9)]
+    rep = replay(Timeline(events, 2), WIRE)  # 1 MB: 1 ms, 2 MB: 2 ms
+    first, second = by_op(rep.timeline, 0, Op.ALL_REDUCE)
+    assert (first.start_ns, first.end_ns) == (1 * MS, 2 * MS)
+    assert (second.start_ns, second.end_ns) == (21 * MS // 10, 41 * MS // 10)
+
+
+def test_a_wait_that_names_its_bucket_waits_for_it_though_its_end_trails_the_wait():
+    """The bucket's completion callback stamped 4.005 ms, after its wait returned at 4 ms:
+    the wait names bucket 0, so it still lasts until the bucket is done."""
+    events = []
+    for r in (0, 1):
+        events += [ev(r, Op.STEP, 0, 5), ev(r, Op.BACKWARD, 0, 2, cpu_ms=2),
+                   ev(r, Op.ALL_REDUCE, 1, 3.005, bytes=3_000_000, bucket=0),
+                   ev(r, Op.WAIT, 2, 2, bucket=0)]
+    rep = replay(Timeline(events, 2), WIRE)  # 3 MB: 3 ms, from 1 ms
+    wait = by_op(rep.timeline, 0, Op.WAIT)[0]
+    assert (wait.start_ns, wait.end_ns) == (2 * MS, 4 * MS)
+
+
+def test_a_sent_message_is_not_waited_for_by_the_next_compute():
+    """Stage 0 sends without blocking and computes on; its later forward began after the
+    message arrived, but it never needed the message back: replayed (half a core: every span
+    at half its time) it starts at 1.75 ms, though the receiver takes the message at 3 ms."""
+    events = [ev(0, Op.FORWARD, 0, 1, cpu_ms=0.5), ev(0, Op.SEND, 1, 2, peer=1, bytes=8),
+              ev(0, Op.FORWARD, 1.5, 1, cpu_ms=0.5), ev(0, Op.FORWARD, 3.5, 1, cpu_ms=0.5),
+              ev(1, Op.FORWARD, 0, 2, cpu_ms=2), ev(1, Op.RECV, 2, 1, peer=0, bytes=8)]
+    tl = replay(Timeline(events, 2)).timeline
+    assert by_op(tl, 1, Op.RECV)[0].end_ns == 3 * MS
+    assert by_op(tl, 0, Op.FORWARD)[2].start_ns == 1.75 * MS
