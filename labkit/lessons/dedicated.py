@@ -41,7 +41,7 @@ def machine_wire(world_size: int = 2, runner: Any = None) -> AlphaBeta:
 def dedicated(result: Any, wire: AlphaBeta | None = None) -> Replay | None:
     """``result``'s timeline replayed on dedicated cores (None where it cannot be: a trace
     without the members of a collective, or a run on a GPU, whose spans carry no CPU time).
-    Messages cost what the run's own typical message of their kind took, or ``wire``."""
+    Messages cost what the same message took in the run's median step, or ``wire``."""
     timeline = getattr(result, "timeline", result)
     if not any(e.cpu_ns is not None for e in timeline):
         return None
