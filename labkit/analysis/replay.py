@@ -8,19 +8,22 @@ trace holds what is needed to take that wait out (issue 32, item 3):
 * each compute span's ``cpu_ns``: the CPU time its thread used, i.e. what the op cost without
   the wait for a core (``labkit.trace.tracer``); the Python between spans is scaled by the share
   of a core the rank got during that step's compute;
-* each message timed by the run's own typical message of the same kind (op, bytes, ranks):
-  the median over its instances of the time from when it could start (its last rank arrived
-  and its ranks' previous collective had left the wire) to its end. Not the fastest: naive
-  DDP's same-size all-reduces range 0.4-5 ms on this machine, and the fastest made its
-  replayed step 0.13-0.37x the measured one. Given a ``wire``, the alpha-beta model
-  (``labkit.theory.comm``: a ring for the collectives, ``alpha + bytes / bandwidth`` for a
-  send) times them instead. The run's own messages carry the
-  per-call costs (Python, the backend) that a benchmark's fit leaves out.
+* each message timed by the run's own messages: what the same message took -- from when it
+  could start to its end -- in the run's median step by message time
+  (``labkit.analysis.replay_wire.own_costs``: on this machine a step's messages are fast or
+  slow together, so one statistic per kind of message added up to no step that ran). Given a
+  ``wire``, the alpha-beta model (``labkit.theory.comm``: a ring for the collectives,
+  ``alpha + bytes / bandwidth`` for a send) times them instead. The run's own messages carry
+  the per-call costs (Python, the backend) that a benchmark's fit leaves out.
 
 ``replay(timeline, wire)`` walks every rank's spans in the order the rank ran them and re-times
 them as a discrete-event simulation: compute takes its cost; a blocking collective starts when
 every rank has reached it (and its previous collective left the wire) and takes the model's
-time; an async one is only issued, and a later ``wait`` blocks until it is done; a receive ends
+time; an async one (the rank went on before it ended) is only issued, and the rank waits for
+it where the measured rank had it back: at a ``wait`` that ended after it (or names its bucket),
+and -- a collective's result being what the program goes on with -- at the first span that
+began after it ended (DDP's wait for a bucket already done leaves no span, yet the optimizer
+needs it); a message is joined at a wait or where the next step begins. A receive ends
 when its message (the matching send: ``labkit.base.events.match_sends``) has crossed the wire.
 The result is a model built from this run, and says so: a lesson draws it beside the measured
 timeline when a timed verdict is not "holds". Collectives on a sub-group of the ranks (tensor
@@ -32,40 +35,20 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
+from labkit.analysis.replay_wire import P2P, Instance, Key, own_costs, wire_s
 from labkit.analysis.timeline import Timeline
 from labkit.base.events import Event, Lane, Op, match_sends
 from labkit.base.grid import Grid
-from labkit.theory.comm import BUSBW_FACTORS, AlphaBeta, alpha_beta_time, ring_allreduce_time
+from labkit.theory.comm import AlphaBeta
 
 MODEL_LABEL = "replayed on dedicated cores (a model built from this run)"
 """How every replayed number and figure is labelled: never a measurement."""
 
-P2P = {Op.SEND, Op.RECV}
-SCATTERING = {Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.ALL_TO_ALL}
-
-
 class ReplayError(ValueError):
     """The trace cannot be replayed (a sub-group collective, a message without its pair)."""
-
-
-def wire_s(op: Op, nbytes: int, world_size: int, wire: AlphaBeta) -> float:
-    """The alpha-beta time of one op of ``nbytes`` (the bytes the trace recorded for it)."""
-    n, a, bw = world_size, wire.alpha_s, wire.bandwidth_Bps
-    if op in P2P:
-        return alpha_beta_time(1, nbytes, a, bw)
-    if n <= 1:
-        return 0.0
-    if op is Op.ALL_REDUCE:
-        return ring_allreduce_time(nbytes, n, a, bw)
-    if op in SCATTERING:  # one ring pass over the whole tensor
-        return alpha_beta_time(n - 1, BUSBW_FACTORS[op.value](n) * nbytes, a, bw)
-    if op is Op.BARRIER:  # an all-reduce of nothing: the ring's messages, no bytes
-        return alpha_beta_time(2 * (n - 1), 0, a, bw)
-    return alpha_beta_time(n - 1, nbytes, a, bw)  # broadcast, reduce, gather: along a chain
 
 
 @dataclass
@@ -129,6 +112,8 @@ def _programs(timeline: Timeline) -> dict[int, list[_Item]]:
         work = sorted((e for e in evs if e.lane is Lane.COMPUTE), key=lambda e: e.start_ns)
         starts = [w.start_ns for w in work]
         reach = list(itertools.accumulate((w.end_ns for w in work), max))  # latest end so far
+        after = [e for e in evs if e.lane is not Lane.STEP]  # what the rank did next
+        following = {id(a): b.start_ns for a, b in itertools.pairwise(after)}
         items: list[_Item] = []
         for e in evs:
             if e.lane is Lane.STEP:
@@ -150,47 +135,33 @@ def _programs(timeline: Timeline) -> dict[int, list[_Item]]:
                     counts[(rank, e.op, members)] += 1
                 k = bisect.bisect_left(starts, e.end_ns)  # compute that began before it ended...
                 overlapped = k > 0 and reach[k - 1] > e.start_ns  # ...and ran on after it began
+                # or the rank went on to its next span before the op ended (it did not block)
+                overlapped = overlapped or following.get(id(e), e.end_ns) < e.end_ns
                 items.append(_Item(e, "issue" if overlapped else "block", key=key))
         programs[rank] = items
     return programs
 
 
 def _own_wire(programs: dict[int, list[_Item]],
-              members: dict[tuple[object, ...], dict[int, _Item]]) -> dict[tuple[object, ...], int]:
-    """The run's own wire: per kind of message (op, bytes, ranks), the median time one instance
-    took on the wire -- from when it could start to its end -- over the run's instances.
-
-    A collective can start once its last rank has arrived *and* its ranks' previous
-    collective has left the wire (the rule ``replay`` applies again): a bucket issued while
-    the one before it still moves waits in the backend's queue, and that wait is not its
-    cost, or the replay would queue it twice. A message starts when both ends have arrived."""
-    prev_end: dict[tuple[object, ...], int] = {}  # per collective: its ranks' previous one's end
+              members: dict[Key, dict[int, _Item]]) -> dict[Key, int]:
+    """Per instance, what the run's own messages say it costs (``replay_wire.own_costs``); a
+    collective is ready once its ranks' previous collective has left the wire."""
+    queued: dict[Key, int] = {}  # per collective: its ranks' previous one's end
     for items in programs.values():
         last = 0
         for it in items:
             if it.key is not None and it.key[0] != "p2p":
-                prev_end[it.key] = max(prev_end.get(it.key, 0), last)
+                queued[it.key] = max(queued.get(it.key, 0), last)
                 last = max(last, it.event.end_ns)
-    took_by_kind: dict[tuple[object, ...], list[int]] = defaultdict(list)
-    for key, parties in members.items():
-        evs = [it.event for it in parties.values()]
-        first = evs[0]
-        if key[0] == "p2p":
-            send = next((e for e in evs if e.op is Op.SEND), first)
-            recv = next((e for e in evs if e.op is Op.RECV), first)
-            took = recv.end_ns - max(send.start_ns, recv.start_ns)
-        else:
-            ends = sorted(e.end_ns for e in evs)
-            took = ends[len(ends) // 2] - max(prev_end.get(key, 0), *(e.start_ns for e in evs))
-        kind = ("p2p" if key[0] == "p2p" else first.op, first.bytes or 0, len(evs))
-        took_by_kind[kind].append(max(0, took))
-    return {kind: int(statistics.median(t)) for kind, t in took_by_kind.items()}
+    return own_costs([Instance(key=key, events=[it.event for it in parties.values()],
+                               queued_until_ns=queued.get(key, 0))
+                      for key, parties in members.items()])
 
 
 def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
     """Re-time ``timeline`` as if every rank had a core. Messages cost what ``wire`` (an
-    alpha-beta model) says; without one, what the run's own typical message of the same kind
-    (op, bytes, ranks) took on the wire (``_own_wire``)."""
+    alpha-beta model) says; without one, what the same message took in the run's median step
+    by message time (``replay_wire.own_costs``)."""
     programs = _programs(timeline)
     share = _core_share(list(timeline))
     ranks = sorted(programs)
@@ -217,10 +188,9 @@ def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
         if len(issued[key]) < len(parties) or not parties:
             return None
         first = next(iter(parties.values())).event
-        kind = ("p2p" if key[0] == "p2p" else first.op, first.bytes or 0, len(parties))
         if key[0] == "p2p":
             start = max(issued[key].values())
-            end = start + (own[kind] if wire is None else
+            end = start + (own[key] if wire is None else
                            int(wire_s(Op.SEND, first.bytes or 0, 2, wire) * 1e9))
         else:
             group_size = len(key[1])  # type: ignore[arg-type]
@@ -228,12 +198,27 @@ def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
                 raise ReplayError(f"a {first.op.value} reached {len(parties)} of its "
                                   f"{group_size} ranks")
             start = max(max(issued[key].values()), *(wire_free[r] for r in parties))
-            end = start + (own[kind] if wire is None else
+            end = start + (own[key] if wire is None else
                            int(wire_s(first.op, first.bytes or 0, len(parties), wire) * 1e9))
             for r in parties:
                 wire_free[r] = end
         done[key] = end
         return end
+
+    open_ops: dict[int, list[_Item]] = {r: [] for r in ranks}  # issued, not yet joined
+
+    def joins(r: int, it: _Item) -> list[_Item]:
+        """The async ops ``it`` must wait for: those the measured rank had seen complete when
+        ``it`` began (a wait: when it ended), and the one a wait names by its bucket. A
+        collective's result is what the program goes on with; a message is joined only at a
+        wait or where the next step begins (a pipeline waits its sends at the step's end)."""
+        e = it.event
+        seen = e.end_ns if it.kind == "wait" else e.start_ns
+        return [o for o in open_ops[r]
+                if (o.event.end_ns <= seen and (it.kind in ("wait", "mark")
+                                                or o.event.op not in P2P))
+                or (it.kind == "wait" and e.bucket is not None and o.event.bucket == e.bucket
+                    and o.event.step == e.step)]
 
     progress = True
     while progress:
@@ -245,24 +230,30 @@ def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
                 e = it.event
                 gap = max(0, e.start_ns - last_end[r])
                 t = clock[r] + int(gap * share.get((r, e.step), 1.0))
+                joined = 0
+                if it.kind != "issue":
+                    due = joins(r, it)
+                    ends = [settle(o.key) for o in due if o.key is not None]
+                    if any(x is None for x in ends):
+                        break  # another rank has yet to issue one of them
+                    joined = max((x for x in ends if x is not None), default=0)
+                    open_ops[r] = [o for o in open_ops[r] if o not in due]
                 if it.kind == "work":
+                    t = max(t, joined)
                     new[id(e)] = dataclasses.replace(e, start_ns=t, dur_ns=it.cost_ns)
                     clock[r], last_end[r] = t + it.cost_ns, e.end_ns
                     within[r] = (e.start_ns, e.end_ns, t, it.cost_ns)
                 elif it.kind == "mark":
+                    t = max(t, joined)
                     new[id(e)] = dataclasses.replace(e, start_ns=t, dur_ns=0)
                     clock[r], last_end[r] = t, e.start_ns
                 elif it.kind == "wait":
-                    pending = [i.key for i in items[:pos[r]] if i.kind == "issue"
-                               and i.event.end_ns <= e.end_ns and i.key not in done]
-                    ends = [settle(k) for k in pending if k is not None]
-                    if any(x is None for x in ends):
-                        break
-                    end = max([t, *[x for x in ends if x is not None]])
+                    end = max(t, joined)
                     new[id(e)] = dataclasses.replace(e, start_ns=t, dur_ns=end - t)
                     clock[r], last_end[r] = end, e.end_ns
                 else:
                     assert it.key is not None
+                    t = max(t, joined)
                     inside = within.get(r)
                     if it.kind == "issue" and inside is not None and e.start_ns < inside[1]:
                         # issued from inside a compute span (a DDP bucket's hook during backward):
@@ -270,11 +261,13 @@ def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
                         m_start, m_end, r_start, cost = inside
                         t = r_start + int((e.start_ns - m_start) * cost / max(1, m_end - m_start))
                         issued[it.key].setdefault(r, t)
+                        open_ops[r].append(it)
                         pos[r] += 1
                         progress = True
                         continue
                     issued[it.key].setdefault(r, t)
                     if it.kind == "issue":
+                        open_ops[r].append(it)
                         clock[r], last_end[r] = t, e.start_ns
                     else:
                         end_or_none = settle(it.key)
@@ -296,7 +289,7 @@ def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
                 t0 = issued[it.key][it.event.rank]
                 new[id(it.event)] = dataclasses.replace(it.event, start_ns=t0,
                                                         dur_ns=max(0, done[it.key] - t0))
-    _close_steps(programs, new)
+    _close_steps(programs, new, share)
     events = sorted(new.values(), key=lambda ev: ev.start_ns)
     model = ({"model": "dedicated cores, the run's own typical messages"} if wire is None else
              {"model": "dedicated cores, alpha-beta wire", "alpha_s": wire.alpha_s,
@@ -305,16 +298,22 @@ def replay(timeline: Timeline, wire: AlphaBeta | None = None) -> Replay:
     return Replay(Timeline(events, timeline.world_size, meta), wire)
 
 
-def _close_steps(programs: dict[int, list[_Item]], new: dict[int, Event]) -> None:
-    """A step span ends where the last replayed span of that step on its rank ends."""
+def _close_steps(programs: dict[int, list[_Item]], new: dict[int, Event],
+                 share: dict[tuple[int, int | None], float]) -> None:
+    """A step span ends where the last replayed span of that step on its rank ends, plus what
+    the rank ran after that span before its step closed (the last step's wrap-up: 1-4 ms on
+    this machine), at the rank's core share like every gap."""
     for items in programs.values():
         ends: dict[int | None, int] = defaultdict(int)
+        measured: dict[int | None, int] = defaultdict(int)
         for it in items:
             if it.kind != "mark":
                 ev = new[id(it.event)]
                 ends[ev.step] = max(ends[ev.step], ev.end_ns)
+                measured[ev.step] = max(measured[ev.step], it.event.end_ns)
         for it in items:
             if it.kind == "mark":
-                ev = new[id(it.event)]
-                new[id(it.event)] = dataclasses.replace(
-                    ev, dur_ns=max(0, ends.get(ev.step, ev.start_ns) - ev.start_ns))
+                m, ev = it.event, new[id(it.event)]
+                tail = max(0, m.end_ns - measured.get(m.step, m.end_ns))
+                end = ends.get(ev.step, ev.start_ns) + int(tail * share.get((m.rank, m.step), 1.0))
+                new[id(m)] = dataclasses.replace(ev, dur_ns=max(0, end - ev.start_ns))

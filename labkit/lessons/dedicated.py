@@ -41,7 +41,7 @@ def machine_wire(world_size: int = 2, runner: Any = None) -> AlphaBeta:
 def dedicated(result: Any, wire: AlphaBeta | None = None) -> Replay | None:
     """``result``'s timeline replayed on dedicated cores (None where it cannot be: a trace
     without the members of a collective, or a run on a GPU, whose spans carry no CPU time).
-    Messages cost what the run's own typical message of their kind took, or ``wire``."""
+    Messages cost what the same message took in the run's median step, or ``wire``."""
     timeline = getattr(result, "timeline", result)
     if not any(e.cpu_ns is not None for e in timeline):
         return None
@@ -91,7 +91,8 @@ def missed(text: str) -> bool:
 def replay_if_missed(result: Any, verdicts: str, wire: AlphaBeta | None = None, *,
                      what: str = "the step") -> Any:
     """Where ``verdicts`` (the sentences a cell printed) hold a verdict that is not "holds":
-    print the replay's sentence and return the measured and replayed timelines as one figure
+    print the replay's sentence and return the measured and replayed timelines as one figure,
+    each at its median step, the step whose time the sentence quotes
     (``labkit.visuals.replay.plot_replay``); else say that every verdict held and return None
     (a notebook shows nothing for None)."""
     if not missed(verdicts):

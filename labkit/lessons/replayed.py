@@ -3,8 +3,8 @@
 A lesson's verdict judges one quantity -- "Ray Train's step / labkit's", "TP's slowdown
 across the link / the pipeline's", "ASP / BSP gradients per second". When the verdict is not
 "holds", the lesson replays the runs behind that quantity on dedicated cores
-(``labkit.lessons.dedicated``: each compute span at its CPU time, each message at the run's own
-fastest message of its kind) and says the *same* quantity again, computed by the same function
+(``labkit.lessons.dedicated``: each compute span at its CPU time, each message at what it took
+in the run's median step) and says the *same* quantity again, computed by the same function
 from the replayed timelines, beside the figure of one replayed run. The sentence and the
 figure then read one quantity, and the student sees what the algorithm does with a core per
 rank next to what the busy machine did to it.

@@ -104,19 +104,42 @@ def test_sub_group_collectives_and_unpaired_messages_are_refused_in_words():
         replay(Timeline([ev(0, Op.SEND, 0, 1, peer=1, bytes=4)], 2), WIRE)
 
 
-def test_the_runs_own_wire_is_its_typical_message_not_its_luckiest():
-    """Naive DDP's wall of same-size all-reduces: three took 1 ms once both ranks had arrived,
-    one took 0.2 ms (the peer's half was already there). Replayed, each costs the median, 1 ms:
-    the lucky one would make the whole wall five times too short."""
-    events = [ev(r, Op.STEP, 0, 5.2) for r in (0, 1)] + [ev(r, Op.BACKWARD, 0, 2, cpu_ms=2)
-                                                        for r in (0, 1)]
-    t = 2.0
-    for took in (1, 1, 0.2, 1):
-        events += [ev(r, Op.ALL_REDUCE, t, took, bytes=1024) for r in (0, 1)]
-        t += took
-    rep = replay(Timeline(events, 2))
-    assert [e.dur_ns for e in by_op(rep.timeline, 0, Op.ALL_REDUCE)] == [1 * MS] * 4
-    assert rep.step_times_s() == [pytest.approx(6e-3)]
+def test_every_step_costs_the_messages_of_the_median_step():
+    """Naive DDP on this machine: a 1 KB and a 1 MB all-reduce per step, whose times move
+    together step by step. After the warm-up (2 + 2 ms), step 1 moved both in 0.5 ms, step 2
+    took 0.5 + 3 ms, step 3 took 3 + 0.5 ms: the median step is 1 + 3.5 = 4.5 ms. One median
+    per kind (0.5 ms each, over the timed steps) would replay a 2 ms step that never ran; every
+    replayed step costs the median step's messages instead, 4.5 ms."""
+    took = {0: (2, 2), 1: (0.5, 0.5), 2: (0.5, 3), 3: (3, 0.5)}
+    events, t = [], 0.0
+    for step, (small, big) in took.items():
+        for r in (0, 1):
+            events += [ev(r, Op.STEP, t, 1 + small + big, step=step),
+                       ev(r, Op.BACKWARD, t, 1, cpu_ms=1, step=step),
+                       ev(r, Op.ALL_REDUCE, t + 1, small, bytes=1024, step=step),
+                       ev(r, Op.ALL_REDUCE, t + 1 + small, big, bytes=1_000_000, step=step)]
+        t += 1 + small + big
+    run = Timeline(events, 2)
+    assert run.median_step_s() == pytest.approx(4.5e-3)
+    rep = replay(run)
+    assert rep.step_times_s() == [pytest.approx(4.5e-3)] * 4
+    assert [e.dur_ns for e in by_op(rep.timeline, 0, Op.ALL_REDUCE)] == [0.5 * MS, 3 * MS] * 4
+
+
+def test_a_message_the_median_step_lacks_costs_its_kinds_median():
+    """The warm-up sent four 1 KB all-reduces (1, 1, 1, 3 ms), the one timed step three (1, 1,
+    0.2 ms): the warm-up's first three cost what the timed step's did, its fourth, which the
+    timed step lacks, the kind's median over the run, 1 ms."""
+    from labkit.analysis.replay_wire import Instance, own_costs
+
+    def inst(n, took_ms, step):
+        return Instance(key=(Op.ALL_REDUCE, (0, 1), n), events=[
+            ev(r, Op.ALL_REDUCE, 10 * n, took_ms, bytes=1024, step=step) for r in (0, 1)])
+
+    took = [(1, 0), (1, 0), (1, 0), (3, 0), (1, 1), (1, 1), (0.2, 1)]
+    costs = own_costs([inst(n, ms, step) for n, (ms, step) in enumerate(took)])
+    assert [costs[(Op.ALL_REDUCE, (0, 1), n)] for n in range(7)] == [
+        MS, MS, 0.2 * MS, MS, MS, MS, 0.2 * MS]
 
 
 def test_a_bucket_queued_behind_the_one_before_is_not_charged_its_queue():
@@ -134,3 +157,73 @@ def test_a_bucket_queued_behind_the_one_before_is_not_charged_its_queue():
     ends = [e.end_ns for e in by_op(rep.timeline, 0, Op.ALL_REDUCE)]
     assert sorted(ends) == [7 * MS, 9 * MS, 11 * MS]
     assert rep.step_times_s() == [pytest.approx(11e-3)]
+
+
+def test_a_bucket_whose_wait_left_no_span_is_still_waited_for():
+    """The wait for a bucket that was already done when DDP asked leaves no span (< 20 us),
+    but the optimizer began after the bucket ended, so it needs it. Backward 4 ms measured, 1 ms
+    of CPU: replayed 0-1 ms, the bucket issued at a quarter of it (0.25 ms) and 2 ms on the
+    wire (its measured time from launch), done at 2.25 ms: the optimizer waits for it there,
+    where without the wait it would start at 1.2 ms on gradients not yet averaged."""
+    events = []
+    for r in (0, 1):
+        events += [ev(r, Op.STEP, 0, 5.5), ev(r, Op.BACKWARD, 0, 4, cpu_ms=1),
+                   ev(r, Op.ALL_REDUCE, 1, 2, bytes=1_000_000, bucket=0),
+                   ev(r, Op.OPTIMIZER, 4.5, 1, cpu_ms=1)]
+    rep = replay(Timeline(events, 2))
+    bucket, opt = by_op(rep.timeline, 0, Op.ALL_REDUCE)[0], by_op(rep.timeline, 0, Op.OPTIMIZER)[0]
+    assert (bucket.start_ns, bucket.end_ns) == (0.25 * MS, 2.25 * MS)
+    assert opt.start_ns == 2.25 * MS
+    assert rep.step_times_s() == [pytest.approx(3.25e-3)]
+
+
+def test_a_bucket_launched_after_backward_keeps_its_place_on_the_wire():
+    """Bucket 1 is launched at 2.1 ms, after backward ended, and the rank went on to wait for
+    bucket 0 at 2.2 ms: it did not block on bucket 1, so it is async too, and it moves after
+    bucket 0 as the backend moved it -- not ahead of it, as a blocking op the rank reached
+    first would be."""
+    events = []
+    for r in (0, 1):
+        events += [ev(r, Op.STEP, 0, 7), ev(r, Op.BACKWARD, 0, 2, cpu_ms=2),
+                   ev(r, Op.ALL_REDUCE, 1, 3, bytes=1_000_000, bucket=0),
+                   ev(r, Op.ALL_REDUCE, 2.1, 3.9, bytes=2_000_000, bucket=1),
+                   ev(r, Op.WAIT, 2.2, 1.8, bucket=0), ev(r, Op.WAIT, 4.1, 1.9, bucket=1),
+                   ev(r, Op.OPTIMIZER, 6.1, 0.9, cpu_ms=0.9)]
+    rep = replay(Timeline(events, 2), WIRE)  # 1 MB: 1 ms, 2 MB: 2 ms
+    first, second = by_op(rep.timeline, 0, Op.ALL_REDUCE)
+    assert (first.start_ns, first.end_ns) == (1 * MS, 2 * MS)
+    assert (second.start_ns, second.end_ns) == (21 * MS // 10, 41 * MS // 10)
+
+
+def test_a_wait_that_names_its_bucket_waits_for_it_though_its_end_trails_the_wait():
+    """The bucket's completion callback stamped 4.005 ms, after its wait returned at 4 ms:
+    the wait names bucket 0, so it still lasts until the bucket is done."""
+    events = []
+    for r in (0, 1):
+        events += [ev(r, Op.STEP, 0, 5), ev(r, Op.BACKWARD, 0, 2, cpu_ms=2),
+                   ev(r, Op.ALL_REDUCE, 1, 3.005, bytes=3_000_000, bucket=0),
+                   ev(r, Op.WAIT, 2, 2, bucket=0)]
+    rep = replay(Timeline(events, 2), WIRE)  # 3 MB: 3 ms, from 1 ms
+    wait = by_op(rep.timeline, 0, Op.WAIT)[0]
+    assert (wait.start_ns, wait.end_ns) == (2 * MS, 4 * MS)
+
+
+def test_a_sent_message_is_not_waited_for_by_the_next_compute():
+    """Stage 0 sends without blocking and computes on; its later forward began after the
+    message arrived, but it never needed the message back: replayed (half a core: every span
+    at half its time) it starts at 1.75 ms, though the receiver takes the message at 3 ms."""
+    events = [ev(0, Op.FORWARD, 0, 1, cpu_ms=0.5), ev(0, Op.SEND, 1, 2, peer=1, bytes=8),
+              ev(0, Op.FORWARD, 1.5, 1, cpu_ms=0.5), ev(0, Op.FORWARD, 3.5, 1, cpu_ms=0.5),
+              ev(1, Op.FORWARD, 0, 2, cpu_ms=2), ev(1, Op.RECV, 2, 1, peer=0, bytes=8)]
+    tl = replay(Timeline(events, 2)).timeline
+    assert by_op(tl, 1, Op.RECV)[0].end_ns == 3 * MS
+    assert by_op(tl, 0, Op.FORWARD)[2].start_ns == 1.75 * MS
+
+
+def test_what_a_rank_ran_after_its_last_span_stays_in_its_step():
+    """The last step's wrap-up: its forward ends at 2 ms and the step at 5 ms. At half a core
+    (2 ms of CPU in 4 ms of forward) the replay keeps 1.5 of those 3 ms: 1 + 1.5 = 2.5 ms."""
+    events = [ev(0, Op.STEP, 0, 5), ev(0, Op.FORWARD, 0, 2, cpu_ms=1),
+              ev(0, Op.STEP, 5, 8, step=1), ev(0, Op.FORWARD, 5, 2, cpu_ms=1, step=1)]
+    rep = replay(Timeline(events, 1))
+    assert rep.step_times_s() == [pytest.approx(2.5e-3), pytest.approx(4e-3)]
