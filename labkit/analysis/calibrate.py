@@ -36,7 +36,6 @@ supervisor never imports torch: measurements run in ``python -m labkit.analysis.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import platform
@@ -45,13 +44,12 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from labkit.base import devices, places
-from labkit.base.files import exclusive, write_json_atomic
+from labkit.base.cache import KeyedCache
 from labkit.base.progress import Progress
 
 SQUARE = (256, 512, 1024, 2048, 3072)
@@ -160,45 +158,19 @@ def square(device: str) -> list[Shape]:
 
 
 # ---- 4. the cache --------------------------------------------------------------------------
+CACHE = KeyedCache("peak_flops", label="calibration", what="the peak")
+"""``$LABKIT_CACHE/peak_flops.json``: one entry per ``_key`` (``labkit.base.cache``)."""
+
+
 def _load() -> dict[str, Any]:
-    try:
-        data = json.loads((cache_dir() / "peak_flops.json").read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _cache_warning(what: str, exc: OSError) -> None:
-    reason = exc.strerror or str(exc)
-    warnings.warn(f"the calibration cache {str(cache_dir())!r} cannot be {what} ({reason}): "
-                  f"the peak is measured again next time (set LABKIT_CACHE to a "
-                  f"writable directory to keep it, e.g. LABKIT_CACHE=/tmp/labkit-cache)",
-                  RuntimeWarning, stacklevel=3)
+    """Every cached peak, by key."""
+    return CACHE.load()
 
 
 def _store(key: str, entry: dict[str, Any]) -> None:
     """Best effort: a cache that cannot be written (a read-only HOME, a full disk) costs a
     warning and a measurement next time, never the result of the run that asked."""
-    data = _load()
-    data[key] = entry
-    try:
-        write_json_atomic(cache_dir() / "peak_flops.json", data, indent=1)
-    except OSError as exc:
-        _cache_warning("written", exc)
-
-
-@contextlib.contextmanager
-def _cache_lock() -> Iterator[bool]:
-    """``exclusive`` on the cache's lock file (True), or no lock (False, with a warning)
-    where the cache directory cannot be created: then nothing is written there."""
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(exclusive(cache_dir() / "peak_flops.lock"))
-        except OSError as exc:
-            _cache_warning("created", exc)
-            yield False
-            return
-        yield True
+    CACHE.put(key, entry)
 
 
 def summarize(entry: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +255,7 @@ def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shap
         raise ValueError(f"dtype {dtype!r} must be one of {', '.join(DTYPES)}")
     key = _key(device, threads, dtype)
     wanted = sorted(set(square(device)) | set(shapes or []))
-    with _cache_lock() as writable:  # concurrent runs: one measures, the rest read
+    with CACHE.locked() as writable:  # concurrent runs: one measures, the rest read
         old = _load().get(key)
         if old is not None and old.get("busy") and \
                 os.getloadavg()[0] < 0.5 * devices.cpu_count():

@@ -14,7 +14,6 @@ this-machine`` calls it when nothing is cached).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -22,13 +21,12 @@ import statistics
 from typing import Any
 
 from labkit.base.errors import ConfigError
-from labkit.base.files import exclusive
 from labkit.lessons.parallel3d import LESSON_GPT
 from labkit.theory.plan_lab import LAB_BATCH, LAB_GPT, LabLayout
 from labkit.theory.plan_local import (
+    CACHE,
     CostSample,
     StepCost,
-    cache_path,
     cores_here,
     fit_step_cost,
     load_cost,
@@ -94,10 +92,8 @@ def measure(steps: int = STEPS, rounds: int = 1) -> StepCost:
 def step_cost(refresh: bool = False, steps: int = STEPS, rounds: int = 1) -> StepCost:
     """This machine's cached step cost, measured first where none is cached (or ``refresh``);
     concurrent callers wait for the one that measures."""
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(exclusive(cache_path().with_suffix(".lock")))
-        except OSError:  # no cache directory can be made (a read-only HOME): keep nothing
+    with CACHE.locked() as writable:
+        if not writable:  # no cache directory can be made (a read-only HOME): keep nothing
             return measure(steps, rounds)
         cost = None if refresh else load_cost(cores_here())
         if cost is None:

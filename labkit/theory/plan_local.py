@@ -28,14 +28,13 @@ instead of read off a datasheet: the same ``labkit.theory.plan.predict`` that ra
 * **Memory**: the machine's RAM shared by its ranks.
 
 The measurement is cached like ``labkit calibrate``'s (``$LABKIT_CACHE/step_cost.json``, one
-entry per host, Python, torch, labkit checkout and core count; ``labkit.base.files``' atomic
-write and lock). ``gemm_rate`` is the first attempt, kept for the comparison in
-``bench/bench_plan_local.py``: calibrate's matmul rate at the step's GEMM shapes alone.
+entry per host, Python, torch, labkit checkout and core count; ``labkit.base.cache``).
+``gemm_rate`` is the first attempt, kept for the comparison in ``bench/bench_plan_local.py``:
+calibrate's matmul rate at the step's GEMM shapes alone.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -43,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from labkit.base import places
+from labkit.base.cache import KeyedCache
 from labkit.base.errors import ConfigError
-from labkit.base.files import write_json_atomic
 from labkit.theory.interconnect import Interconnect
 from labkit.theory.plan import COMPUTE_EFFICIENCY
 from labkit.theory.plan_models import GPU, Cluster, Decoder
@@ -216,9 +215,14 @@ def cores_here() -> int:
         return os.cpu_count() or 1
 
 
+CACHE = KeyedCache("step_cost", label="step-cost", what="this machine's step cost")
+"""``$LABKIT_CACHE/step_cost.json``, one entry per ``cache_key`` (``labkit.base.cache``, as
+calibrate's peak)."""
+
+
 def cache_path() -> Path:
     """``$LABKIT_CACHE/step_cost.json`` (``labkit.base.places``, as calibrate's)."""
-    return places.cache_dir() / CACHE_FILE
+    return CACHE.path
 
 
 def cache_key(cores: int) -> str:
@@ -228,25 +232,16 @@ def cache_key(cores: int) -> str:
 
 
 def load_cost(cores: int) -> StepCost | None:
-    """The cached step cost of this machine with ``cores`` cores, or None."""
+    """The cached step cost of this machine with ``cores`` cores, or None (none kept, or one
+    of an older shape)."""
+    entry = CACHE.get(cache_key(cores))
     try:
-        data = json.loads(cache_path().read_text())
-        entry = data.get(cache_key(cores)) if isinstance(data, dict) else None
         return StepCost.from_json(entry) if entry else None
-    except (OSError, ValueError, TypeError):
+    except (TypeError, ValueError):
         return None
 
 
 def store_cost(cost: StepCost) -> None:
     """Keep ``cost`` (best effort: an unwritable cache costs a measurement next time). The
-    caller holds ``labkit.base.files.exclusive(cache_path().with_suffix(".lock"))``."""
-    try:
-        data = json.loads(cache_path().read_text())
-        data = data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        data = {}
-    data[cache_key(cost.cores)] = cost.to_json()
-    try:
-        write_json_atomic(cache_path(), data, indent=1)
-    except OSError:
-        pass
+    caller holds ``CACHE.locked()``."""
+    CACHE.put(cache_key(cost.cores), cost.to_json())

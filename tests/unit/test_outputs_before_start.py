@@ -141,7 +141,7 @@ def test_a_cache_that_cannot_be_written_warns_and_keeps_the_peak(tmp_path, monke
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cal, "write_json_atomic", full)
+    monkeypatch.setattr("labkit.base.cache.write_json_atomic", full)  # the one keyed cache
     with pytest.warns(RuntimeWarning, match="cannot be written .No space left on device"):
         peak = cal.calibrate("cpu", threads=2, shapes=[])
     assert peak is not None and peak["fresh"]
