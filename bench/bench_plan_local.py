@@ -1,38 +1,76 @@
 """The planner on this machine: predicted / measured step time of the lab's own layouts.
 
     python bench/bench_plan_local.py [--rounds 3] [--steps 8] [--cost-rounds 1] [--cached]
+                                     [--only NAME ...]
 
-Issue 38, item 4. "This machine" as the planner's cluster (``labkit.theory.plan_local``):
-first this machine's step cost is measured (``labkit.lessons.plan_local.step_cost``: one
-rank, one core, the lesson GPT at 6 sizes, fitted to ``step_s + layer_s L + F / rate``; and
-the 2-rank all-reduce's alpha-beta), unless ``--cached``. Then each round runs every layout
-once (``labkit run hybrid`` over dp x pp x tp of 8 and 4 ranks, 2-rank DDP, ZeRO-1 and a
-1F1B pipeline), the order reversed every other round; each layout's number is the median
-over rounds of its median step. Nothing is fitted to a layout's step. Two comparisons: the
-wall-clock step (the target, within 25 %, is for 2 quiet cores) and the CPU seconds of the
-busiest rank's step (``step_cpu_s``) beside the planner's compute and fixed terms, which a
-busy machine inflates less; and ``shared``, the shared-core rule applied to the measured
-CPU (ranks x CPU / cores over the wall step), which says how much of a step on shared cores
-the rule explains once a rank's CPU is known. The load average before each round is printed.
+Issue 38, item 4. "This machine" as the planner's cluster (``labkit.theory.plan_machine``):
+first this machine is measured (``labkit.lessons.plan_local.step_cost``: each engine's
+one-rank step at a few sizes, fitted; the collectives' wall and CPU at 2, 4 and 8 ranks),
+unless ``--cached``. Then each round runs every layout once (``labkit run hybrid`` over
+dp x pp x tp of 8 and 4 ranks, 2-rank DDP, ZeRO-1 and a 1F1B pipeline; ``--only`` keeps
+those named), the order reversed every other round; each layout's number is the median over
+rounds of its median step. Nothing is fitted to a layout's step. Printed per layout: the
+wall step, measured and predicted (the target: within 25 % on 2 quiet cores); the CPU
+seconds of the busiest rank's step (``step_cpu_s``) beside the prediction's (compute,
+fixed work and its collectives' CPU); the collectives a rank issues per step, counted in
+the trace beside the planner's count (a check of ``plan_lab.lab_calls``); and every term
+of the prediction. The load average before each round is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from typing import Any
 
 import labkit
 from labkit.lessons.machine import load_now
 from labkit.lessons.plan_local import run_kwargs, step_cost
-from labkit.theory.plan_lab import LAYOUTS, predict_lab
-from labkit.theory.plan_local import cores_here
+from labkit.theory.plan_lab import LAYOUTS, LabLayout, lab_calls, predict_lab
+from labkit.theory.plan_local import StepCost
+from labkit.theory.plan_machine import rank_cpu
+
+SKIP = {"wait", "barrier"}
+"""Trace spans that are not a collective of their own (an async op's wait, a barrier)."""
 
 
-def shared(ranks: int, cpu_s: float, wall_s: float) -> float:
-    """The shared-core rule on the measured CPU: ``ranks x cpu / cores`` over the measured
-    wall step (the busiest rank's CPU for every rank: an upper bound); 0 with a core each."""
-    cores = cores_here()
-    return ranks * cpu_s / cores / wall_s if ranks > cores else 0.0
+def traced_calls(result: Any, ranks: int) -> float:
+    """Collective spans per rank per step in ``result``'s trace (the first step skipped;
+    a send and a receive count one each)."""
+    steps = {e.step for e in result.timeline if e.step}
+    spans = [e for e in result.timeline if e.step and e.lane.value == "comm"
+             and e.op.value not in SKIP and e.name != "timing"]
+    return len(spans) / ranks / max(1, len(steps))
+
+
+def planned_calls(lay: LabLayout) -> float:
+    """The planner's collectives per rank per step, counted as the trace counts them."""
+    kinds = lab_calls(lay)
+    return sum(k.ranks * c.calls * (2 if c.op == "exchange" else 1)
+               for k in kinds for c in k.calls) / lay.ranks
+
+
+def predicted_cpu(lay: LabLayout, cost: StepCost) -> float:
+    """CPU seconds of the busiest rank's step: its compute and fixed work on the critical
+    path, plus its collectives' CPU."""
+    q = predict_lab(lay, cost)
+    busy = sum(t.value for t in q.time if t.name in ("compute", "recompute", "fixed",
+                                                     "microbatch"))
+    return busy + max(rank_cpu(cost, lay.ranks, k) for k in lab_calls(lay))
+
+
+def describe(cost: StepCost) -> list[str]:
+    lines = [f"this machine: {cost.cores} cores ({cost.load})"]
+    for e in cost.engines:
+        lines.append(f"  engine {e.strategy:9s} step {e.step_s * 1e3:6.2f} ms + m x "
+                     f"({e.microbatch_s * 1e3:5.2f} ms + {e.layer_s * 1e3:5.2f} ms x L) + "
+                     f"F / {e.flops_per_s / 1e9:5.2f} GFLOP/s; worst residual "
+                     f"{e.worst_residual:.0%}")
+    for c in cost.comms:
+        lines.append(f"  {c.op:10s} at {c.ranks} ranks: wall {c.wall_s * 1e6:6.0f} us + "
+                     f"{c.wall_s_per_byte * 1e9:6.2f} ns/B, CPU {c.cpu_s * 1e6:6.0f} us + "
+                     f"{c.cpu_s_per_byte * 1e9:6.2f} ns/B")
+    return lines
 
 
 def main() -> None:
@@ -41,34 +79,33 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--cost-rounds", type=int, default=1, help="runs of each size for the fit")
     p.add_argument("--cached", action="store_true", help="use the cached step cost")
+    p.add_argument("--only", nargs="*", default=None, help="layout names to run (default all)")
     args = p.parse_args()
+    layouts = [lay for lay in LAYOUTS if not args.only or lay.name in args.only]
     print(f"before: {load_now().text()}", flush=True)
     cost = step_cost(refresh=not args.cached, rounds=args.cost_rounds)
-    print(f"step cost (one rank, one core): {cost.step_s * 1e3:.2f} ms a step + "
-          f"{cost.layer_s * 1e3:.3f} ms a layer + FLOPs / {cost.flops_per_s / 1e9:.2f} GFLOP/s; "
-          f"worst fit residual {cost.worst_residual:.1%}; wire alpha {cost.alpha_s * 1e6:.0f} us, "
-          f"{cost.bandwidth_Bps / 1e9:.2f} GB/s; {cost.cores} cores ({cost.load})")
-    for s in cost.samples:
-        print(f"  L={s.layers} batch={s.batch}: {s.seconds * 1e3:.2f} ms")
-    measured: dict[str, list[float]] = {lay.name: [] for lay in LAYOUTS}
-    cpu: dict[str, list[float]] = {lay.name: [] for lay in LAYOUTS}
+    print("\n".join(describe(cost)), flush=True)
+    wall: dict[str, list[float]] = {lay.name: [] for lay in layouts}
+    cpu: dict[str, list[float]] = {lay.name: [] for lay in layouts}
+    calls: dict[str, float] = {}
     for k in range(args.rounds):
         print(f"round {k + 1}: {load_now().text()}", flush=True)
-        for lay in LAYOUTS if k % 2 == 0 else LAYOUTS[::-1]:
+        for lay in layouts if k % 2 == 0 else layouts[::-1]:
             r = labkit.run(**run_kwargs(lay, args.steps), timeout_s=600)
-            measured[lay.name].append(r.step_time_s)
+            wall[lay.name].append(r.step_time_s)
             cpu[lay.name].append(float(r.metrics.get("step_cpu_s", 0.0)))
+            calls[lay.name] = traced_calls(r, lay.ranks)
     print(f"{'layout':24s} {'ranks':>5s} | wall: {'measured':>9s} {'predicted':>9s} {'ratio':>5s} "
-          f"| CPU of a rank: {'measured':>9s} {'predicted':>9s} {'ratio':>5s} "
-          f"| {'shared':>6s} | terms (ms)")
-    for lay in LAYOUTS:
-        meas, used = statistics.median(measured[lay.name]), statistics.median(cpu[lay.name])
-        q = predict_lab(lay, cost)
-        busy = sum(t.value for t in q.time if t.name in ("compute", "recompute", "fixed"))
-        terms = ", ".join(f"{t.name} {t.value * 1e3:.1f}" for t in q.time if t.value > 0)
+          f"| CPU of the busiest rank: {'measured':>8s} {'predicted':>9s} {'ratio':>5s} "
+          f"| collectives a rank a step: traced, planned")
+    for lay in layouts:
+        meas, used = statistics.median(wall[lay.name]), statistics.median(cpu[lay.name])
+        q, busy = predict_lab(lay, cost), predicted_cpu(lay, cost)
         print(f"{lay.name:24s} {lay.ranks:5d} | {meas * 1e3:12.1f} ms {q.step_s * 1e3:6.1f} ms "
-              f"{q.step_s / meas:5.2f} | {used * 1e3:21.1f} ms {busy * 1e3:6.1f} ms "
-              f"{busy / used:5.2f} | {shared(lay.ranks, used, meas):6.2f} | {terms}")
+              f"{q.step_s / meas:5.2f} | {used * 1e3:31.1f} ms {busy * 1e3:6.1f} ms "
+              f"{busy / used:5.2f} | {calls[lay.name]:6.1f} {planned_calls(lay):6.1f}")
+        print("    terms (ms): " + ", ".join(f"{t.name} {t.value * 1e3:.1f}" for t in q.time
+                                             if t.value > 0))
     print(f"after: {load_now().text()}")
 
 

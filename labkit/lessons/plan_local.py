@@ -2,9 +2,12 @@
 
 Teaches that one model of a step serves a laptop and a cluster, once the laptop's numbers are
 measured: ``step_cost`` runs the lesson GPT on one rank and one core at a few sizes
-(``SIZES``: depth and batch varied), fits ``t = step_s + layer_s L + F / rate``
-(``labkit.theory.plan_local.fit_step_cost``), fits this machine's all-reduce
-(``labkit.lessons.dedicated.machine_wire``), and caches the result like ``labkit calibrate``.
+(``SIZES``: depth and batch varied; ``MICRO_SIZES`` at 2 microbatches) by each engine the
+lab's layouts use (``ENGINES``: torch DDP, the ZeRO transform, hybrid, the pipeline), fits
+``t = step_s + m (microbatch_s + layer_s L) + F / rate`` per engine
+(``labkit.theory.plan_local.fit_engine``), times this machine's collectives at 2, 4 and 8
+ranks, in wall and CPU seconds (``time_comms``, fitted by ``labkit.theory.plan_comm``), and
+caches the result like ``labkit calibrate`` (``labkit.base.cache``).
 ``run_kwargs`` turns one of the lab's layouts (``labkit.theory.plan_lab.LAYOUTS``) into
 ``labkit.run``'s arguments; ``bench/bench_plan_local.py`` runs them and prints predicted /
 measured. ``python -m labkit.lessons.plan_local [--refresh]`` measures (``labkit plan --gpu
@@ -20,8 +23,8 @@ import os
 import statistics
 from typing import Any
 
-from labkit.base.errors import ConfigError
 from labkit.lessons.parallel3d import LESSON_GPT
+from labkit.theory.plan_comm import CommCost, fit_comm, wire_of
 from labkit.theory.plan_lab import LAB_BATCH, LAB_GPT, LabLayout
 from labkit.theory.plan_local import (
     CACHE,
@@ -33,9 +36,16 @@ from labkit.theory.plan_local import (
     store_cost,
 )
 
-SIZES = ((2, 4), (2, 8), (4, 4), (4, 8), (4, 16), (8, 8))
-"""(layers, batch) of the one-rank runs: two depths at each batch and three batches at depth
-4, around the lab's layouts (2-4 layers a rank, 4-8 sequences a microbatch)."""
+SIZES = ((2, 8), (4, 4), (4, 16), (8, 8))
+"""(layers, batch) of the one-rank runs of every engine: three depths and three batches
+(depth moves layers and FLOPs, batch only FLOPs), around the lab's layouts (2-4 layers a
+rank, 4-8 sequences a microbatch)."""
+MICRO_SIZES = ((2, 8), (4, 16))
+"""(layers, batch) run again at 2 microbatches by the engines that take them (hybrid,
+pipeline): what a microbatch costs beside its layers and FLOPs."""
+ENGINES: dict[str, dict[str, Any]] = {"ddp": {}, "zero": {"stage": 1}, "hybrid": {},
+                                     "pipeline": {"schedule": "1f1b"}}
+"""Each strategy of the lab's layouts and its one-rank options (``one_rank_step``)."""
 STEPS = 12
 """Steps of each one-rank run (the first is skipped: it warms up)."""
 
@@ -52,41 +62,108 @@ def run_kwargs(lay: LabLayout, steps: int) -> dict[str, Any]:
             "options": by_strategy[lay.strategy], "progress": False}
 
 
-def one_rank_step(layers: int, batch: int, steps: int = STEPS) -> float:
+def one_rank_step(layers: int, batch: int, steps: int = STEPS, strategy: str = "ddp",
+                  microbatches: int = 1) -> float:
     """Median CPU seconds of a step of the lesson GPT cut to ``layers`` layers, ``batch``
-    sequences, on one rank with one thread (first step skipped)."""
+    sequences, by ``strategy``'s engine on one rank with one thread (first step skipped)."""
     import labkit
 
     model = dataclasses.replace(LESSON_GPT, depth=layers)
-    r = labkit.run(strategy="ddp", model=model, world_size=1, batch_size=batch, steps=steps,
-                   threads_per_rank=1, progress=False)
+    options: dict[str, Any] = dict(ENGINES[strategy])
+    if strategy in ("hybrid", "pipeline"):
+        options["microbatches"] = microbatches
+    r = labkit.run(strategy=strategy, model=model, world_size=1, batch_size=batch, steps=steps,
+                   threads_per_rank=1, options=options, progress=False)
     return float(r.metrics["step_cpu_s"])
 
 
+def engine_samples(strategy: str, steps: int = STEPS, rounds: int = 1) -> list[CostSample]:
+    """``SIZES`` (and ``MICRO_SIZES`` at 2 microbatches where the engine takes them) run by
+    ``strategy``'s engine, each ``rounds`` times, the median kept."""
+    sizes = [(layers, batch, 1) for layers, batch in SIZES]
+    if strategy in ("hybrid", "pipeline"):
+        sizes += [(layers, batch, 2) for layers, batch in MICRO_SIZES]
+    return [CostSample(layers=layers, batch=batch, microbatches=m, strategy=strategy,
+                       seconds=statistics.median(one_rank_step(layers, batch, steps, strategy, m)
+                                                 for _ in range(rounds)))
+            for layers, batch, m in sizes]
+
+
+COMM_RANKS = (2, 4, 8)
+"""Ranks of the collective runs: the lab's layouts' rank counts."""
+COMM_SIZES = (4_096, 32_768, 262_144)
+"""Message bytes of the collective runs: a LayerNorm's gradient, a tensor-parallel activation
+(``b s h`` fp32 of a microbatch), a quarter of the lesson GPT's gradients."""
+COMM_CALLS = 40
+"""Timed calls of each op and size (after 5 untimed)."""
+
+
+def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int) -> dict[str, list[float]]:
+    """On every rank of a ``labkit.launch``: the ranks in pairs (0-1, 2-3, ...), each pair's
+    all-reduce, all-gather and exchange (an isend and an irecv to the partner, waited) of
+    each size, all pairs at once. Returns ``"op:bytes"`` -> [mean wall s, mean CPU s] per
+    call: what one call costs while the machine's other ranks do the same."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    pairs = [[r, r + 1] for r in range(0, ctx.world_size, 2)]
+    if ctx.world_size == 2:
+        comm = ctx.comm
+    else:
+        group, _ = dist.new_subgroups_by_enumeration(pairs)
+        comm = ctx.comm.on("pair", group, pairs[ctx.rank // 2])
+    peer = 1 - comm.rank
+    out: dict[str, list[float]] = {}
+    for size in sizes:
+        x, full, got = torch.ones(size // 4), torch.empty(size // 4), torch.empty(size // 4)
+        ops = {"all_reduce": lambda: comm.all_reduce(x),
+               "all_gather": lambda: comm.all_gather(full, x[:size // 8]),
+               "exchange": lambda: [h.wait() for h in (comm.isend(x, peer), comm.irecv(got, peer))]}
+        for op, call in ops.items():
+            for _ in range(5):
+                call()
+            ctx.comm.barrier()
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(calls):
+                call()
+            out[f"{op}:{size}"] = [(time.perf_counter() - t0) / calls,
+                                   (time.process_time() - c0) / calls]
+    return out
+
+
+def measure_comms(sizes: tuple[int, ...] = COMM_SIZES, calls: int = COMM_CALLS,
+                  ranks: tuple[int, ...] = COMM_RANKS) -> list[CommCost]:
+    """``time_comms`` at each of ``ranks`` (a run each), fitted per op and rank count: the
+    slowest rank's wall and the ranks' mean CPU per call (``fit_comm``)."""
+    import labkit
+
+    fits = []
+    for n in ranks:
+        per_rank = labkit.launch(time_comms, n, sizes, calls, timeout_s=300).results
+        for op in ("all_reduce", "all_gather", "exchange"):
+            rows = [(size, max(r[f"{op}:{size}"][0] for r in per_rank),
+                     statistics.fmean(r[f"{op}:{size}"][1] for r in per_rank)) for size in sizes]
+            fits.append(fit_comm(op, n, rows))
+    return fits
+
+
 def measure(steps: int = STEPS, rounds: int = 1) -> StepCost:
-    """Run ``SIZES`` (each ``rounds`` times, the median kept), fit, and fit the wire."""
-    from labkit.lessons.dedicated import machine_wire
+    """Run each engine at ``SIZES`` (``engine_samples``) and fit; time the collectives
+    at ``COMM_RANKS`` (``measure_comms``); the 2-rank all-reduce is the wire's alpha-beta."""
     from labkit.lessons.machine import load_now
 
     assert (LAB_GPT.hidden, LAB_GPT.seq) == (LESSON_GPT.width, LESSON_GPT.seq_len)
     load = load_now().text()
-    samples = [CostSample(layers=layers, batch=batch,
-                          seconds=statistics.median(one_rank_step(layers, batch, steps)
-                                                    for _ in range(rounds)))
-               for layers, batch in SIZES]
-    for _ in range(3):  # the fit comes back empty when a busy machine's times are noise
-        try:
-            wire = machine_wire(2)
-            break
-        except TypeError:
-            continue
-    else:
-        raise ConfigError(f"no alpha-beta fit of this machine's all-reduce after 3 tries "
-                          f"({load_now().text()}); measure on a quieter machine, e.g. "
-                          f"`python -m labkit.lessons.plan_local --refresh`")
+    samples = [s for strategy in ENGINES for s in engine_samples(strategy, steps, rounds)]
+    comms = measure_comms()
+    pair = next(c for c in comms if c.op == "all_reduce" and c.ranks == 2)
+    alpha, bandwidth = wire_of(pair)
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    return fit_step_cost(samples, LAB_GPT, cores=cores_here(), alpha_s=wire.alpha_s,
-                         bandwidth_Bps=wire.bandwidth_Bps, memory_bytes=memory, load=load)
+    cost = fit_step_cost(samples, LAB_GPT, cores=cores_here(), alpha_s=alpha,
+                         bandwidth_Bps=bandwidth, memory_bytes=memory, load=load)
+    return dataclasses.replace(cost, comms=tuple(comms))
 
 
 def step_cost(refresh: bool = False, steps: int = STEPS, rounds: int = 1) -> StepCost:

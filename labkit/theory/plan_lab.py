@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.base.errors import ConfigError
-from labkit.theory.plan import Prediction, predict
-from labkit.theory.plan_local import StepCost, cluster_of
+from labkit.theory.plan import Prediction
+from labkit.theory.plan_local import StepCost
+from labkit.theory.plan_machine import Calls, RankCalls, predict_here
 from labkit.theory.plan_models import Decoder, Training
 from labkit.theory.plan_terms import Layout
 
@@ -72,9 +73,59 @@ LAYOUTS = (LabLayout(name="hybrid dp2 x pp2 x tp2", strategy="hybrid", dp=2, pp=
            LabLayout(name="pipeline 2 (1F1B)", strategy="pipeline", pp=2))
 
 
+UNITS_PER_LAYER = 10
+"""ZeRO units of a block of the lab's GPT (``labkit.train.parallel.zero``: one per module
+that owns parameters): ln1, q, k, v, o, o_bias, ln2, fc, proj, proj_bias
+(``labkit.train.models.gpt``)."""
+END_UNITS = 2
+"""Units outside the blocks at each end: tok and pos (first stage), ln_f and head (last)."""
+
+
+def lab_calls(lay: LabLayout) -> list[RankCalls]:
+    """The collectives each rank of ``lay`` issues in a step, as labkit's engines issue them:
+
+    * tp: Megatron's f and g, 4 all-reduces per layer per microbatch of ``b s h`` fp32
+      (``labkit.train.parallel.tensor``; embeddings and head stay whole);
+    * pp: a rank of a 2-stage pipeline sends m activations and receives m gradients (or
+      the reverse): m exchanges of ``b s h`` fp32 (``labkit.strategies.pipeline.engine``);
+    * dp: DDP one bucket all-reduce of all gradients (torch DDP's first bucket holds the
+      lesson GPT's 0.9 MB); the ZeRO transform (hybrid's stage 0, ``zero``) one all-reduce
+      per unit (stage 0), or a reduce-scatter and an all-gather per unit (stage 1), of the
+      unit's parameters (``labkit.train.parallel.zero``).
+    """
+    m, b = lay.microbatches, LAB_BATCH // lay.microbatches
+    act = b * LAB_GPT.seq * LAB_GPT.hidden * 4
+    kinds = []
+    stages = [(0, lay.pp)] if lay.pp == 1 else [(0, lay.pp), (lay.pp - 1, lay.pp)]
+    for stage, p in stages:
+        layers = LAB_GPT.layers // p
+        ends = (stage == 0) + (stage == p - 1)
+        params = (layers * LAB_GPT.layer_params / lay.tp + (stage == 0) * LAB_GPT.embedding_params
+                  + (stage == p - 1) * LAB_GPT.head_params)
+        calls = []
+        if lay.tp > 1:
+            n = 4 * layers * m
+            calls.append(Calls(group="tp", op="all_reduce", calls=n, nbytes=n * act,
+                               how=f"4 x {layers} layers x m={m} (f, g)"))
+        if lay.pp > 1:
+            calls.append(Calls(group="pp", op="exchange", calls=m, nbytes=m * act / lay.tp,
+                               how=f"m={m} activations out, gradients back"))
+        if lay.dp > 1 and lay.strategy == "ddp":
+            calls.append(Calls(group="dp", op="all_reduce", calls=1, nbytes=4 * params,
+                               how="DDP's one bucket"))
+        elif lay.dp > 1:
+            units = UNITS_PER_LAYER * layers + END_UNITS * ends
+            op, n = ("all_gather", 2 * units) if lay.zero else ("all_reduce", units)
+            calls.append(Calls(group="dp", op=op, calls=n, nbytes=n // units * 4 * params,
+                               how=f"{'2 x ' if lay.zero else ''}{units} ZeRO units"))
+        kinds.append(RankCalls(ranks=lay.ranks // len(stages), calls=tuple(calls)))
+    return kinds
+
+
 def predict_lab(lay: LabLayout, cost: StepCost) -> Prediction:
-    """The planner's prediction of ``lay`` on this machine (``cost``)."""
-    return predict(LAB_GPT, cluster_of(cost, lay.ranks), lay.training(), lay.layout())
+    """The planner's prediction of ``lay`` on this machine (``cost``: ``plan_machine``)."""
+    return predict_here(LAB_GPT, lay.layout(), lay.training(), cost, lay.strategy,
+                        lab_calls(lay))
 
 
 def rank_lab(cost: StepCost, ranks: int | None = None) -> list[tuple[LabLayout, Prediction]]:

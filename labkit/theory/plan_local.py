@@ -46,6 +46,7 @@ from labkit.base.cache import KeyedCache
 from labkit.base.errors import ConfigError
 from labkit.theory.interconnect import Interconnect
 from labkit.theory.plan import COMPUTE_EFFICIENCY
+from labkit.theory.plan_comm import CommCost, wire_of
 from labkit.theory.plan_models import GPU, Cluster, Decoder
 from labkit.theory.plan_terms import LINK_EFFICIENCY
 
@@ -97,9 +98,33 @@ class CostSample:
     layers: int
     """Transformer layers of the run's model."""
     batch: int
-    """Sequences in its step (one microbatch)."""
+    """Sequences in its step (all its microbatches)."""
     seconds: float
     """Median CPU seconds of its steps (the first skipped)."""
+    strategy: str = "ddp"
+    """The ``labkit run`` strategy whose engine ran it (one rank: no communication)."""
+    microbatches: int = 1
+    """Microbatches its step was cut into (the engines that take them: hybrid, pipeline)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineCost:
+    """One engine's one-rank step, fitted: ``t = step_s + m (microbatch_s + layer_s L) +
+    F / flops_per_s`` (m microbatches, L layers, F the step's FLOPs)."""
+
+    strategy: str
+    """The ``labkit run`` strategy (ddp, zero, hybrid, pipeline)."""
+    step_s: float
+    """Fixed seconds per step (optimizer, bookkeeping)."""
+    microbatch_s: float
+    """Fixed seconds per microbatch (embedding, head, loss, the schedule's per-microbatch
+    work); 0 for an engine measured at one microbatch only (then in ``step_s``)."""
+    layer_s: float
+    """Fixed seconds per layer per microbatch (forward and backward), whatever its size."""
+    flops_per_s: float
+    """The rate of the FLOP-proportional rest, on one core."""
+    worst_residual: float = 0.0
+    """The largest |fit - measured| / measured over its samples."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +151,29 @@ class StepCost:
     """The largest |fit - measured| / measured over the samples."""
     load: str = ""
     """The load average while it was measured (the caller's words)."""
+    comms: tuple[CommCost, ...] = ()
+    """Each op of ``COMM_OPS`` at each measured rank count (``fit_comm``)."""
+    engines: tuple[EngineCost, ...] = ()
+    """Each engine's own fit (``fit_engine``); the fields above are DDP's."""
+
+    def engine(self, strategy: str) -> EngineCost:
+        """``strategy``'s fit; DDP's (the fields above) where it was not measured."""
+        for e in self.engines:
+            if e.strategy == strategy:
+                return e
+        return EngineCost(strategy="ddp", step_s=self.step_s, microbatch_s=0.0,
+                          layer_s=self.layer_s, flops_per_s=self.flops_per_s,
+                          worst_residual=self.worst_residual)
+
+    def comm(self, op: str, ranks: int) -> CommCost:
+        """The fit of ``op`` at ``ranks``; else at the nearest measured rank count above
+        (more ranks on the same cores wait longer), else the nearest below."""
+        mine = sorted((c for c in self.comms if c.op == op), key=lambda c: c.ranks)
+        if not mine:
+            raise ConfigError(f"this machine's step cost holds no {op!r} measurement; measure "
+                              f"again: `python -m labkit.lessons.plan_local --refresh`")
+        above = [c for c in mine if c.ranks >= ranks]
+        return above[0] if above else mine[-1]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,6 +182,8 @@ class StepCost:
     def from_json(cls, data: Mapping[str, Any]) -> StepCost:
         fields = dict(data)
         fields["samples"] = tuple(CostSample(**s) for s in fields.get("samples", ()))
+        fields["comms"] = tuple(CommCost(**c) for c in fields.get("comms", ()))
+        fields["engines"] = tuple(EngineCost(**e) for e in fields.get("engines", ()))
         return cls(**fields)
 
 
@@ -162,46 +212,75 @@ def _solve(rows: list[list[float]], ys: list[float], keep: list[int]) -> list[fl
             if r != c:
                 f = a[r][c] / a[c][c]
                 a[r] = [x - f * y for x, y in zip(a[r], a[c], strict=True)]
-    out = [0.0, 0.0, 0.0]
+    out = [0.0] * len(rows[0])
     for c, i in enumerate(keep):
         out[i] = a[c][n] / a[c][c]
     return out
 
 
-def fit_step_cost(samples: Sequence[CostSample], model: Decoder, *, cores: int, alpha_s: float,
-                  bandwidth_Bps: float, memory_bytes: float, load: str = "") -> StepCost:
-    """Least squares of ``t = step_s + layer_s L + F / rate`` over ``samples`` (relative
-    errors weighted alike: each row divided by its t), none of the three below 0."""
-    if len({(s.layers, s.batch) for s in samples}) < 3 or any(s.seconds <= 0 for s in samples):
-        raise ConfigError(f"fit_step_cost needs three or more sizes with seconds > 0 (got "
+def fit_engine(samples: Sequence[CostSample], model: Decoder) -> EngineCost:
+    """Least squares of ``t = step_s + m microbatch_s + m L layer_s + F / rate`` over one
+    engine's ``samples`` (relative errors weighted alike: each row divided by its t), none of
+    the four below 0; ``microbatch_s`` only where the samples vary m."""
+    sizes = {(s.layers, s.batch, s.microbatches) for s in samples}
+    kinds = {s.strategy for s in samples}
+    if len(kinds) != 1 or len(sizes) < 3 or any(s.seconds <= 0 for s in samples):
+        raise ConfigError(f"a step-cost fit needs three or more sizes of one strategy with "
+                          f"seconds > 0 (got {sorted(kinds)}, "
                           f"{[(s.layers, s.batch, s.seconds) for s in samples]}); e.g. "
                           f"layers, batch = (2, 8), (4, 8), (4, 16)")
-    rows = [[1.0 / s.seconds, s.layers / s.seconds,
+    rows = [[1.0 / s.seconds, s.microbatches / s.seconds, s.microbatches * s.layers / s.seconds,
              step_flops(model, s.layers, s.batch) / s.seconds] for s in samples]
     ones = [1.0] * len(samples)
-    keep = [0, 1, 2]
+    keep = [0, 1, 2, 3] if len({s.microbatches for s in samples}) > 1 else [0, 2, 3]
     coef = _solve(rows, ones, keep)
     while any(coef[i] < 0 for i in keep) and len(keep) > 1:  # drop what noise made negative
         keep.remove(min(keep, key=lambda i: coef[i]))
         coef = _solve(rows, ones, keep)
-    if coef[2] <= 0:
+    if coef[3] <= 0:
         raise ConfigError("the step-cost fit found no FLOP-proportional part (its rate came out "
                           "<= 0): the samples were too noisy; measure again on a quiet machine")
     fitted = [sum(c * x for c, x in zip(coef, r, strict=True)) for r in rows]
-    worst = max(abs(f - 1.0) for f in fitted)
-    return StepCost(layer_s=coef[1], step_s=coef[0], flops_per_s=1.0 / coef[2], cores=cores,
-                    alpha_s=alpha_s, bandwidth_Bps=bandwidth_Bps, memory_bytes=memory_bytes,
-                    samples=tuple(samples), worst_residual=worst, load=load)
+    return EngineCost(strategy=kinds.pop(), step_s=coef[0], microbatch_s=coef[1],
+                      layer_s=coef[2], flops_per_s=1.0 / coef[3],
+                      worst_residual=max(abs(f - 1.0) for f in fitted))
 
 
-def cluster_of(cost: StepCost, ranks: int) -> Cluster:
-    """``ranks`` ranks on this machine, as ``predict`` takes a cluster."""
-    note = (f"fitted on this machine: t = {cost.step_s * 1e3:.3g} ms + {cost.layer_s * 1e3:.3g} "
-            f"ms x L + F / {cost.flops_per_s / 1e9:.3g} GFLOP/s (one rank, one core)")
-    return measured_cluster(rate_flops_per_s=cost.flops_per_s, alpha_s=cost.alpha_s,
-                            bandwidth_Bps=cost.bandwidth_Bps, ranks=ranks,
-                            memory_bytes=cost.memory_bytes, layer_s=cost.layer_s,
-                            step_s=cost.step_s, cores=cost.cores, note=note)
+def fit_step_cost(samples: Sequence[CostSample], model: Decoder, *, cores: int, alpha_s: float,
+                  bandwidth_Bps: float, memory_bytes: float, load: str = "") -> StepCost:
+    """``fit_engine`` of each strategy in ``samples``; DDP's (which must be there) also as
+    the cost's own fields."""
+    by: dict[str, list[CostSample]] = {}
+    for sample in samples:
+        by.setdefault(sample.strategy, []).append(sample)
+    engines = tuple(fit_engine(group, model) for group in by.values())
+    ddp = next((e for e in engines if e.strategy == "ddp"), None)
+    if ddp is None:
+        raise ConfigError(f"the step cost needs DDP's samples (got {sorted(by)}); e.g. "
+                          f"CostSample(layers=4, batch=8, seconds=0.01)")
+    return StepCost(layer_s=ddp.layer_s, step_s=ddp.step_s, flops_per_s=ddp.flops_per_s,
+                    cores=cores, alpha_s=alpha_s, bandwidth_Bps=bandwidth_Bps,
+                    memory_bytes=memory_bytes, samples=tuple(samples),
+                    worst_residual=ddp.worst_residual, load=load, engines=engines)
+
+
+def cluster_of(cost: StepCost, ranks: int, cores: int | None = None,
+               strategy: str = "ddp") -> Cluster:
+    """``ranks`` ranks on this machine, as ``predict`` takes a cluster: ``strategy``'s
+    engine fit (``StepCost.engine``); the wire is the all-reduce measured with ``ranks``
+    ranks on the machine (``StepCost.comm``) where there are collectives; ``cores`` shared
+    (None: a core each)."""
+    eng = cost.engine(strategy)
+    note = (f"{eng.strategy}'s engine, fitted on this machine: t = {eng.step_s * 1e3:.3g} ms + "
+            f"m x ({eng.microbatch_s * 1e3:.3g} ms + {eng.layer_s * 1e3:.3g} ms x L) + F / "
+            f"{eng.flops_per_s / 1e9:.3g} GFLOP/s (one rank, one core)")
+    alpha, bandwidth = cost.alpha_s, cost.bandwidth_Bps
+    if cost.comms:
+        alpha, bandwidth = wire_of(cost.comm("all_reduce", ranks))
+    return measured_cluster(rate_flops_per_s=eng.flops_per_s, alpha_s=alpha,
+                            bandwidth_Bps=bandwidth, ranks=ranks,
+                            memory_bytes=cost.memory_bytes, layer_s=eng.layer_s,
+                            step_s=eng.step_s, cores=cores, note=note)
 
 
 # --- the cache ------------------------------------------------------------------------------
@@ -236,9 +315,10 @@ def load_cost(cores: int) -> StepCost | None:
     of an older shape)."""
     entry = CACHE.get(cache_key(cores))
     try:
-        return StepCost.from_json(entry) if entry else None
+        cost = StepCost.from_json(entry) if entry else None
     except (TypeError, ValueError):
         return None
+    return cost if cost is not None and cost.comms else None  # older: no collectives
 
 
 def store_cost(cost: StepCost) -> None:
