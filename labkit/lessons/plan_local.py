@@ -93,18 +93,23 @@ def engine_samples(strategy: str, steps: int = STEPS, rounds: int = 1) -> list[C
 
 COMM_RANKS = (2, 4, 8)
 """Ranks of the collective runs: the lab's layouts' rank counts."""
-COMM_SIZES = (4_096, 32_768, 262_144)
+COMM_SIZES = (4_096, 32_768, 262_144, 1_048_576)
 """Message bytes of the collective runs: a LayerNorm's gradient, a tensor-parallel activation
-(``b s h`` fp32 of a microbatch), a quarter of the lesson GPT's gradients."""
-COMM_CALLS = 40
+(``b s h`` fp32 of a microbatch), a quarter of the lesson GPT's gradients, and a little more
+than all of them (DDP's one bucket)."""
+COMM_CALLS = 30
 """Timed calls of each op and size (after 5 untimed)."""
 
 
 def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int) -> dict[str, list[float]]:
     """On every rank of a ``labkit.launch``: the ranks in pairs (0-1, 2-3, ...), each pair's
     all-reduce, all-gather and exchange (an isend and an irecv to the partner, waited) of
-    each size, all pairs at once. Returns ``"op:bytes"`` -> [mean wall s, mean CPU s] per
-    call: what one call costs while the machine's other ranks do the same."""
+    each size, all pairs at once, each call after a piece of compute as in a step (a layer's
+    MLP forward of a 4-sequence microbatch of the lesson GPT: tensor parallelism's f and g
+    are half a layer apart). Returns ``"op:bytes"`` -> [wall s, CPU s] per call: the call's
+    own wall time (waiting for the partner to get a core included), and the CPU the loop
+    took beyond the same compute run alone: what a call costs amid a step on shared cores,
+    a rank that sleeps and wakes in it included."""
     import time
 
     import torch
@@ -117,21 +122,39 @@ def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int) -> dict[str, list[f
         group, _ = dist.new_subgroups_by_enumeration(pairs)
         comm = ctx.comm.on("pair", group, pairs[ctx.rank // 2])
     peer = 1 - comm.rank
+    a, w1, w2 = torch.randn(128, 64), torch.randn(64, 256), torch.randn(256, 64)
+
+    def work() -> None:
+        torch.relu(a @ w1) @ w2
+
+    def compute_alone() -> float:
+        ctx.comm.barrier()
+        c0 = time.process_time()
+        for _ in range(calls):
+            work()
+        return (time.process_time() - c0) / calls
+
     out: dict[str, list[float]] = {}
     for size in sizes:
         x, full, got = torch.ones(size // 4), torch.empty(size // 4), torch.empty(size // 4)
         ops = {"all_reduce": lambda: comm.all_reduce(x),
                "all_gather": lambda: comm.all_gather(full, x[:size // 8]),
-               "exchange": lambda: [h.wait() for h in (comm.isend(x, peer), comm.irecv(got, peer))]}
+               "exchange": lambda: [h.wait() for h in (comm.isend(x, peer),
+                                                       comm.irecv(got, peer))]}
         for op, call in ops.items():
             for _ in range(5):
+                work()
                 call()
+            alone = compute_alone()
             ctx.comm.barrier()
-            t0, c0 = time.perf_counter(), time.process_time()
+            wall, c0 = 0.0, time.process_time()
             for _ in range(calls):
+                work()
+                t0 = time.perf_counter()
                 call()
-            out[f"{op}:{size}"] = [(time.perf_counter() - t0) / calls,
-                                   (time.process_time() - c0) / calls]
+                wall += time.perf_counter() - t0
+            cpu = (time.process_time() - c0) / calls - alone
+            out[f"{op}:{size}"] = [wall / calls, max(0.0, cpu)]
     return out
 
 
