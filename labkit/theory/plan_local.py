@@ -8,9 +8,11 @@ instead of read off a datasheet: the same ``labkit.theory.plan.predict`` that ra
   predicts it; a CPU running a 4-layer, 64-wide GPT spends most of it in per-op work
   (autograd, dispatch, small elementwise ops, the optimizer's per-tensor loop), which no
   FLOP rate sees. So the step of one rank on one core is measured at a few model sizes
-  (depth and batch varied, ``labkit.lessons.plan_local``) and fitted, by least squares, to
+  (depth and batch varied, ``labkit.lessons.plan_local``), by each engine the lab's layouts
+  use (torch DDP, the ZeRO transform, hybrid, the pipeline: their per-op machinery differs),
+  and fitted per engine (``fit_engine``), by least squares, to
 
-      t = step_s + layer_s x L + F / rate
+      t = step_s + m (microbatch_s + layer_s x L) + F / rate
 
   with L the layers, F the planner's own FLOP count of the step (``step_flops``: the same
   ``6 N + 12 s h`` per token and layer, plus the logits, that ``predict`` uses). Depth moves
@@ -19,12 +21,11 @@ instead of read off a datasheet: the same ``labkit.theory.plan.predict`` that ra
   core, not what it waited for one on a busy machine). ``predict`` then charges ``layer_s``
   per layer per microbatch on each rank (not split by tp: a tensor-parallel rank runs every
   op of its layers, on halves), ``step_s`` once per step, and the rest at ``rate``.
-* **Cores**: with more ranks than cores (8 ranks on 2), ranks that share a core run in
-  turn: a step lasts at least every rank's compute added up over the cores
-  (``Cluster.cores``; the same rule for every layout).
-* **Wire**: the alpha-beta fitted to the built-in all-reduce of this machine
-  (``labkit.lessons.dedicated.machine_wire``): latency per message and bandwidth as
-  measured, so the planner's ``LINK_EFFICIENCY`` (a datasheet's discount) is undone here.
+* **Cores** and the collectives' CPU: ``labkit.theory.plan_machine`` (the shared-core rule)
+  and ``labkit.theory.plan_comm`` (each collective's wall and CPU at 2, 4 and 8 ranks).
+* **Wire**: the pair all-reduce measured at the layout's own rank count (``cluster_of``,
+  ``plan_comm.wire_of``): latency per message and bandwidth as measured, so the planner's
+  ``LINK_EFFICIENCY`` (a datasheet's discount) is undone here.
 * **Memory**: the machine's RAM shared by its ranks.
 
 The measurement is cached like ``labkit calibrate``'s (``$LABKIT_CACHE/step_cost.json``, one
