@@ -16,8 +16,9 @@ bookkeeping), paid on the cores the other ranks need. So, term by term (``predic
   fixed cost per microbatch (``microbatch``), and the data-parallel collectives as the
   lab's engines issue them (``dp``: one per ZeRO unit or DDP bucket, after the backward);
 * ``cores``: ``max(0, (compute + fixed + collectives' CPU of every rank) / C - critical
-  path)``: the shared-core rule (ranks that share a core run in turn; Brent's bound for a
-  schedule on C processors: at least the work over C, at least the critical path).
+  path)``: the shared-core rule (ranks that share a core run in turn; the work and span
+  laws of a schedule on C processors: at least the work over C, at least the critical
+  path).
 
 The collectives each rank issues are the caller's (``RankCalls``; ``plan_lab`` counts the
 lab's engines'), so that this module knows no implementation. Pure Python, no torch.
