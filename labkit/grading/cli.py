@@ -137,7 +137,7 @@ def _grade(args: argparse.Namespace) -> int:
 
     try:
         course.check_assignment(args.assignment)
-        grades = grade_class(args.assignment, names=args.student)
+        grades = grade_class(args.assignment, names=args.student, progress=True)  # stderr
     except (ConfigError, LabError) as error:
         print(f"labkit course grade: {error}", file=sys.stderr)
         return 2
@@ -214,7 +214,7 @@ def _traces(args: argparse.Namespace) -> int:
                 continue
             report = generate({k: TraceSpec(kind, rank, world, seed)
                                for k, (kind, rank, world, seed) in specs.items()},
-                              folder, module.analyze)
+                              folder, module.analyze, progress=True)  # stderr: minutes
             for trace, row in report.items():
                 print(f"{name} {trace}: {row}")
     except (ConfigError, LabError) as error:
