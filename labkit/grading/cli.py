@@ -123,7 +123,7 @@ def _release(args: argparse.Namespace) -> int:
     from labkit.grading import course
 
     try:
-        for path in course.release(names=args.assignments or None):
+        for path in course.release(names=args.assignments or None, progress=True):  # stderr
             print(f"released {path}")
     except (ConfigError, RuntimeError) as error:
         print(f"labkit course release: {error}", file=sys.stderr)
