@@ -151,7 +151,7 @@ def _grade(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from labkit.grading import course
 
-    stale = course.stale_assignments()
+    stale = course.stale_assignments(progress=True)  # its fresh release counts on stderr
     for name, why in stale.items():
         print(f"stale: {name}: {why} (run `labkit course release`)")
     if not stale:

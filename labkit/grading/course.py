@@ -157,15 +157,17 @@ def _cells(path: Path) -> list[tuple[Any, ...]]:
     return rows
 
 
-def stale_assignments(root: Path | None = None) -> dict[str, str]:
-    """Assignments whose committed release differs from a fresh generation: name -> why."""
+def stale_assignments(root: Path | None = None, progress: bool | None = None
+                      ) -> dict[str, str]:
+    """Assignments whose committed release differs from a fresh generation: name -> why
+    (``progress``: the fresh release's, as ``release``)."""
     root = root or repo_root()
     problems: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="labkit-release-") as tmp:
         copy = Path(tmp)
         shutil.copy(root / CONFIG, copy / CONFIG)
         shutil.copytree(root / "solutions", copy / "solutions")
-        release(copy)
+        release(copy, progress=progress)
         for name in assignments(root):
             fresh_dir, committed_dir = copy / "exercises" / name, root / "exercises" / name
             fresh = sorted(p.name for p in fresh_dir.glob("*.ipynb"))

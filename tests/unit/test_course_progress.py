@@ -1,7 +1,8 @@
 """The instructor's long waits count what they finished: ``labkit course traces`` (problem
-set 4's timelines, real runs, minutes) a line per trace and ``labkit course release`` (an
-nbgrader process per assignment) a line per assignment, on stderr where progress is asked
-for; nothing on stdout (``labkit course grade``'s is in test_grading_sanitize)."""
+set 4's timelines, real runs, minutes) a line per trace, ``labkit course release`` (an
+nbgrader process per assignment) and ``check`` (a fresh release) a line per assignment, on
+stderr where progress is asked for; nothing on stdout (``labkit course grade``'s is in
+test_grading_sanitize)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,19 @@ def test_releasing_counts_the_assignments_on_stderr(tmp_path: Path, monkeypatch,
     assert out.err.splitlines() == ["releasing: 1/2 ps1", "releasing: 2/2 ps2"]
     course.release(tmp_path, ["ps1"])  # unasked, off a terminal: silent
     assert capsys.readouterr() == ("", "")
+
+
+def test_checking_the_release_counts_its_fresh_release(tmp_path: Path, monkeypatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``labkit course check`` releases every assignment again to compare: the same wait."""
+    class Proc:
+        returncode, stdout, stderr = 0, "", ""
+
+    (tmp_path / course.CONFIG).write_text("")
+    for name in ("ps1", "ps2"):
+        (tmp_path / "solutions" / name).mkdir(parents=True)
+        (tmp_path / "exercises" / name).mkdir(parents=True)
+    monkeypatch.setattr(course, "nbgrader", lambda args, root: Proc())
+    assert course.stale_assignments(tmp_path, progress=True) == {}
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.splitlines() == ["releasing: 1/2 ps1", "releasing: 2/2 ps2"]
