@@ -12,6 +12,9 @@ and no feedback. Here each submission is graded on its own:
    that says why, in words (the last error nbgrader logged);
 3. ``nbgrader generate_feedback`` per student, for those that graded;
 4. a report line per student: score, or the reason it is 0.
+
+A class takes minutes: one bar counts the students graded (``labkit.base.progress.each``:
+on stderr, on a terminal or in a notebook, never in the report on stdout).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.base.errors import LabError
+from labkit.base.progress import each
 from labkit.grading import course
 
 _ERROR = re.compile(r"\[\w+ \| ERROR\] (.*)")
@@ -115,11 +119,13 @@ def students(root: Path, assignment: str) -> list[str]:
 
 
 def grade_class(assignment: str, root: Path | None = None, names: list[str] | None = None,
-                timeout: float = 3600) -> list[StudentGrade]:
-    """Autograde and give feedback to every submission of ``assignment``, each on its own."""
+                timeout: float = 3600, progress: bool | None = None) -> list[StudentGrade]:
+    """Autograde and give feedback to every submission of ``assignment``, each on its own;
+    ``progress`` (``labkit.base.progress``'s rule): one bar over the students."""
     root = root or course.repo_root()
     out = []
-    for student in names or students(root, assignment):
+    for student in each(names or students(root, assignment), f"grading {assignment}",
+                        unit="student", progress=progress):
         # 1. autograde this student alone
         ok, log = _run(["autograde", assignment, "--student", student, "--force"], root, timeout)
         if not ok:

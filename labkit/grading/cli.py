@@ -123,7 +123,7 @@ def _release(args: argparse.Namespace) -> int:
     from labkit.grading import course
 
     try:
-        for path in course.release(names=args.assignments or None):
+        for path in course.release(names=args.assignments or None, progress=True):  # stderr
             print(f"released {path}")
     except (ConfigError, RuntimeError) as error:
         print(f"labkit course release: {error}", file=sys.stderr)
@@ -137,7 +137,7 @@ def _grade(args: argparse.Namespace) -> int:
 
     try:
         course.check_assignment(args.assignment)
-        grades = grade_class(args.assignment, names=args.student)
+        grades = grade_class(args.assignment, names=args.student, progress=True)  # stderr
     except (ConfigError, LabError) as error:
         print(f"labkit course grade: {error}", file=sys.stderr)
         return 2
@@ -151,7 +151,7 @@ def _grade(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from labkit.grading import course
 
-    stale = course.stale_assignments()
+    stale = course.stale_assignments(progress=True)  # its fresh release counts on stderr
     for name, why in stale.items():
         print(f"stale: {name}: {why} (run `labkit course release`)")
     if not stale:
@@ -214,7 +214,7 @@ def _traces(args: argparse.Namespace) -> int:
                 continue
             report = generate({k: TraceSpec(kind, rank, world, seed)
                                for k, (kind, rank, world, seed) in specs.items()},
-                              folder, module.analyze)
+                              folder, module.analyze, progress=True)  # stderr: minutes
             for trace, row in report.items():
                 print(f"{name} {trace}: {row}")
     except (ConfigError, LabError) as error:

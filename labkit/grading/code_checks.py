@@ -43,6 +43,7 @@ from labkit.grading.sync_checks import (
     expected_buckets,
 )
 from labkit.grading.zero_checks import add_zero_adam, check_zero_adam, zero_adam_question
+from labkit.theory.comm import ring_allreduce_steps
 
 DOUBLING_SIZES = (12, 13, 1001)  # divisible, odd, odd and larger
 DOUBLING_WORLD_SIZES = (2, 4)
@@ -116,7 +117,8 @@ def _doubling_traffic(name: str, record: Any, n: int, case: int, tensor_bytes: i
     peers = [sorted(record.peers.get((rank, case), set())) for rank in range(n)]
     expected = doubling_bytes(n, tensor_bytes)
     where = f"{name} (world_size={n}, {tensor_bytes // 8} elements = {tensor_bytes} B)"
-    if messages == [2 * (n - 1)] * n and sum(per_rank) == 2 * (n - 1) * tensor_bytes:
+    ring = ring_allreduce_steps(n)  # chunks of 1/n each rank sends: 2(n-1) x S in all
+    if messages == [ring] * n and sum(per_rank) == ring * tensor_bytes:
         return Verdict(False, f"{where}: each rank sent {messages[0]} messages, "
                        f"{per_rank} B in all: that is lesson 01's ring (2(n-1) chunks of "
                        "1/n). This task is recursive doubling: log2(n) = "

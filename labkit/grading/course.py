@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.base.errors import ConfigError, LabError
+from labkit.base.progress import each
 
 CONFIG = "nbgrader_config.py"
 
@@ -118,16 +119,19 @@ def _streamed(cmd: list[str], root: Path, env: dict[str, str], timeout: float,
 
 
 def release(root: Path | None = None, names: list[str] | None = None,
-            release_dir: str | None = None, source_dir: str | None = None) -> list[Path]:
+            release_dir: str | None = None, source_dir: str | None = None,
+            progress: bool | None = None) -> list[Path]:
     """Regenerate ``exercises/<name>/`` from ``solutions/<name>/`` (all assignments by default).
 
     ``release_dir`` writes elsewhere (relative to root), e.g. to fill a gradebook without
-    touching the committed release.
+    touching the committed release. An nbgrader process per assignment: one bar counts them
+    (``progress``: ``labkit.base.progress``'s rule).
     """
     root = root or repo_root()
     (root / "course").mkdir(exist_ok=True)
     out = []
-    for name in names or assignments(root):
+    for name in each(names or assignments(root), "releasing", unit="assignment",
+                     progress=progress):
         args = ["generate_assignment", name, "--force"]
         if release_dir:
             args.append(f"--CourseDirectory.release_directory={release_dir}")
@@ -153,15 +157,17 @@ def _cells(path: Path) -> list[tuple[Any, ...]]:
     return rows
 
 
-def stale_assignments(root: Path | None = None) -> dict[str, str]:
-    """Assignments whose committed release differs from a fresh generation: name -> why."""
+def stale_assignments(root: Path | None = None, progress: bool | None = None
+                      ) -> dict[str, str]:
+    """Assignments whose committed release differs from a fresh generation: name -> why
+    (``progress``: the fresh release's, as ``release``)."""
     root = root or repo_root()
     problems: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="labkit-release-") as tmp:
         copy = Path(tmp)
         shutil.copy(root / CONFIG, copy / CONFIG)
         shutil.copytree(root / "solutions", copy / "solutions")
-        release(copy)
+        release(copy, progress=progress)
         for name in assignments(root):
             fresh_dir, committed_dir = copy / "exercises" / name, root / "exercises" / name
             fresh = sorted(p.name for p in fresh_dir.glob("*.ipynb"))

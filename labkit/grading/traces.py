@@ -30,6 +30,7 @@ from typing import Any
 from labkit.analysis.timeline import Timeline
 from labkit.base.errors import ConfigError
 from labkit.base.events import Lane, Op
+from labkit.base.progress import each
 from labkit.rank.context import RankContext
 
 KINDS = ("slow_stage", "slow_link", "exposed_allreduce")
@@ -151,14 +152,16 @@ def save(timeline: Timeline, path: Path) -> Path:
 
 def generate(specs: dict[str, TraceSpec], folder: Path,
              analyze: Callable[[Timeline], tuple[str, int | None]],
-             attempts: int = 3) -> dict[str, Any]:
+             attempts: int = 3, progress: bool | None = None) -> dict[str, Any]:
     """Record every spec into ``folder/<name>.json``, keeping only recoverable traces.
 
     ``analyze`` (the instructor's) must name the injected kind and rank from the
-    timeline's numbers; a run where noise hid the cause is recorded again.
+    timeline's numbers; a run where noise hid the cause is recorded again. Each is a real
+    run: one bar counts the traces recorded (``progress``: ``labkit.base.progress``'s rule).
     """
     report: dict[str, Any] = {}
-    for name, spec in specs.items():
+    for name, spec in each(list(specs.items()), f"recording traces in {folder.name}",
+                           name=lambda item: item[0], unit="trace", progress=progress):
         for attempt in range(1, attempts + 1):
             timeline = record(spec)
             found = analyze(timeline)

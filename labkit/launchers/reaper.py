@@ -36,24 +36,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from labkit.launchers.tree import GONE
+
 RUN_ID_ENV = "LABKIT_RUN_ID"
 """Environment variable carrying the run's id into every rank and its descendants."""
 PARENT_ENV = "LABKIT_PARENT_PID"
 """The supervisor's pid, so a rank whose parent died before it could arm PDEATHSIG exits."""
 
 
-def _stat(pid: int | str) -> tuple[str, int] | None:
-    """(one-letter state -- ``Z`` for a zombie --, process group) of ``pid``, or None."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0], int(fields[2])
-
-
 def _live(pid: int | str) -> bool:
-    st = _stat(pid)
-    return st is not None and st[0] not in ("Z", "X")
+    """Whether ``pid`` is a process that still runs (psutil reads its state portably)."""
+    try:
+        return psutil.Process(int(pid)).status() not in GONE
+    except psutil.Error:  # gone, or not ours to read
+        return False
 
 
 ENVIRON_FILE = "environ"
@@ -109,10 +107,13 @@ def _leftovers(run_id: str, pgids: set[int], seen: set[int]) -> list[int]:
     """Live processes of the run: tagged, in a rank's process group, or killed before."""
     found = set(tagged(RUN_ID_ENV, run_id)) | {p for p in seen if _live(p)}
     if pgids:
-        for proc in Path("/proc").iterdir():
-            st = _stat(proc.name) if proc.name.isdigit() else None
-            if st is not None and st[1] in pgids and st[0] not in ("Z", "X"):
-                found.add(int(proc.name))
+        for proc in psutil.process_iter(["status"]):
+            try:
+                group = os.getpgid(proc.pid)
+            except OSError:  # gone since the table was read
+                continue
+            if group in pgids and proc.info["status"] not in (None, *GONE):
+                found.add(proc.pid)
     found.discard(os.getpid())
     return sorted(found)
 

@@ -17,6 +17,7 @@ from labkit.theory import (
     busbw,
     dp_speedup,
     ring_allreduce_bytes,
+    ring_allreduce_steps,
     ring_allreduce_time,
 )
 
@@ -26,8 +27,9 @@ COLL, COMM, SCALE = Concept.COLLECTIVES, Concept.COMMUNICATION, Concept.SCALING
 def _ring_time_parts(size_gb: float, world_size: int, bw_gb: float,
                      alpha_us: float) -> dict[str, Any]:
     sent = ring_allreduce_bytes(size_gb * 1e9, world_size)
-    return {"steps": 2 * (world_size - 1), "sent_gb": format_number(sent / 1e9),
-            "latency_ms": format_number(2 * (world_size - 1) * alpha_us * 1e-3),
+    steps = ring_allreduce_steps(world_size)
+    return {"steps": steps, "sent_gb": format_number(sent / 1e9),
+            "latency_ms": format_number(steps * alpha_us * 1e-3),
             "transfer_ms": format_number(sent / (bw_gb * 1e9) * 1e3)}
 
 

@@ -75,6 +75,7 @@ from labkit.theory.comm import (
     hierarchical_allreduce_bytes,
     naive_allreduce_bytes,
     ring_allreduce_bytes,
+    ring_allreduce_steps,
     ring_allreduce_time,
     scaling_efficiency,
 )
@@ -230,6 +231,7 @@ __all__ = [
     "predict_step_time",
     "rank_chunks",
     "ring_allreduce_bytes",
+    "ring_allreduce_steps",
     "ring_allreduce_time",
     "alpha_beta_time",
     "ring_attention_traffic",

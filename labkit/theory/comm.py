@@ -32,6 +32,14 @@ BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
 }
 
 
+def ring_allreduce_steps(world_size: int) -> int:
+    """Messages each rank sends, one after another, in a ring all-reduce: ``2(n-1)``
+    (reduce-scatter's n-1 steps, then all-gather's n-1), each a 1/n chunk of the tensor.
+    Each costs one latency alpha in the alpha-beta model; one rank sends none."""
+    n = check_int("world_size", world_size, 1, "world_size=4")
+    return 2 * (n - 1)
+
+
 def ring_allreduce_bytes(size_bytes: float, world_size: int) -> float:
     """Bytes each rank SENDS in a ring all-reduce of a ``size_bytes`` tensor.
 
@@ -101,7 +109,8 @@ def ring_allreduce_time(size_bytes: float, world_size: int, alpha_s: float,
     bandwidth = check_number("bandwidth_Bps", bandwidth_Bps, "bandwidth_Bps=25e9",
                              allow_equal=False)
     n = check_int("world_size", world_size, 1, "world_size=4")
-    return alpha_beta_time(2 * (n - 1), ring_allreduce_bytes(size_bytes, n), alpha, bandwidth)
+    return alpha_beta_time(ring_allreduce_steps(n), ring_allreduce_bytes(size_bytes, n), alpha,
+                           bandwidth)
 
 
 def algbw(size_bytes: float, time_s: float) -> float:
@@ -188,7 +197,7 @@ def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float],
     ss_res = sum((t - p) ** 2 for t, p in zip(times, predicted))
     ss_tot = sum((t - mean_t) ** 2 for t in times)
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return AlphaBeta(alpha_s=intercept / (2 * (n - 1)), bandwidth_Bps=1.0 / slope,
+    return AlphaBeta(alpha_s=intercept / ring_allreduce_steps(n), bandwidth_Bps=1.0 / slope,
                      world_size=n, r_squared=r2)
 
 

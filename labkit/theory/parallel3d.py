@@ -33,6 +33,7 @@ from typing import Any
 
 from labkit.base.errors import ConfigError
 from labkit.theory.batch import check_choice, check_int
+from labkit.theory.comm import BUSBW_FACTORS
 from labkit.theory.memory import zero_memory
 
 KINDS = ("gpt", "mlp")
@@ -181,18 +182,20 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
     params = [(cuts[k + 1] - cuts[k]) * block + local_experts[k] + (first if k == 0 else 0)
               + (last if k == p - 1 else 0) for k in range(p)]
     memory = [zero_memory(n_r, d, zero_stage, "fp32", optimizer) for n_r in params]
-    ring = (d - 1) / d
+    # wire bytes per payload byte in a ring (nccl-tests' factors, theory.comm)
+    all_reduce, gather = BUSBW_FACTORS["all_reduce"], BUSBW_FACTORS["all_gather"]
     ranks = d * c * t  # ranks per pipeline stage
     gathers = 2 * m if zero_stage == 3 else (1 if zero_stage in (1, 2) else 0)
-    dp_bytes = sum(ranks * 4 * (n_r - x) * ring * (2 if zero_stage == 0 else 1 + gathers)
-                   + (ranks * 4 * x * 2 * ring if ep == 1 else 0.0)
+    dp_bytes = sum(ranks * 4 * (n_r - x) * (all_reduce(d) if zero_stage == 0  # a reduce-scatter
+                                            else gather(d) * (1 + gathers))  # and all-gathers
+                   + (ranks * 4 * x * all_reduce(d) if ep == 1 else 0.0)
                    for n_r, x in zip(params, local_experts))
     blocks = [cuts[k + 1] - cuts[k] for k in range(p)]
     act_c = act / c  # one microbatch's activation on one cp rank (what TP talks about)
-    tp_bytes = (ranks * sum(blocks) * m * 4 * 2 * (t - 1) / t * act_c) if kind == "gpt" else 0.0
+    tp_bytes = (ranks * sum(blocks) * m * 4 * all_reduce(t) * act_c) if kind == "gpt" else 0.0
     sp = sequence_parallel and t > 1
     if sp:
-        tp_bytes += ranks * m * (t - 1) / t * (2 * act_c + sum(blocks) * 2 * 24 * width)
+        tp_bytes += ranks * m * gather(t) * (2 * act_c + sum(blocks) * 2 * 24 * width)
     pp_bytes = ranks * (p - 1) * m * 2 * act_c / (t if sp else 1)
     cp_bytes = 0.0
     if c > 1:
@@ -200,7 +203,7 @@ def parallel_layout(*, kind: str = "gpt", width: int = 128, depth: int = 4, head
 
         kv = ring_attention_traffic(b // m, seq_len, heads // t, width // heads, c, 4)
         per_layer = kv["forward"] + kv["backward"]
-        cp_bytes = sum(ranks * (nb * m * per_layer + 2 * (c - 1) / c * 4 * n_r)
+        cp_bytes = sum(ranks * (nb * m * per_layer + all_reduce(c) * 4 * n_r)
                        for nb, n_r in zip(blocks, params))
     ep_bytes = 0.0
     if experts and ep > 1:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from labkit.theory.comm import ring_allreduce_bytes
+from labkit.theory.comm import ring_allreduce_bytes, ring_allreduce_steps
 
 if TYPE_CHECKING:
     from matplotlib.animation import FuncAnimation
@@ -68,7 +68,7 @@ def ring_record(run: Any, timeline: Any = None) -> dict[str, Any]:
     traced = timeline is not None
     transfers = traced_transfers(timeline) if traced else [t for r in ranks
                                                            for t in r["transfers"]]
-    by_stage: list[list[dict[str, Any]]] = [[] for _ in range(2 * (n - 1))]
+    by_stage: list[list[dict[str, Any]]] = [[] for _ in range(ring_allreduce_steps(n))]
     for t in transfers:
         by_stage[t["step"] + (0 if t["phase"] == "reduce-scatter" else n - 1)].append(t)
     for group in by_stage:

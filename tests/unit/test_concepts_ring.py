@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import pytest
 import torch
 
+from labkit.theory.comm import ring_allreduce_bytes, ring_allreduce_steps
 from labkit.visuals.concepts.ring import cell_text, plot_ring_steps, ring_plan
 
 pytestmark = pytest.mark.lesson01
@@ -72,6 +73,15 @@ def test_the_plan_computes_an_all_reduce(n: int) -> None:
     total = sum(values)
     assert all(torch.equal(h, total) for h in held)
     assert plan[-1][1] == [[frozenset(range(n))] * n for _ in range(n)]
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_the_plan_takes_the_steps_the_cost_model_charges(n: int) -> None:
+    """The drawn plan's sends are the 2(n-1) messages theory.comm charges alpha for, each
+    rank sending one 1/n chunk per step: 2(n-1)/n x S, ring_allreduce_bytes."""
+    plan = ring_plan(n)
+    assert len(plan) - 1 == ring_allreduce_steps(n)
+    assert (len(plan) - 1) / n == pytest.approx(ring_allreduce_bytes(1.0, n))
 
 
 def test_cell_text_and_bad_n() -> None:

@@ -207,3 +207,21 @@ def test_the_class_loop_gives_a_failed_submission_a_zero_a_reason_and_grades_the
     page = bob.feedback[0].read_text() if bob.feedback else ""
     assert "score 0" in page and "&lt;script&gt;x&lt;/script&gt; broke" in page
     assert "<script>" not in page
+
+
+def test_grading_a_class_counts_its_students_on_stderr_and_keeps_stdout_clean(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A class takes minutes: asked for progress off a terminal, each graded student is a
+    line on stderr; unasked there, nothing; stdout never (the report is printed there)."""
+    class Proc:
+        returncode, stdout, stderr = 0, "", ""
+
+    monkeypatch.setattr(classgrade.course, "nbgrader", lambda *a, **k: Proc())
+    monkeypatch.setattr(classgrade, "_total", lambda root, a, s: (3.0, 4.0))
+    classgrade.grade_class("ps1", tmp_path, ["alice", "bob"], progress=True)
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines() == ["grading ps1: 1/2 alice", "grading ps1: 2/2 bob"]
+    classgrade.grade_class("ps1", tmp_path, ["alice", "bob"])
+    assert capsys.readouterr() == ("", "")

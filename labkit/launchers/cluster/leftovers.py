@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import psutil
+
 from labkit.base.files import try_lock
 from labkit.launchers.cluster import netns
 
@@ -109,20 +111,11 @@ def is_alive(lock: Path, *, remove_if_dead: bool = False) -> bool:
 
 def run_processes() -> list[tuple[int, str, str]]:
     """(pid, run id, lock path) of every process on this host a labkit cluster run started."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = Path(entry.path, "environ").read_bytes()
-        except OSError:
-            continue  # gone, or not ours to read
-        if ENV_RUN.encode() not in environ:
-            continue
-        env = dict(item.split("=", 1) for item in environ.decode(errors="replace").split("\0")
-                   if "=" in item)
-        if ENV_RUN in env:
-            found.append((int(entry.name), env[ENV_RUN], env.get(ENV_LOCK, "")))
+    found, me = [], os.getpid()
+    for proc in psutil.process_iter(["environ"]):
+        env = proc.info["environ"]  # None: not ours to read, or a zombie
+        if proc.pid != me and env and ENV_RUN in env:
+            found.append((proc.pid, env[ENV_RUN], env.get(ENV_LOCK, "")))
     return found
 
 

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from labkit.base.errors import ConfigError
 from labkit.base.netsupport import USERNS_CMD, support
 from labkit.config.links import LinkSpec
@@ -127,7 +129,7 @@ class Session:
         """Ask every rank still running to print its stack (the worker handles SIGUSR1)."""
         assert self.run is not None
         pids = [pid for pid, rid, _ in leftovers.run_processes() if rid == self.run.run_id
-                and b"labkit.worker" in _cmdline(pid) and b"torch.distributed.run" not in
+                and "labkit.worker" in _cmdline(pid) and "torch.distributed.run" not in
                 _cmdline(pid)]
         for pid in pids:
             try:
@@ -241,11 +243,12 @@ def netns_teardown_s(nodes: int) -> float:
     return 5.0 + 0.2 * nodes
 
 
-def _cmdline(pid: int) -> bytes:
+def _cmdline(pid: int) -> str:
+    """``pid``'s command line, its words joined by spaces ("" once it is gone)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return ""
 
 
 def log_tail(path: Path, chars: int = 4000) -> str:

@@ -63,6 +63,7 @@ def plot_ring_steps(n: int = 3) -> Figure:
     from matplotlib.patches import Rectangle
 
     plan = ring_plan(n)
+    steps = len(plan) - 1  # the moments after the start: theory.comm's ring_allreduce_steps
     fig, axes = plt.subplots(1, len(plan), figsize=(2.1 * len(plan), 0.7 + 0.55 * n))
     plt.close(fig)
     cmap = plt.get_cmap("Blues")
@@ -90,7 +91,7 @@ def plot_ring_steps(n: int = 3) -> Figure:
         for side in ax.spines.values():
             side.set_visible(False)
     fig.suptitle(f"Ring all-reduce on {n} ranks: each step every rank sends one chunk (red "
-                 f"outline, S/{n} bytes) to its right neighbour; {2 * (n - 1)} steps = "
-                 f"2(n-1)/n x S = {2 * (n - 1)}/{n} S per rank", fontsize=9)
+                 f"outline, S/{n} bytes) to its right neighbour; {steps} steps = "
+                 f"2(n-1)/n x S = {steps}/{n} S per rank", fontsize=9)
     fig.tight_layout()
     return fig
