@@ -24,7 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from labkit.base.events import Event, Op
-from labkit.theory.comm import BUSBW_FACTORS, AlphaBeta, alpha_beta_time, ring_allreduce_time
+from labkit.theory.comm import (
+    BUSBW_FACTORS,
+    AlphaBeta,
+    alpha_beta_time,
+    ring_allreduce_steps,
+    ring_allreduce_time,
+)
 
 P2P = {Op.SEND, Op.RECV}
 SCATTERING = {Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.ALL_TO_ALL}
@@ -49,7 +55,7 @@ def wire_s(op: Op, nbytes: int, world_size: int, wire: AlphaBeta) -> float:
     if op in SCATTERING:  # one ring pass over the whole tensor
         return alpha_beta_time(n - 1, BUSBW_FACTORS[op.value](n) * nbytes, a, bw)
     if op is Op.BARRIER:  # an all-reduce of nothing: the ring's messages, no bytes
-        return alpha_beta_time(2 * (n - 1), 0, a, bw)
+        return alpha_beta_time(ring_allreduce_steps(n), 0, a, bw)
     return alpha_beta_time(n - 1, nbytes, a, bw)  # broadcast, reduce, gather: along a chain
 
 
