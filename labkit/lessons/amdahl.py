@@ -54,8 +54,19 @@ class AmdahlResult:
                   f"{self.predicted(8):.2f}x on 8 ranks (seed 003's 8 GPUs -> 6x needs "
                   f"f = {amdahl_fraction_for(6, 8):.3f}; the mini challenge, 2x on 4, needs "
                   f"f >= {amdahl_fraction_for(2, 4):.3f})"]
+        lines += self.verdicts()
         lines += self.why()
         return "\n".join(lines)
+
+    def verdicts(self) -> list[str]:
+        """The speedup on 2 ranks judged (``dp_verdicts.speedup_verdict``), and where it does
+        not hold, the same speedup on the two runs replayed on dedicated cores."""
+        from labkit.lessons.dp_verdicts import speedup_replay, speedup_verdict
+
+        if not {1, 2} <= set(self.runs):
+            return []
+        v = speedup_verdict(self.runs)
+        return [v.sentence()] + ([] if v.holds else ["  " + speedup_replay(self.runs, v)])
 
     def why(self) -> list[str]:
         """Per world size beyond 1, what splitting the batch saved and what it cost, read

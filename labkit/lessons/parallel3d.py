@@ -16,6 +16,7 @@ from labkit.base.progress import each
 from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.machine import load_now, sharing_cores, why_not
+from labkit.lessons.parallel3d_balance import balance_again, balance_verdict
 from labkit.theory import Layout3D, parallel_layout
 from labkit.theory.comm import alpha_beta_time
 from labkit.theory.interconnect import get_link
@@ -183,14 +184,15 @@ def balance_text(runs: dict[str, RunResult]) -> str:
                  f"{[b - a for a, b in zip(count['stage_bounds'], count['stage_bounds'][1:])]}"
                  f" (the last stage also runs the head)")
     before, after = max(times["by block count"]), max(times["by measured cost"])
-    if after < (1 - BALANCE_GAIN) * before:
+    verdict = balance_verdict(runs)
+    lines.append(verdict.sentence())
+    if verdict.holds:
         lines.append(f"the slowest stage went from {before:.1f} to {after:.1f} ms per microbatch "
                      f"({1 - after / before:.0%} less): every stage waits for the slowest one")
     else:
-        got = ("did not get faster" if after >= before else
-               f"got only {1 - after / before:.0%} faster")
-        lines.append(f"the slowest stage {got} in this run ({before:.1f} -> {after:.1f} ms, "
-                     f"where balancing gains {BALANCE_GAIN:.0%} or more on a quiet machine): "
+        lines.append("  " + balance_again(runs, verdict))
+        lines.append(f"the slowest stage went from {before:.1f} to {after:.1f} ms in this run, "
+                     f"where balancing gains {BALANCE_GAIN:.0%} or more on a quiet machine: "
                      + why_not(load_now(), 2))
     return "\n".join(lines)
 

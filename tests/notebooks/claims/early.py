@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.notebooks.claims.verdicts import timed
+from tests.notebooks.claims.verdicts import judged, timed
 
 
 def lesson_00(ns: dict[str, Any]) -> None:
@@ -50,6 +50,17 @@ def lesson_01(ns: dict[str, Any]) -> None:
     for step in (0, 1):  # the hand-written hook and labkit's: a bucket left during backward
         counts = launched_in_backward(ns["hook_run"].timeline, step)
         assert all(k >= 1 and n > 1 for k, n in counts.values()), (step, counts)
+    from labkit.base.devices import cpu_count
+    from labkit.lessons.dp_roofline import roofline_verdicts
+    from labkit.lessons.dp_verdicts import bucket_verdicts, scaling_verdict, speedup_verdict
+
+    judged(list(bucket_verdicts(ns["sweep"])), ns["said_buckets"], label="buckets")
+    scal, predicted = ns["scal"], ns["predicted"]
+    weak = {n: scaling_verdict(scal, predicted, n) for n in scal if n > 1}
+    judged(list(weak.values()), ns["said_scaling"], label="weak scaling",
+           may_miss_quiet=[v for n, v in weak.items() if n > cpu_count()])
+    judged([speedup_verdict(ns["amdahl"].runs)], ns["said_amdahl"], label="strong scaling")
+    judged(roofline_verdicts(ns["roof"]), ns["said_roof"], label=None)
     roof = ns["roof"]  # 256x the samples: compute grows, at least 8x (a CPU's fixed costs)
     comp = roof.least("compute")
     timed(comp[-1] > 8 * comp[0], f"compute at batch {roof.batches[-1]} {comp[-1] * 1e3:.2f} ms, "
@@ -92,12 +103,11 @@ def lesson_03(ns: dict[str, Any]) -> None:
     miss is replayed in the lesson's words); 8 microbatches shrink it; every rank held
     exactly its plan's activations, 1F1B fewer than GPipe on rank 0; interleaving sends
     (v*p-1)/(p-1) times 1F1B's messages; zero bubble ran I and W apart; balancing by cost took
-    layers off the heavy last stage. No sentence says "holds" for numbers that do not. The
+    layers off the heavy last stage. Each timed sentence is a verdict (``judged``: no "holds"
+    for numbers that miss, every miss replayed on dedicated cores and drawn). The
     1F1B loop on the page equals labkit's executor and holds p - r microbatches on rank r.
     labkit's GPipe and 1F1B train the weights torch.distributed.pipelining's schedules train
     (float rounding: <= 1e-6)."""
-    from labkit.lessons.pipeline_text import formula_verdict, sweep_text
-
     for schedule, twin in ns["twins"].items():
         assert twin["max_abs_diff"] <= 1e-6, (f"{schedule}: labkit vs torch's schedule differ by "
                                               f"{twin['max_abs_diff']:.2e}")
@@ -106,18 +116,22 @@ def lesson_03(ns: dict[str, Any]) -> None:
     naive, gpipe = ns["naive"].metrics, ns["gpipe"].metrics
     one_f, inter = ns["one_f"].metrics, ns["inter"].metrics
     assert naive["bubble_fraction"] >= 0.4, f"naive bubble {naive['bubble_fraction']:.2f} < 0.4"
+    from labkit.lessons import pipeline_text as say
+    from labkit.lessons.pipeline_replays import balance_verdict
+
     sweep = ns["sweep"]
     assert sorted(sweep) == [1, 4, 8] and all(len(runs) == 3 for runs in sweep.values())
-    text = sweep_text(sweep)
-    for m, runs in sweep.items():
-        v = formula_verdict(runs, f"the bubble at m={m}")
-        assert (v.sentence() in text), f"m={m}: the lesson did not print its verdict"
-        timed(v.holds, v.sentence())
-        if not v.holds:
-            assert f"m={m} replayed with this run's own action times" in text, text
-    from labkit.lessons.dedicated import SHOWN, missed
-
-    assert not missed(text) or "GPipe's step at m = 8" in SHOWN, "a missed bubble, no replay drawn"
+    judged(say.sweep_verdicts(sweep), ns["said_sweep"], label="bubble sweep")
+    for m in sweep:  # a missed bubble also says what uneven actions and messages added
+        v = say.formula_verdict(sweep[m], f"the bubble at m={m}")
+        assert v.holds or f"m={m} replayed with this run's own action times" in ns["said_sweep"]
+    pair, il, zbr = ns["pair"], ns["il"], ns["zbr"]
+    judged([say.same_bubble_verdict(pair["gpipe"], pair["1f1b"])], ns["said_pair"],
+           label="gpipe vs 1f1b")
+    judged([say.interleave_verdict(il["1f1b"], il["interleaved"])], ns["said_inter"],
+           label="interleaving")
+    judged([say.zero_bubble_verdict(zbr["1f1b"], zbr["zb"])], ns["said_zb"], label="zero bubble")
+    judged([balance_verdict(ns["runs"])], ns["said_balance"], label="balance")
     for m in (gpipe, one_f):
         assert m["peak_activations"] == m["peak_activations_predicted"], m["schedule"]
     assert one_f["peak_activations"][0] < gpipe["peak_activations"][0]
