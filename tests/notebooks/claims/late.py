@@ -14,8 +14,9 @@ def lesson_10(ns: dict[str, Any]) -> None:
     1.5x (counted from the trace); across the link TP is never predicted below TP measured
     inside one node (nor the pipeline below its own), and the link slows TP more than the
     pipeline, and more of a DDP step is lost across nodes than inside one (each a verdict that
-    says "holds" only for numbers that hold, and draws its replay when it does not); every
-    link delivers its shaped rate within 10%."""
+    says "holds" only for numbers that hold, and draws its replay when it does not), as do
+    weak scaling's efficiency (at most 1) and the DDP step predicted across each link (within
+    1.5x); every link delivers its shaped rate within 10%."""
     from labkit.lessons.mechanism import compare
 
     sums, uplink, size = ns["sums"], ns["uplink"], 4 * ns["NUMEL"]
@@ -23,6 +24,10 @@ def lesson_10(ns: dict[str, Any]) -> None:
         assert compare([s[0] for s in sums], [s[k] for s in sums], what="sum"), k
     assert uplink["yours"] == uplink["labkit's hierarchical"] == [1.0 * size] * 2, uplink
     assert uplink["flat ring"] == [1.5 * size] * 2, uplink
+    from labkit.lessons.cluster_ddp import prediction_verdicts, weak_scaling_verdicts
+
+    ddp = ns["ddp"]
+    judged(weak_scaling_verdicts(ddp) + prediction_verdicts(ddp), ns["said_ddp"], label="ddp")
     rows = ns["place"]["rows"]
     inside = {r["strategy"]: r for r in rows if r["where"].startswith("inside")}
     across = {r["strategy"]: r for r in rows if not r["where"].startswith("inside")}
