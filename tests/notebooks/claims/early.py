@@ -54,7 +54,9 @@ def lesson_01(ns: dict[str, Any]) -> None:
     from labkit.lessons.dp_roofline import roofline_verdicts
     from labkit.lessons.dp_verdicts import bucket_verdicts, scaling_verdict, speedup_verdict
 
-    judged(list(bucket_verdicts(ns["sweep"])), ns["said_buckets"], label="buckets")
+    hidden, faster = bucket_verdicts(ns["sweep"])  # a shorter step needs a core for gloo's
+    judged([hidden, faster], ns["said_buckets"], label="buckets",  # threads: quiet, 2 cores
+           may_miss_quiet=[faster])  # measured it contradicted (docs/benchmarks.md, issue 32)
     scal, predicted = ns["scal"], ns["predicted"]
     weak = {n: scaling_verdict(scal, predicted, n) for n in scal if n > 1}
     judged(list(weak.values()), ns["said_scaling"], label="weak scaling",

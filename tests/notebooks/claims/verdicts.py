@@ -32,9 +32,10 @@ def judged(verdicts: list[Any], text: str, *, label: str | None,
     replay on dedicated cores said in the text and drawn (``labkit.lessons.dedicated.SHOWN``
     holds "``label``: ..."; ``label`` None: a claim with nothing to replay, such as Ray's
     sleeping tasks, says so instead). The verdicts also in ``may_miss_quiet`` need not hold on a
-    quiet machine (runs with more ranks than cores, on purpose; lesson 06's fit, whose small
-    sizes do not hold quiet yet); every other property still holds. Counted claims never come
-    here: load excuses none."""
+    quiet machine (runs with more ranks than cores, on purpose; lesson 01's shorter step
+    from hiding, which needs a core for gloo's threads that 2 ranks on 2 cores do not have;
+    lesson 06's fit, whose small sizes do not hold quiet yet); every other property holds.
+    Counted claims never come here: load excuses none."""
     from labkit.analysis.replay import MODEL_LABEL
     from labkit.lessons.dedicated import SHOWN
 
