@@ -19,6 +19,7 @@ from typing import Any
 
 from labkit.analysis.claims import Claim, Sample, Verdict, judge
 from labkit.lessons.machine import load_now, why_not
+from labkit.lessons.measure import SINGLE_RUN_NOISE
 
 FIT_HOLDS = 0.3
 """Largest relative error on a held-out size for which the fit still predicts it."""
@@ -54,8 +55,8 @@ def fit_text(reports: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         worst = max(held, key=lambda r: r["rel_error"])
         lines.append(f"the fit missed the held-out {worst['bytes'] / 1e6:.0f} MB by "
                      f"{worst['rel_error']:.0%} (measured {worst['measured_s'] * 1e3:.2f} ms, "
-                     f"predicted {worst['predicted_s'] * 1e3:.2f}): at a few ms an all-reduce "
-                     f"that waited for a core once is off by that much; "
+                     f"predicted {worst['predicted_s'] * 1e3:.2f}): an all-reduce that waited "
+                     f"for a core is off by what it waited; "
                      + why_not(load_now(), world_size))
         lines.append("  no dedicated-core replay of the fit: a replay's wire is itself an "
                      "alpha-beta fit of this machine's all-reduce, so replaying the benchmark "
@@ -73,19 +74,35 @@ def compression_text(comp: Mapping[str, Any]) -> str:
               f"bytes differ from the prediction for {', '.join(off)}: report this run")]
     if "none" in rows:
         base = rows["none"]
-        faster = [m for m, r in rows.items() if m != "none"
-                  and r["step_time_s"] < base["step_time_s"]]
-        slower = [m for m, r in rows.items() if m != "none" and m not in faster]
+        sides = _against_none(rows)
         comm = _comm_ms(comp.get("results", {}).get("none"))
-        lines.append(f"faster than no compression on this run: {', '.join(faster) or 'none'}; "
-                     f"not faster: {', '.join(slower) or 'none'} -- the uncompressed step "
-                     f"took {base['step_time_s'] * 1e3:.1f} ms"
-                     + (f", its all-reduce {comm:.1f} ms of it: compression can save at most "
-                        f"that, and compressing costs compute" if comm is not None else ""))
+        lines.append(f"steps beside no compression's {base['step_time_s'] * 1e3:.1f} ms, one run "
+                     f"each (+-{2 * SINGLE_RUN_NOISE:.0%} of noise on a ratio): "
+                     + "; ".join(f"{side}: {', '.join(ms)}" for side, ms in sides.items() if ms)
+                     + (f" -- its all-reduce took {comm:.1f} ms of the step: compression can "
+                        f"save at most that, and compressing costs compute" if comm is not None
+                        else ""))
         worst = max(rows.values(), key=lambda r: r["final_loss"] - base["final_loss"])
         lines.append(f"final losses stay within {worst['final_loss'] - base['final_loss']:+.3f} "
                      f"of no compression (largest: {worst['method']})")
     return "\n".join(lines)
+
+
+def _against_none(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Each method's step against no compression's, one run each: shorter or longer only
+    beyond ``one_run_ratio``'s noise band, else within the noise."""
+    from labkit.lessons.measure import one_run_ratio
+
+    sides: dict[str, list[str]] = {"shorter": [], "within the noise": [], "longer": []}
+    base = rows["none"]["step_time_s"]
+    for m, r in rows.items():
+        if m == "none":
+            continue
+        s = one_run_ratio(base / r["step_time_s"])
+        side = ("shorter" if s.value - s.noise > 1 else "longer" if s.value + s.noise < 1
+                else "within the noise")
+        sides[side].append(m)
+    return sides
 
 
 def _comm_ms(result: Any) -> float | None:

@@ -262,7 +262,8 @@ def balance_text(runs: Mapping[str, Any], predicted: Mapping[str, float]) -> str
         lines.append("the slowest stage set the pace: evening it out sped the line up")
     else:
         lines.append("  " + balance_again(runs, verdict))
-        lines.append("the stage times are a few ms per microbatch, and rank 0 timed the layers "
-                     "while other work shared the cores, so times and costs it measured moved "
-                     "as much as the split; " + _why(count.metrics["stages"]))
+        lines.append("the two splits ran one after the other, each beside whatever else the "
+                     "machine ran at that moment, and rank 0 timed the layers beside it too, so a "
+                     "stage's time moved with the load as much as with the split; "
+                     + _why(count.metrics["stages"]))
     return "\n".join(lines)
