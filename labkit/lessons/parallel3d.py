@@ -16,7 +16,7 @@ from labkit.base.progress import each
 from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.machine import load_now, sharing_cores, why_not
-from labkit.lessons.parallel3d_balance import balance_again, balance_verdict
+from labkit.lessons.parallel3d_balance import balance_again, balance_verdict, stage_ms
 from labkit.theory import Layout3D, parallel_layout
 from labkit.theory.comm import alpha_beta_time
 from labkit.theory.interconnect import get_link
@@ -119,24 +119,6 @@ def balance_runs(pp: int = 2, *, model: ModelConfig = BALANCE_GPT, steps: int = 
                          batch_size=BATCH, options={"schedule": "1f1b",
                                                     "microbatches": 4, "balance": balance},
                          **run_kwargs)
-    return out
-
-
-def stage_ms(result: RunResult) -> list[float]:
-    """Each stage's forward + backward time per microbatch, in its least disturbed step:
-    for every rank (one stage each), the compute of each step after the first divided by
-    the microbatches, and the smallest of those. On a shared laptop a step now and then
-    waits for a core; the fastest one is the stage's own cost."""
-    from labkit.base.events import Op
-
-    tl = result.timeline
-    micro = result.config.options.microbatches
-    steps = tl.steps()[1:] or tl.steps()
-    out = []
-    for rank in tl.ranks:
-        per_step = [sum(e.dur_ns for e in tl.select(rank=rank, step=s)
-                        if e.op in (Op.FORWARD, Op.BACKWARD)) / micro / 1e6 for s in steps]
-        out.append(min(per_step) if per_step else 0.0)
     return out
 
 
