@@ -18,7 +18,6 @@ from typing import Any
 
 from labkit.base.devices import cpu_count
 from labkit.base.events import Lane, Op
-from labkit.base.progress import each
 from labkit.config.run import ModelConfig
 from labkit.theory import amdahl_fraction_for, amdahl_speedup, fit_amdahl
 
@@ -34,6 +33,9 @@ class AmdahlResult:
     parallel_fraction: float
     global_batch: int
     runs: dict[int, Any] = field(default_factory=dict)
+    """Per rank count, the repeat whose step is the median: the run the table splits."""
+    repeats: dict[int, list[float]] = field(default_factory=dict)
+    """Per rank count, every alternated repeat's step time (s): the verdict's noise."""
 
     @property
     def speedups(self) -> dict[int, float]:
@@ -65,7 +67,7 @@ class AmdahlResult:
 
         if not {1, 2} <= set(self.runs):
             return []
-        v = speedup_verdict(self.runs)
+        v = speedup_verdict(self)
         return [v.sentence()] + ([] if v.holds else ["  " + speedup_replay(self.runs, v)])
 
     def why(self) -> list[str]:
@@ -106,18 +108,26 @@ def _split(run: Any) -> dict[str, float]:
 
 
 def amdahl_experiment(world_sizes: tuple[int, ...] | None = None, *, global_batch: int = 1024,
-                      strategy: str = "ddp", steps: int = 8,
+                      strategy: str = "ddp", steps: int = 8, repeats: int = 3,
                       model: ModelConfig | None = None, **run_kwargs: Any) -> AmdahlResult:
     """Run the same job (``global_batch`` split over n ranks, one core each) for every n in
-    ``world_sizes`` (default: 1, 2 and 4 where this machine has the cores)."""
+    ``world_sizes`` (default: 1, 2 and 4 where this machine has the cores), the rank counts
+    alternated ``repeats`` times (``labkit.lessons.measure.alternate``: a busy moment hits
+    every count alike); each count's step is the median of its repeats."""
+    from functools import partial
+
     from labkit.api import run
+    from labkit.lessons.measure import alternate
 
     sizes = world_sizes or tuple(n for n in (1, 2, 4) if n <= cpu_count())
     model = model or ModelConfig(width=512, depth=4)
     run_kwargs.setdefault("progress", False)
-    runs = {n: run(strategy=strategy, world_size=n, batch_size=global_batch // n, steps=steps,
-                   model=model, threads_per_rank=1, **run_kwargs)
-            for n in each(sizes, "Amdahl sweep", name=lambda n: f"{n} rank(s)")}
+    numbers, results = alternate(
+        {n: partial(run, strategy=strategy, world_size=n, batch_size=global_batch // n,
+                    steps=steps, model=model, threads_per_rank=1, **run_kwargs) for n in sizes},
+        repeats, desc="Amdahl sweep")
+    runs = {n: sorted(results[n], key=lambda r: r.step_time_s)[(len(results[n]) - 1) // 2]
+            for n in sizes}
     times = {n: r.step_time_s for n, r in runs.items()}
     rows = []
     for n, r in runs.items():
@@ -125,5 +135,6 @@ def amdahl_experiment(world_sizes: tuple[int, ...] | None = None, *, global_batc
         rows.append({"ranks": n, "step_ms": times[n] * 1e3, "speedup": times[1] / times[n],
                      "scales_ms": split["scales"], "serial_ms": split["serial"],
                      "exposed_comm_ms": split["exposed"]})
-    return AmdahlResult(times, rows, fit_amdahl(times), global_batch, runs)
+    return AmdahlResult(times, rows, fit_amdahl(times), global_batch, runs,
+                        {n: list(v) for n, v in numbers.items()})
 

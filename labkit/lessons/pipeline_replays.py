@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labkit.analysis.claims import Claim, Verdict, judge
+from labkit.analysis.claims import Claim, Sample, Verdict, judge
 from labkit.lessons.measure import one_run_ratio
 
 
@@ -56,12 +56,19 @@ def slowest_stage(runs: Mapping[str, Any], label: str) -> float:
     return float(max(runs[label].metrics["stage_time_ms"]))
 
 
-def balance_verdict(runs: Mapping[str, Any]) -> Verdict:
-    """By layer count / by measured cost, the slowest stage's time, above 1 (one run each)."""
+def balance_verdict(runs: Mapping[str, Any],
+                    repeats: Mapping[str, Sequence[Any]] | None = None) -> Verdict:
+    """By layer count / by measured cost, the slowest stage's time of the runs the figure
+    shows, above 1; the noise is the half-spread of the alternated ``repeats``' pair-by-pair
+    ratios (``pipeline.balance_repeats``), or one run's (``one_run_ratio``) without them."""
     ratio = slowest_stage(runs, "by layer count") / slowest_stage(runs, "by measured cost")
-    return judge(one_run_ratio(ratio),
-                 Claim.above(1.0, "cutting where the measured costs balance makes the slowest "
-                                  "stage faster"),
+    reps = repeats or {}
+    pairs = [max(a.metrics["stage_time_ms"]) / max(b.metrics["stage_time_ms"])
+             for a, b in zip(reps.get("by layer count", []), reps.get("by measured cost", []))]
+    sample = (Sample(ratio, (max(pairs) - min(pairs)) / 2, tuple(pairs)) if len(pairs) > 1
+              else one_run_ratio(ratio))
+    return judge(sample, Claim.above(1.0, "cutting where the measured costs balance makes the "
+                                          "slowest stage faster"),
                  "slowest stage by layer count / by measured cost", fmt=".2f")
 
 

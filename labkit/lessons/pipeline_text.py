@@ -242,7 +242,8 @@ def zero_bubble_text(one_f: Any, zb: Any) -> str:
     return "\n".join(lines)
 
 
-def balance_text(runs: Mapping[str, Any], predicted: Mapping[str, float]) -> str:
+def balance_text(runs: Mapping[str, Any], predicted: Mapping[str, float],
+                 repeats: Mapping[str, Sequence[Any]] | None = None) -> str:
     """Split by layer count against split by measured cost: where the cut moved, the slowest
     stage (per microbatch) and the step, measured, beside the predicted gain."""
     count, cost = runs["by layer count"], runs["by measured cost"]
@@ -256,7 +257,7 @@ def balance_text(runs: Mapping[str, Any], predicted: Mapping[str, float]) -> str
              f"{before:.1f} to {after:.1f} ms per microbatch ({before / max(after, 1e-9):.2f}x)",
              f"step {count.step_time_s * 1e3:.0f} -> {cost.step_time_s * 1e3:.0f} ms: "
              f"{gain:.2f}x measured, {pred:.2f}x predicted from the stage times"]
-    verdict = balance_verdict(runs)
+    verdict = balance_verdict(runs, repeats)
     lines.append(verdict.sentence())
     if verdict.holds:
         lines.append("the slowest stage set the pace: evening it out sped the line up")

@@ -61,7 +61,7 @@ def lesson_01(ns: dict[str, Any]) -> None:
     weak = {n: scaling_verdict(scal, predicted, n) for n in scal if n > 1}
     judged(list(weak.values()), ns["said_scaling"], label="weak scaling",
            may_miss_quiet=[v for n, v in weak.items() if n > cpu_count()])
-    judged([speedup_verdict(ns["amdahl"].runs)], ns["said_amdahl"], label="strong scaling")
+    judged([speedup_verdict(ns["amdahl"])], ns["said_amdahl"], label="strong scaling")
     judged(roofline_verdicts(ns["roof"]), ns["said_roof"], label=None)
     roof = ns["roof"]  # 256x the samples: compute grows, at least 8x (a CPU's fixed costs)
     comp = roof.least("compute")
@@ -133,7 +133,7 @@ def lesson_03(ns: dict[str, Any]) -> None:
     judged([say.interleave_verdict(il["1f1b"], il["interleaved"])], ns["said_inter"],
            label="interleaving")
     judged([say.zero_bubble_verdict(zbr["1f1b"], zbr["zb"])], ns["said_zb"], label="zero bubble")
-    judged([balance_verdict(ns["runs"])], ns["said_balance"], label="balance")
+    judged([balance_verdict(ns["runs"], ns["balance_reps"])], ns["said_balance"], label="balance")
     for m in (gpipe, one_f):
         assert m["peak_activations"] == m["peak_activations_predicted"], m["schedule"]
     assert one_f["peak_activations"][0] < gpipe["peak_activations"][0]
