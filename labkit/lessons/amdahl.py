@@ -13,16 +13,20 @@ next to seed 003's "8 GPUs give 6x" (f = 0.952) and the mini challenge's 2x on 4
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.base.devices import cpu_count
 from labkit.base.events import Lane, Op
-from labkit.base.progress import each
 from labkit.config.run import ModelConfig
 from labkit.theory import amdahl_fraction_for, amdahl_speedup, fit_amdahl
 
 SCALES = (Op.FORWARD, Op.BACKWARD)
+PEAK_AGAIN = r"the model ran at .* above the cached peak"
+"""The start of ``labkit.analysis.throughput``'s warning that a run beat the cached peak
+FLOP/s (it measures the peak again, for the run's MFU): six runs beside a changing load
+meet it often, and this sweep reports no MFU, so it is not shown here."""
 
 
 @dataclass
@@ -34,6 +38,9 @@ class AmdahlResult:
     parallel_fraction: float
     global_batch: int
     runs: dict[int, Any] = field(default_factory=dict)
+    """Per rank count, the repeat whose step is the median: the run the table splits."""
+    repeats: dict[int, list[float]] = field(default_factory=dict)
+    """Per rank count, every alternated repeat's step time (s): the verdict's noise."""
 
     @property
     def speedups(self) -> dict[int, float]:
@@ -54,8 +61,19 @@ class AmdahlResult:
                   f"{self.predicted(8):.2f}x on 8 ranks (seed 003's 8 GPUs -> 6x needs "
                   f"f = {amdahl_fraction_for(6, 8):.3f}; the mini challenge, 2x on 4, needs "
                   f"f >= {amdahl_fraction_for(2, 4):.3f})"]
+        lines += self.verdicts()
         lines += self.why()
         return "\n".join(lines)
+
+    def verdicts(self) -> list[str]:
+        """The speedup on 2 ranks judged (``dp_verdicts.speedup_verdict``), and where it does
+        not hold, the same speedup on the two runs replayed on dedicated cores."""
+        from labkit.lessons.dp_verdicts import speedup_replay, speedup_verdict
+
+        if not {1, 2} <= set(self.runs):
+            return []
+        v = speedup_verdict(self)
+        return [v.sentence()] + ([] if v.holds else ["  " + speedup_replay(self.runs, v)])
 
     def why(self) -> list[str]:
         """Per world size beyond 1, what splitting the batch saved and what it cost, read
@@ -95,18 +113,28 @@ def _split(run: Any) -> dict[str, float]:
 
 
 def amdahl_experiment(world_sizes: tuple[int, ...] | None = None, *, global_batch: int = 1024,
-                      strategy: str = "ddp", steps: int = 8,
+                      strategy: str = "ddp", steps: int = 8, repeats: int = 3,
                       model: ModelConfig | None = None, **run_kwargs: Any) -> AmdahlResult:
     """Run the same job (``global_batch`` split over n ranks, one core each) for every n in
-    ``world_sizes`` (default: 1, 2 and 4 where this machine has the cores)."""
+    ``world_sizes`` (default: 1, 2 and 4 where this machine has the cores), the rank counts
+    alternated ``repeats`` times (``labkit.lessons.measure.alternate``: a busy moment hits
+    every count alike); each count's step is the median of its repeats."""
+    from functools import partial
+
     from labkit.api import run
+    from labkit.lessons.measure import alternate
 
     sizes = world_sizes or tuple(n for n in (1, 2, 4) if n <= cpu_count())
     model = model or ModelConfig(width=512, depth=4)
     run_kwargs.setdefault("progress", False)
-    runs = {n: run(strategy=strategy, world_size=n, batch_size=global_batch // n, steps=steps,
-                   model=model, threads_per_rank=1, **run_kwargs)
-            for n in each(sizes, "Amdahl sweep", name=lambda n: f"{n} rank(s)")}
+    with warnings.catch_warnings():  # the sweep shows no MFU: a peak measured again is not its
+        warnings.filterwarnings("ignore", message=PEAK_AGAIN, category=UserWarning)  # news
+        numbers, results = alternate(
+            {n: partial(run, strategy=strategy, world_size=n, batch_size=global_batch // n,
+                        steps=steps, model=model, threads_per_rank=1, **run_kwargs)
+             for n in sizes}, repeats, desc="Amdahl sweep")
+    runs = {n: sorted(results[n], key=lambda r: r.step_time_s)[(len(results[n]) - 1) // 2]
+            for n in sizes}
     times = {n: r.step_time_s for n, r in runs.items()}
     rows = []
     for n, r in runs.items():
@@ -114,5 +142,6 @@ def amdahl_experiment(world_sizes: tuple[int, ...] | None = None, *, global_batc
         rows.append({"ranks": n, "step_ms": times[n] * 1e3, "speedup": times[1] / times[n],
                      "scales_ms": split["scales"], "serial_ms": split["serial"],
                      "exposed_comm_ms": split["exposed"]})
-    return AmdahlResult(times, rows, fit_amdahl(times), global_batch, runs)
+    return AmdahlResult(times, rows, fit_amdahl(times), global_batch, runs,
+                        {n: list(v) for n, v in numbers.items()})
 

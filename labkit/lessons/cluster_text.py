@@ -118,21 +118,6 @@ def placement_verdict(tp_slowdown: float, pp_slowdown: float) -> Verdict:
                  "TP's slowdown / the pipeline's", fmt=".2f")
 
 
-def efficiency_text(rows: list[dict[str, Any]]) -> str:
-    """Weak-scaling efficiencies (t(1 rank) / t(n ranks), batch per rank fixed) that cannot
-    be: above 100 % the one-rank step was the slower one, which only noise makes; said with
-    the noise it reveals, so the table's number is not read as a speedup."""
-    lines = []
-    for r in rows:
-        eff = r.get("efficiency")
-        if eff is not None and eff > 1 + SINGLE_RUN_NOISE:
-            lines.append(f"{r['name']}: efficiency {eff:.0%} -- a step on more ranks cannot be "
-                         f"shorter than one rank's with the same batch per rank: the runs' timings "
-                         f"carry at least {eff - 1:.0%} of noise here, so read this row as "
-                         f"'no slower than one rank', not as a speedup")
-    return "\n".join(lines) or "every efficiency is at most 100 %, as weak scaling allows"
-
-
 def hierarchical_verdicts(hier: dict[str, Any]) -> list[Verdict]:
     """Per size measured on the link: the flat ring's time over the hierarchical one's, judged
     against the side of 1 the alpha-beta model puts it on (one run each:

@@ -106,7 +106,8 @@ def compare_compression(methods: Sequence[str] = ("none", "fp16", "powersgd", "t
 
 def overlap_row(name: str, timeline: Any) -> dict[str, Any]:
     """Hidden vs exposed communication of a run, per step (mean over ranks and over the
-    steady-state steps), so it adds up with ``step_time_s`` and feeds a one-step model."""
+    steady-state steps), so it adds up with ``step_time_s`` and feeds a one-step model; the
+    hidden share of each steady step too (``overlap_per_step``: a verdict's noise)."""
     from labkit.base.events import Lane
 
     w = timeline.window()
@@ -118,12 +119,15 @@ def overlap_row(name: str, timeline: Any) -> dict[str, Any]:
             "exposed_s": comm * (1 - frac), "overlap_fraction": frac,
             "compute_s": w.compute_s() / steps, "step_time_s": timeline.median_step_s(),
             "step_times_s": timeline.step_times_s()[1:],
+            "overlap_per_step": [timeline.window([s]).overlap_fraction()
+                                 for s in timeline.steps()[1:]],
             "comm_spans_rank0": step_comm_spans}
 
 
 def ddp_overlap_sweep(bucket_caps_mb: Sequence[float] = (0.05, 1.0, 25.0), *,
                       world_size: int = 2, steps: int = 5, **run_kw: Any) -> list[dict[str, Any]]:
-    """DDP once per bucket size: how much of the all-reduce hides under backward."""
+    """DDP once per bucket size: how much of the all-reduce hides under backward (each row
+    keeps its ``run``, for the dedicated-core replay of a verdict that missed)."""
     import labkit
 
     run_kw.setdefault("timeout_s", 120)
@@ -133,7 +137,7 @@ def ddp_overlap_sweep(bucket_caps_mb: Sequence[float] = (0.05, 1.0, 25.0), *,
         r = labkit.run(strategy="ddp", world_size=world_size, steps=steps,
                        options={"bucket_cap_mb": cap}, **run_kw)
         row = overlap_row(f"ddp bucket {cap:g} MB", r.timeline)
-        row.update(bucket_cap_mb=cap, buckets=r.metrics.get("buckets"))
+        row.update(bucket_cap_mb=cap, buckets=r.metrics.get("buckets"), run=r)
         rows.append(row)
     return rows
 

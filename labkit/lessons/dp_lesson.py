@@ -47,8 +47,10 @@ def weak_scaling(reuse: Mapping[int, Any] | None = None, sizes: Sequence[int] = 
 
 def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float]) -> str:
     """Weak scaling, per world size: measured beside predicted, judged over the run's own
-    steps (within 1.5x), and where it does not hold, which part of the step differs and why."""
-    from labkit.analysis.claims import Claim, Sample, judge
+    steps (``dp_verdicts.scaling_verdict``), and where it does not hold, the same step
+    replayed on dedicated cores, which part of the step differs and why."""
+    from labkit.lessons.dp_verdicts import scaling_verdict, step_ms
+    from labkit.lessons.replayed import again
 
     one = step_split_ms(runs[min(runs)])
     lines = []
@@ -58,14 +60,11 @@ def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float]) -> str
         got, want = runs[n].step_time_s * 1e3, predicted[n] * 1e3
         part = step_split_ms(runs[n])
         line = f"{n} ranks: measured {got:.1f} ms, predicted {want:.1f} ms"
-        steps = [t * 1e3 for t in runs[n].timeline.step_times_s()[1:]] or [got]
-        verdict = judge(Sample.of(steps, "median"),
-                        Claim.within_factor(want, 1.5, "the step grows by the exposed "
-                                                       "all-reduce (t_n = t_1 + its wire time)"),
-                        f"{n}-rank step (ms; median of its steps)", fmt=".1f")
+        verdict = scaling_verdict(runs, predicted, n)
         lines.append(verdict.sentence())
         if verdict.holds:
             continue
+        lines.append("  " + again(f"the {n}-rank step (ms)", step_ms, [runs[n]], got, ".1f"))
         if got < want:
             lines.append(line + ": the prediction is above the run -- section 2's "
                          "alpha-beta fit was measured while the small messages waited for a "
@@ -115,23 +114,15 @@ def bucket_sweep(pool: Any, model: Any, caps: Sequence[float] = BUCKET_CAPS, rep
 def bucket_text(sweep: Mapping[float, Sequence[Any]]) -> str:
     """What the sweep showed, judged over the repeats: small buckets hide more of their
     communication under backward than one big bucket, and so take a shorter step."""
-    from labkit.analysis.claims import Claim, Sample, judge
+    from labkit.lessons.dp_verdicts import bucket_replays, bucket_verdicts
 
     caps = sorted(sweep)
-    small, big = caps[1] if len(caps) > 2 else caps[0], caps[-1]
     lines = ["  ".join(f"{c:g} MB: step {min(r.step_time_s for r in sweep[c]) * 1e3:.1f} ms, "
                        f"{max(r.metrics['overlap_fraction'] for r in sweep[c]):.0%} hidden"
                        for c in caps) + f"  (best of {len(sweep[caps[0]])} runs each)"]
-    hidden = judge(Sample.of([a.metrics["overlap_fraction"] - b.metrics["overlap_fraction"]
-                              for a, b in zip(sweep[small], sweep[big])]),
-                   Claim.above(0.05, f"{small:g} MB buckets start all-reducing during backward, "
-                                     f"so they hide more than one {big:g} MB bucket"),
-                   "share hidden, small minus big", fmt=".2f")
-    faster = judge(Sample.ratio([r.step_time_s for r in sweep[big]],
-                                [r.step_time_s for r in sweep[small]]),
-                   Claim.above(1.0, f"hiding the all-reduce makes the {small:g} MB step shorter"),
-                   f"{big:g} MB step / {small:g} MB step", fmt=".2f")
+    hidden, faster = bucket_verdicts(sweep)
     lines += [hidden.sentence(), faster.sentence()]
+    lines += ["  " + line for line in bucket_replays(sweep, (hidden, faster))]
     if not faster.holds:
         lines.append("on two cores gloo's all-reduce threads and the backward take turns on the "
                      "same cores, so what is hidden is not always saved: overlap pays when "

@@ -21,6 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.analysis.claims import Claim, Sample, Verdict, judge
+from labkit.lessons.machine import load_now, why_not
+
 BATCHES = (4, 32, 256, 1024)
 """Batch per rank, from far below to far above a CPU's crossover (a few dozen samples)."""
 
@@ -130,28 +133,39 @@ def roofline_sweep(pool: Any, batches: Sequence[int] = BATCHES, repeats: int = 4
                     int(per_rank[0]["params"]), len(per_rank))
 
 
-def roofline_text(r: Roofline) -> str:
-    """The measured split per batch, the rule judged at both ends, the crossover with its
-    noise, and the formula's crossover from this machine's FLOP/s and fitted bandwidth."""
-    from labkit.analysis.claims import Claim, Sample, judge
-
-    comp, comm = r.least("compute"), r.least("allreduce")
-    lines = [f"batch {b:5d} per rank: compute {c * 1e3:7.2f} ms, all-reduce of "
-             f"{4 * r.params / 1e6:.2f} MB {a * 1e3:6.2f} ms -> "
-             + ("communication-bound" if a > c else "compute-bound")
-             + f"  (least of {len(r.compute)} repeats)" for b, c, a in zip(r.batches, comp, comm)]
+def roofline_verdicts(r: Roofline) -> list[Verdict]:
+    """The rule judged at both ends of the sweep (all-reduce / compute above 1 at the smallest
+    batch, below 1 at the largest, the alternated repeats' ratios) and the all-reduce's time
+    not growing with the batch (within 2x)."""
     lo, hi = 0, len(r.batches) - 1
+    out = []
     for i, says, claim in ((lo, "below the crossover the all-reduce takes longer than compute",
                             Claim.above(1.0, "")),
                            (hi, "above the crossover compute takes longer than the all-reduce",
                             Claim.below(1.0, ""))):
         ratio = Sample.ratio([row[i] for row in r.allreduce], [row[i] for row in r.compute])
-        lines.append(judge(ratio, Claim(claim.lo, claim.hi, says),
-                           f"all-reduce / compute at batch {r.batches[i]}", fmt=".2f").sentence())
-    grows = judge(Sample.ratio([row[hi] for row in r.allreduce], [row[lo] for row in r.allreduce]),
-                  Claim.within_factor(1.0, 2.0, "the all-reduce does not grow with the batch"),
-                  f"all-reduce at batch {r.batches[hi]} / at batch {r.batches[lo]}", fmt=".2f")
-    lines.append(grows.sentence())
+        out.append(judge(ratio, Claim(claim.lo, claim.hi, says),
+                         f"all-reduce / compute at batch {r.batches[i]}", fmt=".2f"))
+    out.append(judge(Sample.ratio([row[hi] for row in r.allreduce], [row[lo] for row in r.allreduce]),
+                     Claim.within_factor(1.0, 2.0, "the all-reduce does not grow with the batch"),
+                     f"all-reduce at batch {r.batches[hi]} / at batch {r.batches[lo]}", fmt=".2f"))
+    return out
+
+
+def roofline_text(r: Roofline) -> str:
+    """The measured split per batch, the rule judged at both ends, the crossover with its
+    noise, and the formula's crossover from this machine's FLOP/s and fitted bandwidth."""
+    comp, comm = r.least("compute"), r.least("allreduce")
+    lines = [f"batch {b:5d} per rank: compute {c * 1e3:7.2f} ms, all-reduce of "
+             f"{4 * r.params / 1e6:.2f} MB {a * 1e3:6.2f} ms -> "
+             + ("communication-bound" if a > c else "compute-bound")
+             + f"  (least of {len(r.compute)} repeats)" for b, c, a in zip(r.batches, comp, comm)]
+    verdicts = roofline_verdicts(r)
+    lines += [v.sentence() for v in verdicts]
+    if not all(v.holds for v in verdicts):
+        lines.append("  no dedicated-core replay of this sweep: its ranks time each forward + "
+                     "backward and each all-reduce with a clock, not a trace of spans; "
+                     + why_not(load_now(), r.world_size))
     found = [b for b in r.crossovers() if not math.isnan(b)]
     if found:
         cross = Sample.of(found, "median")

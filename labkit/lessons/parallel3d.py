@@ -16,6 +16,7 @@ from labkit.base.progress import each
 from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.machine import load_now, sharing_cores, why_not
+from labkit.lessons.parallel3d_balance import balance_again, balance_verdict, stage_ms
 from labkit.theory import Layout3D, parallel_layout
 from labkit.theory.comm import alpha_beta_time
 from labkit.theory.interconnect import get_link
@@ -121,24 +122,6 @@ def balance_runs(pp: int = 2, *, model: ModelConfig = BALANCE_GPT, steps: int = 
     return out
 
 
-def stage_ms(result: RunResult) -> list[float]:
-    """Each stage's forward + backward time per microbatch, in its least disturbed step:
-    for every rank (one stage each), the compute of each step after the first divided by
-    the microbatches, and the smallest of those. On a shared laptop a step now and then
-    waits for a core; the fastest one is the stage's own cost."""
-    from labkit.base.events import Op
-
-    tl = result.timeline
-    micro = result.config.options.microbatches
-    steps = tl.steps()[1:] or tl.steps()
-    out = []
-    for rank in tl.ranks:
-        per_step = [sum(e.dur_ns for e in tl.select(rank=rank, step=s)
-                        if e.op in (Op.FORWARD, Op.BACKWARD)) / micro / 1e6 for s in steps]
-        out.append(min(per_step) if per_step else 0.0)
-    return out
-
-
 def head_blocks(result: RunResult) -> dict[str, float]:
     """What the last stage's extra work (final LayerNorm and head) cost, in blocks, read from
     a run split by block count: a block's time is the first stage's time over its blocks
@@ -183,14 +166,15 @@ def balance_text(runs: dict[str, RunResult]) -> str:
                  f"{[b - a for a, b in zip(count['stage_bounds'], count['stage_bounds'][1:])]}"
                  f" (the last stage also runs the head)")
     before, after = max(times["by block count"]), max(times["by measured cost"])
-    if after < (1 - BALANCE_GAIN) * before:
+    verdict = balance_verdict(runs)
+    lines.append(verdict.sentence())
+    if verdict.holds:
         lines.append(f"the slowest stage went from {before:.1f} to {after:.1f} ms per microbatch "
                      f"({1 - after / before:.0%} less): every stage waits for the slowest one")
     else:
-        got = ("did not get faster" if after >= before else
-               f"got only {1 - after / before:.0%} faster")
-        lines.append(f"the slowest stage {got} in this run ({before:.1f} -> {after:.1f} ms, "
-                     f"where balancing gains {BALANCE_GAIN:.0%} or more on a quiet machine): "
+        lines.append("  " + balance_again(runs, verdict))
+        lines.append(f"the slowest stage went from {before:.1f} to {after:.1f} ms in this run, "
+                     f"where balancing gains {BALANCE_GAIN:.0%} or more on a quiet machine: "
                      + why_not(load_now(), 2))
     return "\n".join(lines)
 

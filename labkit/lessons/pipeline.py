@@ -19,7 +19,7 @@ steps' losses, activation counts and gradients can be compared.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -81,14 +81,43 @@ def repeat_pipeline(variants: Mapping[Any, Mapping[str, Any]], repeats: int = 3,
 
 
 def balance_demo(layer_costs: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 4, 4), stages: int = 2,
-                 microbatches: int = 8, *, schedule: str = "1f1b", **kwargs: Any
-                 ) -> dict[str, RunResult]:
-    """The same uneven model split by layer count and by measured cost."""
+                 microbatches: int = 8, *, schedule: str = "1f1b", only: str | None = None,
+                 **kwargs: Any) -> Any:
+    """The same uneven model split by layer count and by measured cost, at ``TIMED_BATCH``
+    (64 rows per microbatch at m = 8): at 8 rows a heavy block timed alone read about 8x a
+    light one instead of 4x (weights streamed, not computed), so the cost split moved the
+    imbalance to the other stage ([7, 1] layers) instead of evening it out ([6, 2]).
+    ``only``: one split's run (its label), not the dict of both."""
     model = kwargs.pop("model", pipeline_model(1024, len(layer_costs)))
-    return {label: run_pipeline(schedule, stages, microbatches, model=model,
-                                layer_costs=layer_costs, balance=balance, **kwargs)
-            for label, balance in each((("by layer count", "count"), ("by measured cost", "cost")),
-                                       "pipeline balance", name=lambda v: v[0])}
+    kwargs.setdefault("batch_size", TIMED_BATCH)
+    splits = [(k, v) for k, v in (("by layer count", "count"), ("by measured cost", "cost"))
+              if only is None or k == only]
+    out = {label: run_pipeline(schedule, stages, microbatches, model=model,
+                               layer_costs=layer_costs, balance=balance, **kwargs)
+           for label, balance in (splits if only else each(splits, "pipeline balance",
+                                                            name=lambda v: v[0]))}
+    return out[only] if only else out
+
+
+def balance_repeats(layer_costs: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 4, 4), stages: int = 2,
+                    microbatches: int = 8, repeats: int = 3, **kwargs: Any
+                    ) -> dict[str, list[RunResult]]:
+    """``balance_demo``'s two splits alternated ``repeats`` times (``labkit.lessons.measure``:
+    a busy moment hits both splits alike), every repeat kept, by label."""
+    from labkit.lessons.measure import alternate
+
+    _, runs = alternate({label: partial(balance_demo, layer_costs, stages, microbatches,
+                                        only=label, **kwargs)
+                         for label in ("by layer count", "by measured cost")},
+                        repeats, measure=lambda r: r.step_time_s, desc="pipeline balance")
+    return runs
+
+
+def median_run(runs: Sequence[RunResult]) -> RunResult:
+    """The repeat whose slowest stage is the median of the repeats': the one a table and
+    figure show beside the verdict."""
+    ranked = sorted(runs, key=lambda r: max(r.metrics["stage_time_ms"]))
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def bubble_breakdown(result: RunResult, plan: Any = None) -> dict[str, float]:

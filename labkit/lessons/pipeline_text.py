@@ -23,6 +23,12 @@ from typing import Any
 
 from labkit.analysis.claims import Claim, Sample, Verdict, judge
 from labkit.lessons.machine import load_now, why_not
+from labkit.lessons.pipeline_replays import (
+    balance_again,
+    balance_verdict,
+    one_again,
+    pairs_again,
+)
 from labkit.strategies.pipeline.metrics import op_times_ms
 
 SAME = 0.05
@@ -68,6 +74,15 @@ def message_ms(timeline: Any) -> float:
     return sum(spans) / len(spans) / 1e6 if spans else 0.0
 
 
+def same_bubble_verdict(gpipe: Any, one_f: Any) -> Verdict:
+    """GPipe's bubble minus 1F1B's over the alternated pairs, within ``SAME`` of 0."""
+    p = _runs(gpipe)[0].metrics["stages"]
+    return judge(_pairs(gpipe, one_f),
+                 Claim.near(0.0, SAME, f"both plans leave p - 1 = {p - 1} idle slots per rank, "
+                                       f"so GPipe's and 1F1B's bubbles are the same"),
+                 "GPipe's bubble minus 1F1B's", fmt=".2f")
+
+
 def activations_text(gpipe: Any, one_f: Any) -> str:
     """GPipe against 1F1B at the same p and m: activations each rank held at its peak
     (counted by the executor) and the two bubbles, each beside the plan's number."""
@@ -80,14 +95,14 @@ def activations_text(gpipe: Any, one_f: Any) -> str:
                for r in _runs(gpipe) + _runs(one_f))
     lines.append("every rank held exactly what the plans predict" if held else
                  "a rank held a different count than its plan: report this run")
-    diff = _pairs(gpipe, one_f)
-    v = judge(diff, Claim.near(0.0, SAME, f"both plans leave p - 1 = {p - 1} idle slots per rank, "
-                               f"so GPipe's and 1F1B's bubbles are the same"),
-              "GPipe's bubble minus 1F1B's", fmt=".2f")
+    v = same_bubble_verdict(gpipe, one_f)
     lines.append(f"bubbles: GPipe {min(bubbles(gpipe)):.2f}, 1F1B {min(bubbles(one_f)):.2f} "
                  f"(least of {len(_runs(gpipe))}; both predicted "
                  f"{g['bubble_fraction_predicted']:.2f}, share of total)")
     lines.append(v.sentence() + _tail(v, p))
+    if not v.holds:
+        lines.append("  " + pairs_again("GPipe's bubble minus 1F1B's", _runs(gpipe), _runs(one_f),
+                                        v.sample.value))
     return "\n".join(lines)
 
 
@@ -113,6 +128,20 @@ def formula_verdict(runs: Any, what: str) -> Verdict:
                             "the bubble is the plan's (p-1)/(m+p-1)"), what, fmt=".2f")
 
 
+def shrink_verdict(runs: Mapping[int, Any]) -> Verdict:
+    """The fewest microbatches' bubble minus the most's, over the pairs, above ``SAME``."""
+    ms = sorted(runs)
+    return judge(_pairs(runs[ms[0]], runs[ms[-1]]),
+                 Claim.above(SAME, f"going from m={ms[0]} to m={ms[-1]} microbatches shrinks "
+                                   f"the bubble"), f"m={ms[0]} minus m={ms[-1]}", fmt=".2f")
+
+
+def sweep_verdicts(runs: Mapping[int, Any]) -> list[Verdict]:
+    """Every verdict ``sweep_text`` prints: each m against the formula, then the shrink."""
+    return [formula_verdict(runs[m], f"the bubble at m={m}") for m in sorted(runs)] + [
+        shrink_verdict(runs)]
+
+
 def sweep_text(runs: Mapping[int, Any]) -> str:
     """The measured bubble per microbatch count (GPipe runs, or their repeats, keyed by m)
     beside the formula, each judged; whether it shrank as m grew; and, where a bubble misses
@@ -130,17 +159,25 @@ def sweep_text(runs: Mapping[int, Any]) -> str:
         lines.append(v.sentence())
         if not v.holds:
             missed.append(m)
-    shrink = judge(_pairs(runs[ms[0]], runs[ms[-1]]),
-                   Claim.above(SAME, f"going from m={ms[0]} to m={ms[-1]} microbatches shrinks "
-                                     f"the bubble"), f"m={ms[0]} minus m={ms[-1]}", fmt=".2f")
+    shrink = shrink_verdict(runs)
     lines.append(shrink.sentence() + _tail(shrink, p))
+    if not shrink.holds:
+        lines.append("  " + pairs_again(f"m={ms[0]} minus m={ms[-1]}", _runs(runs[ms[0]]),
+                                        _runs(runs[ms[-1]]), shrink.sample.value))
     for m in missed:
+        lines.append("  " + one_again(f"the bubble at m={m}", least(runs[m]), got[m]))
         replay = replayed(least(runs[m]))  # the repeat whose bubble the line above judged
         lines.append(f"m={m} replayed with this run's own action times (the CPU time each "
                      f"took: a core per rank) and free messages: {replay:.2f} (formula "
                      f"{want[m]:.2f}): {replay - want[m]:+.2f} is uneven actions, "
                      f"{got[m] - replay:+.2f} is what messages and waiting for a core added")
     return "\n".join(lines)
+
+
+def interleave_verdict(one_f: Any, inter: Any) -> Verdict:
+    """1F1B's bubble minus interleaved's, over the pairs, above 0."""
+    return judge(_pairs(one_f, inter), Claim.above(0.0, "interleaving shrinks the bubble"),
+                 "1F1B's bubble minus interleaved's", fmt=".2f")
 
 
 def interleave_text(one_f: Any, inter: Any) -> str:
@@ -156,8 +193,7 @@ def interleave_text(one_f: Any, inter: Any) -> str:
     lines.append(f"bubble: 1F1B {min(bubbles(one_f)):.2f}, interleaved "
                  f"{min(bubbles(inter)):.2f} (predicted {o['bubble_fraction_predicted']:.2f} "
                  f"and {i['bubble_fraction_predicted']:.2f})")
-    verdict = judge(_pairs(one_f, inter), Claim.above(0.0, "interleaving shrinks the bubble"),
-                    "1F1B's bubble minus interleaved's", fmt=".2f")
+    verdict = interleave_verdict(one_f, inter)
     lines.append(verdict.sentence())
     if not verdict.holds:
         first = least(inter)
@@ -167,7 +203,17 @@ def interleave_text(one_f: Any, inter: Any) -> str:
                      f"shorter fill and drain saved: interleaving pays when actions are long "
                      f"next to a message (replayed with free messages: "
                      f"{replayed(first):.2f}); " + _why(p))
+        lines.append("  " + pairs_again("1F1B's bubble minus interleaved's", _runs(one_f),
+                                        _runs(inter), verdict.sample.value))
     return "\n".join(lines)
+
+
+def zero_bubble_verdict(one_f: Any, zb: Any) -> Verdict:
+    """1F1B's pipeline time / zero bubble's, over the pairs, above 1."""
+    return judge(Sample.ratio([r.metrics["pipeline_ms"] for r in _runs(one_f)],
+                              [r.metrics["pipeline_ms"] for r in _runs(zb)]),
+                 Claim.above(1.0, "W's slid into the bubbles shorten the pipeline"),
+                 "1F1B's pipeline time / zero bubble's", fmt=".2f")
 
 
 def zero_bubble_text(one_f: Any, zb: Any) -> str:
@@ -185,18 +231,19 @@ def zero_bubble_text(one_f: Any, zb: Any) -> str:
     lines.append(f"bubble: 1F1B {min(bubbles(one_f)):.2f}, zero bubble {min(bubbles(zb)):.2f} "
                  f"(predicted {o['bubble_fraction_predicted']:.2f} and "
                  f"{z['bubble_fraction_predicted']:.3f})")
-    verdict = judge(Sample.ratio([r.metrics["pipeline_ms"] for r in _runs(one_f)],
-                                 [r.metrics["pipeline_ms"] for r in _runs(zb)]),
-                    Claim.above(1.0, "W's slid into the bubbles shorten the pipeline"),
-                    "1F1B's pipeline time / zero bubble's", fmt=".2f")
+    verdict = zero_bubble_verdict(one_f, zb)
     lines.append(verdict.sentence())
     if not verdict.holds:
         lines.append("the plan assumes F = I = W, and a W slid into a bubble only fills it "
                      "when it is as long as the gap; " + _why(z["stages"]))
+        lines.append("  " + pairs_again("1F1B's pipeline time / zero bubble's", _runs(one_f),
+                                        _runs(zb), verdict.sample.value, key="pipeline_ms",
+                                        ratio=True))
     return "\n".join(lines)
 
 
-def balance_text(runs: Mapping[str, Any], predicted: Mapping[str, float]) -> str:
+def balance_text(runs: Mapping[str, Any], predicted: Mapping[str, float],
+                 repeats: Mapping[str, Sequence[Any]] | None = None) -> str:
     """Split by layer count against split by measured cost: where the cut moved, the slowest
     stage (per microbatch) and the step, measured, beside the predicted gain."""
     count, cost = runs["by layer count"], runs["by measured cost"]
@@ -210,11 +257,14 @@ def balance_text(runs: Mapping[str, Any], predicted: Mapping[str, float]) -> str
              f"{before:.1f} to {after:.1f} ms per microbatch ({before / max(after, 1e-9):.2f}x)",
              f"step {count.step_time_s * 1e3:.0f} -> {cost.step_time_s * 1e3:.0f} ms: "
              f"{gain:.2f}x measured, {pred:.2f}x predicted from the stage times"]
-    if after < 0.9 * before:
+    verdict = balance_verdict(runs, repeats)
+    lines.append(verdict.sentence())
+    if verdict.holds:
         lines.append("the slowest stage set the pace: evening it out sped the line up")
     else:
-        lines.append("this run contradicts the rule: the slowest stage did not get 10% "
-                     "faster -- the stage times are a few ms per microbatch, and rank 0 timed "
-                     "the layers while other work shared the cores, so times and costs it "
-                     "measured moved as much as the split; " + _why(count.metrics["stages"]))
+        lines.append("  " + balance_again(runs, verdict))
+        lines.append("the two splits ran one after the other, each beside whatever else the "
+                     "machine ran at that moment, and rank 0 timed the layers beside it too, so a "
+                     "stage's time moved with the load as much as with the split; "
+                     + _why(count.metrics["stages"]))
     return "\n".join(lines)

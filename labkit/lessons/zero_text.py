@@ -12,9 +12,12 @@ contradicts a rule is explained rather than trusted. Torch-free.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labkit.lessons.machine import load_now
+
+if TYPE_CHECKING:
+    from labkit.analysis.claims import Verdict
 
 STATES = ("params", "grads", "optimizer")
 
@@ -58,18 +61,37 @@ def precision_text(runs: Mapping[str, Any]) -> str:
              f"{r16.metrics['predicted_activation_bytes'] / r32.metrics['predicted_activation_bytes']:.2f}); "
              f"checkpointing kept {act[nck] / act[n16]:.2f} of {n16}'s (predicted "
              f"{rck.metrics['predicted_activation_bytes'] / r16.metrics['predicted_activation_bytes']:.2f})"]
-    line = f"step: {n16} {step[n16]:.1f} ms, {nck} {step[nck]:.1f} ms"
-    if step[nck] > step[n16]:
-        lines.append(line + f": the recomputed forward cost {step[nck] - step[n16]:.1f} ms "
-                     f"per step")
+    lines.append(f"step: {n16} {step[n16]:.1f} ms, {nck} {step[nck]:.1f} ms")
+    verdict = recompute_verdict(runs)
+    lines.append(verdict.sentence())
+    if verdict.holds:
+        lines.append(f"the recomputed forward cost {step[nck] - step[n16]:.1f} ms per step")
     else:
+        from labkit.lessons.replayed import again
+
         load = load_now()
-        lines.append(line + ": this run contradicts the rule (checkpointing pays a second "
-                     "forward) -- one forward of this small model is a few ms, less than "
-                     "step times vary between runs on a shared machine"
-                     + (f" ({load.text()})" if load.busy else "")
+        lines.append("  " + again(RECOMPUTE, lambda a, b: a.step_time_s / b.step_time_s,
+                                  [rck, r16], verdict.sample.value))
+        lines.append("one forward of this small model is a few ms, less than step times vary "
+                     "between runs on a shared machine" + (f" ({load.text()})" if load.busy
+                                                           else "")
                      + "; the bytes above do not depend on that")
     return "\n".join(lines)
+
+
+RECOMPUTE = "checkpointed step / plain bf16 step"
+
+
+def recompute_verdict(runs: Mapping[str, Any]) -> Verdict:
+    """Checkpointing pays a second forward: the checkpointed step over the plain bf16 one
+    (the second and third of ``runs``), above 1 (one run each: ``one_run_ratio``)."""
+    from labkit.analysis.claims import Claim, judge
+    from labkit.lessons.measure import one_run_ratio
+
+    (_, r16), (_, rck) = list(runs.items())[1:3]
+    return judge(one_run_ratio(rck.step_time_s / r16.step_time_s),
+                 Claim.above(1.0, "checkpointing pays a second forward, so its step is longer"),
+                 RECOMPUTE, fmt=".2f")
 
 
 def _rounding(run: Any) -> float:

@@ -220,15 +220,6 @@ def test_the_price_sentence_reads_the_loss_figures_last_point() -> None:
     assert "final loss BSP 2.0000, ASP 2.0000" in async_ps.price_text(exp)
 
 
-def test_an_efficiency_above_one_is_named_as_noise_not_a_speedup() -> None:
-    """The issue's lesson 10 table showed "efficiency 140%" with no word about it."""
-    text = cluster_text.efficiency_text([{"name": "1 node", "efficiency": 1.0},
-                                         {"name": "2 nodes, infiniband_hdr", "efficiency": 1.4}])
-    assert "2 nodes, infiniband_hdr: efficiency 140%" in text and "at least 40% of noise" in text
-    assert "1 node" not in text
-    assert "at most 100 %" in cluster_text.efficiency_text([{"name": "x", "efficiency": 0.8}])
-
-
 def _contended(cpu_ms: float, wall_ms: float, steps: int = 3, idle: str | None = None) -> SimpleNamespace:
     """Two ranks, each step compute (``cpu_ms`` of CPU in ``wall_ms`` of wall time: the rest
     waited for a core) then a blocking all-reduce of 1 ms; ``idle``: rank 1 then sleeps in a

@@ -10,7 +10,7 @@ each lesson runs once per suite); without a browser, or with ``-m "not browser"`
 here. Notebooks are committed without outputs; this test executes a copy with nbclient and fails
 on the first cell that raises (the error names the notebook and the cell). Then, in the same
 kernel, it checks the lesson's claims against the objects its cells printed
-(``tests/notebooks/claims.py``: the phenomenon each lesson teaches, with a margin, never a
+(``tests/notebooks/claims``: the phenomenon each lesson teaches, with a margin, never a
 time).
 """
 
@@ -39,7 +39,7 @@ def lesson_marker(path: Path) -> pytest.MarkDecorator:
                                   for p in NOTEBOOKS])
 def test_notebook_runs_top_to_bottom(path: Path, tmp_path: Path) -> None:
     """The lesson executes without an error output or a stderr box, no cell past
-    ``BUDGET_S``, its claims hold on its own run (``claims.py``), and every Ray
+    ``BUDGET_S``, its claims hold on its own run (``tests/notebooks/claims``), and every Ray
     process its kernel started is gone afterwards (``execute_lesson``)."""
     execute_lesson(path, tmp_path)
 

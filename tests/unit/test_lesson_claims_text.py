@@ -135,19 +135,23 @@ def test_zero_bubble_says_whether_i_and_w_were_halves_and_judges_the_pipeline_ti
 
 
 def _balanced(stage_ms: list[float], bounds: list[int], step_s: float) -> SimpleNamespace:
-    return SimpleNamespace(step_time_s=step_s, metrics={"stage_time_ms": stage_ms,
-                                                        "stage_bounds": bounds, "stages": 2})
+    return SimpleNamespace(step_time_s=step_s, timeline=Timeline([], 2),
+                           metrics={"stage_time_ms": stage_ms, "stage_bounds": bounds,
+                                    "stages": 2, "microbatches": 4})
 
 
 def test_balancing_reports_the_slowest_stage_and_a_run_that_did_not_gain() -> None:
-    """The slowest stage from 40 to 30 ms is the rule showing; 40 to 38 contradicts it."""
+    """The slowest stage from 40 to 30 ms is the rule showing (a verdict: 1.33 +- 0.13 above
+    1); 40 to 38 is inside one run's noise: inconclusive, with its replay (none here)."""
     count = _balanced([20.0, 40.0], [0, 4, 8], 0.4)
     good = {"by layer count": count, "by measured cost": _balanced([28.0, 30.0], [0, 6, 8], 0.3)}
     pred = {"by layer count": 1.4, "by measured cost": 1.6}
     text = pipeline_text.balance_text(good, pred)
     assert "[6, 2] layers" in text and "40.0 to 30.0 ms" in text and "set the pace" in text
+    assert "slowest stage by layer count / by measured cost 1.33" in text and "-- holds" in text
     bad = {"by layer count": count, "by measured cost": _balanced([38.0, 30.0], [0, 6, 8], 0.4)}
-    assert "contradicts the rule" in pipeline_text.balance_text(bad, pred)
+    said = pipeline_text.balance_text(bad, pred)
+    assert "inconclusive" in said and "holds" not in said and "no dedicated-core replay" in said
 
 
 def _tp(overlap: float, diff: float = 1e-7) -> SimpleNamespace:
@@ -217,20 +221,26 @@ def test_zero_stages_are_set_against_ddp_measured_and_predicted() -> None:
 
 
 def _act(saved: float, predicted: float, step_ms: float) -> SimpleNamespace:
-    return SimpleNamespace(step_time_s=step_ms / 1e3, metrics={
+    return SimpleNamespace(step_time_s=step_ms / 1e3, timeline=Timeline([], 2), metrics={
         "saved_activation_bytes": [saved], "predicted_activation_bytes": predicted})
 
 
 def test_precision_says_what_checkpointing_saved_and_what_it_cost() -> None:
-    """bf16 halves, checkpointing keeps about half of bf16's; a slower checkpointed step is
-    the recompute, a faster one contradicts the rule and is explained."""
+    """bf16 halves, checkpointing keeps about half of bf16's; a checkpointed step 1.4x longer
+    holds the recompute rule (a verdict), a faster one contradicts it, with its replay or why
+    there is none, and is explained."""
     runs = {"fp32": _act(1000, 1000, 60), "bf16": _act(500, 500, 30),
             "bf16+ckpt": _act(260, 250, 35)}
     text = zero_text.precision_text(runs)
     assert "bf16 saved 0.50 of fp32's" in text and "kept 0.52 of bf16's (predicted 0.50)" in text
-    assert "recomputed forward cost 5.0 ms" in text
+    runs["bf16+ckpt"] = _act(260, 250, 42)
+    text = zero_text.precision_text(runs)
+    assert "checkpointed step / plain bf16 step 1.40" in text and "-- holds" in text
+    assert "recomputed forward cost 12.0 ms" in text
     runs["bf16+ckpt"] = _act(260, 250, 25)
-    assert "contradicts the rule" in zero_text.precision_text(runs)
+    said = zero_text.precision_text(runs)
+    assert "contradicted by this run" in said and "holds" not in said
+    assert "no dedicated-core replay" in said
 
 
 def test_the_fit_is_judged_over_repeats_and_a_miss_is_named() -> None:
@@ -256,8 +266,9 @@ def test_the_fit_is_judged_over_repeats_and_a_miss_is_named() -> None:
 
 
 def test_compression_sentences_check_bytes_and_name_the_faster_methods() -> None:
-    """Exact bytes are said to be; fp16 slower and int8 faster than none are listed as such,
-    beside the uncompressed run's all-reduce time (the most compression could save)."""
+    """Exact bytes are said to be; fp16 1.2x longer and int8 0.8x are listed as longer and
+    shorter than none, topk's 0.95x as within one run's noise, beside the uncompressed run's
+    all-reduce time (the most compression could save)."""
     def row(method: str, wire: float, step_ms: float, loss: float, pred: float | None = None
             ) -> dict[str, Any]:
         return {"method": method, "wire_bytes": wire, "predicted_wire_bytes": pred or wire,
@@ -266,10 +277,11 @@ def test_compression_sentences_check_bytes_and_name_the_faster_methods() -> None
                      row("int8", 100, 8, 2.01)]}
     comp["results"] = {"none": _ddp(2, 1.0, 4.0)}
     text = comm_text.compression_text(comp)
-    assert "exactly the predicted bytes" in text and "its all-reduce 4.0 ms of it" in text
-    assert "on this run: int8; not faster: fp16" in text and "+0.010" in text
-    comp["rows"].append(row("topk", 5, 9, 2.1, pred=4))
-    assert "differ from the prediction for topk" in comm_text.compression_text(comp)
+    assert "exactly the predicted bytes" in text and "its all-reduce took 4.0 ms" in text
+    assert "shorter: int8; longer: fp16" in text and "+0.010" in text
+    comp["rows"].append(row("topk", 5, 9.5, 2.1, pred=4))
+    said = comm_text.compression_text(comp)
+    assert "differ from the prediction for topk" in said and "within the noise: topk" in said
 
 
 def _ov(name: str, frac: float, cap: float | None = None) -> dict[str, Any]:
@@ -277,14 +289,20 @@ def _ov(name: str, frac: float, cap: float | None = None) -> dict[str, Any]:
 
 
 def test_overlap_sentence_compares_small_and_big_buckets_and_tp() -> None:
-    """Small buckets hiding 40% against one big bucket's 5% is the rule; equal shares
-    contradict it; TP hiding 1% sits between dependent matmuls."""
-    rows = [_ov("ddp bucket 0.05 MB", 0.4, 0.05), _ov("ddp bucket 25 MB", 0.05, 25.0),
+    """Small buckets hiding 40% against one big bucket's 5% is the rule (a verdict, its noise
+    the step-by-step spread); equal shares contradict it, with the replay or why there is
+    none; a single step cannot hold; TP hiding 1% sits between dependent matmuls."""
+    rows = [{**_ov("ddp bucket 0.05 MB", 0.4, 0.05), "overlap_per_step": [0.38, 0.42]},
+            {**_ov("ddp bucket 25 MB", 0.05, 25.0), "overlap_per_step": [0.04, 0.06]},
             _ov("tp x2", 0.01)]
     text = comm_text.overlap_text(rows)
     assert "hid 40%" in text and "hid 5%" in text and "dependent matmuls" in text
-    rows[0]["overlap_fraction"] = 0.08
-    assert "contradicts the rule" in comm_text.overlap_text(rows)
+    assert "smallest bucket minus one big bucket 0.35 +- 0.01" in text and "-- holds" in text
+    rows[0] = {**rows[0], "overlap_fraction": 0.08, "overlap_per_step": [0.07, 0.09]}
+    missed = comm_text.overlap_text(rows)
+    assert "contradicted by this run" in missed and "holds" not in missed
+    assert "no dedicated-core replay" in missed
+    assert "inconclusive" in comm_text.overlap_text([_ov("a", 0.4, 0.05), _ov("b", 0.05, 25.0)])
 
 
 def test_step_sentence_names_overlap_or_waiting() -> None:
@@ -395,8 +413,8 @@ def test_lesson01_the_bucket_sweep_is_judged_over_its_repeats() -> None:
     from labkit.lessons.dp_lesson import bucket_text
 
     def runs(steps_ms: list[float], hidden: float) -> list[Any]:
-        return [SimpleNamespace(step_time_s=t / 1e3, metrics={"overlap_fraction": hidden})
-                for t in steps_ms]
+        return [SimpleNamespace(step_time_s=t / 1e3, metrics={"overlap_fraction": hidden},
+                                timeline=Timeline([], 2)) for t in steps_ms]
 
     clear = {0.25: runs([30, 31, 30], 0.7), 1.0: runs([25, 26, 25], 0.7),
              4.0: runs([27, 28, 27], 0.4), 25.0: runs([35, 36, 35], 0.0)}
@@ -407,3 +425,5 @@ def test_lesson01_the_bucket_sweep_is_judged_over_its_repeats() -> None:
     flipped = bucket_text(flip)
     assert "25 MB step / 1 MB step 1.02 +- 0.04" in flipped and "inconclusive" in flipped
     assert "take turns on the same cores" in flipped
+    assert "no dedicated-core replay" in flipped  # a miss says its replay, or why there is none
+    assert "replay" not in text
