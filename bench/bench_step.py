@@ -14,10 +14,14 @@ Variants, each in a fresh process so none inherits another's warm state:
 
 The variants alternate for ``--rounds`` rounds (a busy moment hits every variant alike); the
 table prints each variant's median step time over all rounds (the first step of every run
-skipped: warm-up) and the ratios labkit / plain and labkit / plain+ddp, for the GPT and the
+skipped: warm-up) and the ratios labkit / plain (with the range of one round's ratio over the rounds) and
+labkit / plain+ddp, for the GPT and the
 MLP, twice: by the wall clock (``wall``) and by the CPU time the training process spent in
 the step, all its threads (``cpu``, ``time.process_time``; labkit's from the rank's record),
-which a shared machine's waits for a core do not inflate; at the models' default sizes
+which a shared machine's waits for a core do not inflate, and labkit's wall time from one step
+loop's clock reading to the next (``loop``, the rank's ``step_seconds``: the STEP span plus
+what the rank does between steps, the event spool's write among it; the plain loops' ``wall``
+is measured that way); at the models' default sizes
 (``RunConfig``: batch 32, gpt width 128 depth 4 seq 64, mlp width 128 depth 4). Every
 variant uses ``--threads`` torch threads (default 1).
 
@@ -75,7 +79,7 @@ def plain_loop(kind: str, steps: int, threads: int, ddp: bool) -> dict[str, list
         cpus.append(time.process_time() - c0)
     if ddp:
         dist.destroy_process_group()
-    return {"wall": walls, "cpu": cpus}
+    return {"wall": walls, "cpu": cpus, "loop": walls}
 
 
 def labkit_steps(kind: str, steps: int, threads: int) -> dict[str, list[float]]:
@@ -83,8 +87,9 @@ def labkit_steps(kind: str, steps: int, threads: int) -> dict[str, list[float]]:
     import labkit
 
     result = labkit.run(config_for(kind, steps, threads))
-    return {"wall": result.timeline.step_times_s(),
-            "cpu": result.outputs[0].record.step_cpu_seconds}
+    record = result.outputs[0].record
+    return {"wall": result.timeline.step_times_s(), "cpu": record.step_cpu_seconds,
+            "loop": record.step_seconds}
 
 
 def in_fresh_process(variant: str, kind: str, steps: int, threads: int) -> dict[str, list[float]]:
@@ -95,6 +100,7 @@ def in_fresh_process(variant: str, kind: str, steps: int, threads: int) -> dict[
 
 
 VARIANTS = ("labkit", "plain", "plain+ddp")
+CLOCKS = ("wall", "loop", "cpu")
 
 
 def main() -> None:
@@ -118,17 +124,21 @@ def main() -> None:
           f"{args.threads} torch thread(s), {args.rounds} rounds x {args.steps} steps, first "
           f"step of each run skipped")
     for kind in args.models:
-        times: dict[str, dict[str, list[float]]] = {v: {"wall": [], "cpu": []} for v in VARIANTS}
+        times: dict[str, dict[str, list[float]]] = {v: {c: [] for c in CLOCKS} for v in VARIANTS}
+        rounds: dict[str, list[float]] = {c: [] for c in CLOCKS}  # labkit / plain, per round
         for r in range(args.rounds):
             order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
-            for variant in order:
-                run = in_fresh_process(variant, kind, args.steps, args.threads)
-                for clock in ("wall", "cpu"):
+            runs = {v: in_fresh_process(v, kind, args.steps, args.threads) for v in order}
+            for clock in CLOCKS:
+                for variant, run in runs.items():
                     times[variant][clock] += run[clock][1:]
-        for clock in ("wall", "cpu"):
+                rounds[clock].append(statistics.median(runs["labkit"][clock][1:])
+                                     / statistics.median(runs["plain"][clock][1:]))
+        for clock in CLOCKS:
             med = {v: statistics.median(times[v][clock]) for v in VARIANTS}
             print(f"{kind} {clock:4}: " + ", ".join(f"{v} {med[v] * 1e3:.2f} ms" for v in VARIANTS)
-                  + f"; labkit/plain {med['labkit'] / med['plain']:.3f}, "
+                  + f"; labkit/plain {med['labkit'] / med['plain']:.3f} (rounds "
+                  f"{min(rounds[clock]):.3f}-{max(rounds[clock]):.3f}), "
                   f"labkit/plain+ddp {med['labkit'] / med['plain+ddp']:.3f}")
     print(f"# load {os.getloadavg()[0]:.1f} at end")
 

@@ -99,6 +99,38 @@ def _with_cpu(meta: tuple[Any, ...], cpu_ns: int) -> tuple[Any, ...]:
     return (*meta[:-1], cpu_ns)
 
 
+class _Chain:
+    """Host compute spans of one step end to end (``Tracer.chain``): one reading of each clock
+    ends a span and starts the next, where separate spans read both clocks twice (the thread
+    CPU clock is a system call, a few microseconds just after compute)."""
+
+    __slots__ = ("_cpu", "_op", "_start", "_step", "_tracer")
+
+    def __init__(self, tracer: Tracer, step: int | None):
+        self._tracer, self._step = tracer, step
+        self._op: Op | None = None
+        self._start: Any = 0
+        self._cpu = 0
+
+    def next(self, op: Op | None) -> None:
+        """End the open span (if any) now and start ``op``'s (None: start none)."""
+        tr = self._tracer
+        now = tr.clock()
+        if tr.records_cpu:
+            cpu = _cpu()
+            if self._op is not None:  # a wall reading first: CPU time capped by the wall time
+                tr._raw.append((self._op, self._start, now, (
+                    self._step, *_BEFORE_CPU, min(cpu - self._cpu, now - self._start))))
+            self._cpu = cpu
+        elif self._op is not None:
+            tr._raw.append((self._op, self._start, now, (self._step, *_AFTER_STEP)))
+        self._op, self._start = op, now
+
+    def end(self) -> None:
+        """End the open span now."""
+        self.next(None)
+
+
 class _NullSpan:
     __slots__ = ()
 
@@ -106,6 +138,12 @@ class _NullSpan:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        return None
+
+    def next(self, op: Op | None) -> None:
+        return None
+
+    def end(self) -> None:
         return None
 
 
@@ -117,6 +155,9 @@ and an enum member's hash a Python call, a string's hash is cached."""
 
 _AFTER_STEP = (None,) * (len(RAW_FIELDS) - 1)
 """Every meta field after ``step`` unset: a span tagged with its step alone."""
+
+_BEFORE_CPU = (None,) * (len(RAW_FIELDS) - 2)
+"""Every meta field between ``step`` and ``cpu_ns`` unset."""
 
 
 Raw = tuple[Op, Any, Any, tuple[Any, ...]]
@@ -178,6 +219,20 @@ class Tracer:
         if not self.enabled:
             return _NULL
         return _ComputeSpan(self, op, self._meta(**meta))
+
+    def chain(self, step: int | None) -> _Chain | _NullSpan:
+        """Host compute spans of step ``step`` back to back, nothing between them::
+
+            chain = tracer.chain(3)
+            chain.next(Op.FORWARD); ...; chain.next(Op.BACKWARD); ...; chain.end()
+
+        records the same spans (and CPU times) as one ``span`` each, with one reading of each
+        clock per edge instead of two. For compute ops only, in which no communication
+        blocks (a chained span is not cut by it, see ``compute``); on an exception, ``end``
+        it as a ``with`` span would."""
+        if not self.enabled:
+            return _NULL
+        return _Chain(self, step)
 
     def detail(self, op: Op, **meta: Any) -> _Span | _NullSpan:
         """A fine-grained span (one layer's matmul) recorded only when no coarser compute span
