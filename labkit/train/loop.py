@@ -92,6 +92,9 @@ class TrainLoop(Generic[R]):
                               and cls.update is TrainLoop.update)
         """The base hooks' forward, backward and optimizer step with nothing between them (no
         sync, no wait inside backward): traced as one chain of spans (``_compute_chained``)."""
+        self._fp32_forward = (self._back_to_back and cls.autocast is TrainLoop.autocast
+                              and self.precision == "fp32")
+        """The forward needs no context (``autocast`` is the base's, with nothing to do)."""
 
     # ---- sizes ---------------------------------------------------------------------------
     @property
@@ -175,6 +178,7 @@ class TrainLoop(Generic[R]):
         cpus = self.record.step_cpu_seconds = []
         # one pair of readings between two steps ends one and starts the next (the process
         # CPU clock is a system call, slow just after a step's compute)
+        saver = self.checkpointer if self.checkpointer and self.checkpointer.saves else None
         t0, c0 = time.perf_counter(), time.process_time()
         for step in range(start, self.cfg.steps):
             with self.ctx.step(step):
@@ -183,8 +187,8 @@ class TrainLoop(Generic[R]):
             walls.append(t1 - t0)
             cpus.append(c1 - c0)
             t0, c0 = t1, c1
-            if self.checkpointer is not None:  # 5. outside the step span: saving is not training
-                self.checkpointer.after_step(step, self.losses)
+            # 5. outside the step span and its times: saving is not training
+            if saver is not None and saver.after_step(step, self.losses):
                 t0, c0 = time.perf_counter(), time.process_time()
         return self.finish()
 
@@ -213,8 +217,11 @@ class TrainLoop(Generic[R]):
         chain = self.ctx.tracer.chain(step)
         try:
             chain.next(Op.FORWARD)
-            with self.autocast():
+            if self._fp32_forward:
                 loss = self.loss(self.model(x), y)
+            else:
+                with self.autocast():
+                    loss = self.loss(self.model(x), y)
             chain.next(Op.BACKWARD)
             loss.backward()
             chain.next(Op.OPTIMIZER)
