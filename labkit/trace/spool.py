@@ -109,16 +109,20 @@ class Spool:
         try:
             for op, s, e, m in fresh:
                 if m[1:-1] != _MIDDLE:
-                    return False
+                    break
                 cpu = m[-1]
                 _ROW.pack_into(mm, pos, _OP_INDEX[op._value_], s, e, m[0],
                                -1 if cpu is None else cpu)
                 pos += _ROW.size
+            else:
+                mm[start] = _ROWS
+                self._commit(start, n)
+                return True
         except struct.error:  # no step (None), or a reading that is not a plain int
-            return False
-        mm[start] = _ROWS
-        self._commit(start, n)
-        return True
+            pass
+        # what rows were packed is overwritten: the same spans marshalled take more bytes
+        # (at least 39 a span, a row 33), so no stale row is left past the record's end
+        return False
 
     def _append(self, data: bytes) -> None:
         """One record: its bytes, then its length (the commit)."""
