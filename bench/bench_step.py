@@ -8,24 +8,28 @@ Variants, each in a fresh process so none inherits another's warm state:
 * ``plain``: the same model (``labkit.train.models.build_model``), data (``task_for``),
   optimizer (``make_optimizer``), seed and torch threads, trained by a bare loop -- batch,
   zero_grad, forward, loss, backward, step, ``loss.item()`` -- timed with ``perf_counter``;
+* ``plain@rank``: that loop as a ``labkit.launch`` function on one rank: the process labkit's
+  rank runs in (forked from the fork server, its group and tracer set up) without labkit's
+  step loop, so labkit / plain@rank is what the loop and its tracing cost, and plain@rank /
+  plain what the rank's process does to the same loop;
 * ``plain+ddp``: that loop with the model wrapped in a 1-rank ``DistributedDataParallel``
   (gloo), what labkit's ``ddp`` strategy wrapped it in before it learnt that one replica has
   nothing to average.
 
 The variants alternate for ``--rounds`` rounds (a busy moment hits every variant alike); the
 table prints each variant's median step time over all rounds (the first step of every run
-skipped: warm-up) and the ratios labkit / plain (with the range of one round's ratio over the rounds) and
-labkit / plain+ddp, for the GPT and the
-MLP, twice: by the wall clock (``wall``) and by the CPU time the training process spent in
-the step, all its threads (``cpu``, ``time.process_time``; labkit's from the rank's record),
-which a shared machine's waits for a core do not inflate, and labkit's wall time from one step
-loop's clock reading to the next (``loop``, the rank's ``step_seconds``: the STEP span plus
-what the rank does between steps, the event spool's write among it; the plain loops' ``wall``
-is measured that way); at the models' default sizes
-(``RunConfig``: batch 32, gpt width 128 depth 4 seq 64, mlp width 128 depth 4). Every
-variant uses ``--threads`` torch threads (default 1).
+skipped: warm-up) and the ratios of labkit to each (with the range of one round's ratio over
+the rounds), for the GPT and the MLP, by three clocks: the wall clock (``wall``), labkit's
+wall time from one step loop's clock reading to the next (``loop``, the rank's
+``step_seconds``: the STEP span plus what the rank does between steps, the event spool's
+write among it; the plain loops' ``wall`` is measured that way) and the CPU time the
+training process spent in the step, all its threads (``cpu``, ``time.process_time``;
+labkit's from the rank's record), which a shared machine's waits for a core do not inflate;
+at the models' default sizes (``RunConfig``: batch 32, gpt width 128 depth 4 seq 64, mlp
+width 128 depth 4). Every variant uses ``--threads`` torch threads (default 1).
 
     python bench/bench_step.py [--rounds 5] [--steps 40] [--threads 1] [--models gpt mlp]
+                               [--variants labkit plain plain@rank plain+ddp]
 """
 
 from __future__ import annotations
@@ -82,6 +86,18 @@ def plain_loop(kind: str, steps: int, threads: int, ddp: bool) -> dict[str, list
     return {"wall": walls, "cpu": cpus, "loop": walls}
 
 
+def _plain_in_rank(_ctx: Any, kind: str, steps: int, threads: int) -> dict[str, list[float]]:
+    return plain_loop(kind, steps, threads, ddp=False)
+
+
+def plain_in_rank(kind: str, steps: int, threads: int) -> dict[str, list[float]]:
+    """The plain loop run by ``labkit.launch`` on one rank (its return travels back)."""
+    import labkit
+
+    return labkit.launch(_plain_in_rank, 1, kind, steps, threads,  # type: ignore[no-any-return]
+                         threads_per_rank=threads).results[0]
+
+
 def labkit_steps(kind: str, steps: int, threads: int) -> dict[str, list[float]]:
     """Wall time from the run's timeline (its STEP spans); CPU time from the rank's record."""
     import labkit
@@ -99,7 +115,7 @@ def in_fresh_process(variant: str, kind: str, steps: int, threads: int) -> dict[
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-VARIANTS = ("labkit", "plain", "plain+ddp")
+VARIANTS = ("labkit", "plain", "plain@rank", "plain+ddp")
 CLOCKS = ("wall", "loop", "cpu")
 
 
@@ -111,6 +127,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads, the same in every variant (default 1: on a shared "
                          "machine two OpenMP threads wait on each other for whole time slices)")
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS,
+                    help="which variants to run (labkit and plain always run)")
     ap.add_argument("--one", nargs=4, metavar=("VARIANT", "MODEL", "STEPS", "THREADS"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -118,28 +136,32 @@ def main() -> None:
         variant, kind, steps, threads = args.one[0], args.one[1], int(args.one[2]), \
             int(args.one[3])
         print(json.dumps(labkit_steps(kind, steps, threads) if variant == "labkit"
+                         else plain_in_rank(kind, steps, threads) if variant == "plain@rank"
                          else plain_loop(kind, steps, threads, ddp=variant == "plain+ddp")))
         return
     print(f"# load {os.getloadavg()[0]:.1f} at start, {os.cpu_count()} cores, "
           f"{args.threads} torch thread(s), {args.rounds} rounds x {args.steps} steps, first "
           f"step of each run skipped")
+    variants = [v for v in VARIANTS if v in {"labkit", "plain", *args.variants}]
     for kind in args.models:
-        times: dict[str, dict[str, list[float]]] = {v: {c: [] for c in CLOCKS} for v in VARIANTS}
-        rounds: dict[str, list[float]] = {c: [] for c in CLOCKS}  # labkit / plain, per round
+        times: dict[str, dict[str, list[float]]] = {v: {c: [] for c in CLOCKS} for v in variants}
+        rounds: dict[str, dict[str, list[float]]] = {v: {c: [] for c in CLOCKS}
+                                                     for v in variants}  # labkit / v, a round
         for r in range(args.rounds):
-            order = VARIANTS if r % 2 == 0 else tuple(reversed(VARIANTS))
+            order = variants if r % 2 == 0 else variants[::-1]
             runs = {v: in_fresh_process(v, kind, args.steps, args.threads) for v in order}
             for clock in CLOCKS:
                 for variant, run in runs.items():
                     times[variant][clock] += run[clock][1:]
-                rounds[clock].append(statistics.median(runs["labkit"][clock][1:])
-                                     / statistics.median(runs["plain"][clock][1:]))
+                    rounds[variant][clock].append(statistics.median(runs["labkit"][clock][1:])
+                                                  / statistics.median(run[clock][1:]))
         for clock in CLOCKS:
-            med = {v: statistics.median(times[v][clock]) for v in VARIANTS}
-            print(f"{kind} {clock:4}: " + ", ".join(f"{v} {med[v] * 1e3:.2f} ms" for v in VARIANTS)
-                  + f"; labkit/plain {med['labkit'] / med['plain']:.3f} (rounds "
-                  f"{min(rounds[clock]):.3f}-{max(rounds[clock]):.3f}), "
-                  f"labkit/plain+ddp {med['labkit'] / med['plain+ddp']:.3f}")
+            med = {v: statistics.median(times[v][clock]) for v in variants}
+            print(f"{kind} {clock:4}: " + ", ".join(f"{v} {med[v] * 1e3:.3f} ms" for v in variants)
+                  + "; " + ", ".join(
+                      f"labkit/{v} {med['labkit'] / med[v]:.3f} (rounds "
+                      f"{min(rounds[v][clock]):.3f}-{max(rounds[v][clock]):.3f})"
+                      for v in variants[1:]))
     print(f"# load {os.getloadavg()[0]:.1f} at end")
 
 
