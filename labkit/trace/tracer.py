@@ -100,35 +100,45 @@ def _with_cpu(meta: tuple[Any, ...], cpu_ns: int) -> tuple[Any, ...]:
 
 
 class _Chain:
-    """Host compute spans of one step end to end (``Tracer.chain``): one reading of each clock
+    """Compute spans of one step end to end (``Tracer.chain``): one reading of each clock
     ends a span and starts the next, where separate spans read both clocks twice (the thread
     CPU clock is a system call, a few microseconds just after compute)."""
 
-    __slots__ = ("_cpu", "_op", "_start", "_step", "_tracer")
+    __slots__ = ("_clock", "_cpu", "_meta", "_op", "_raw", "_start")
 
     def __init__(self, tracer: Tracer, step: int | None):
-        self._tracer, self._step = tracer, step
+        self._raw, self._clock = tracer._raw, tracer.clock
+        self._meta: tuple[Any, ...] = (step, *_BEFORE_CPU)
+        """The meta fields before ``cpu_ns``, the same for every span of the chain."""
         self._op: Op | None = None
         self._start: Any = 0
         self._cpu = 0
 
     def next(self, op: Op | None) -> None:
         """End the open span (if any) now and start ``op``'s (None: start none)."""
-        tr = self._tracer
-        now = tr.clock()
-        if tr.records_cpu:
-            cpu = _cpu()
-            if self._op is not None:  # a wall reading first: CPU time capped by the wall time
-                tr._raw.append((self._op, self._start, now, (
-                    self._step, *_BEFORE_CPU, min(cpu - self._cpu, now - self._start))))
-            self._cpu = cpu
-        elif self._op is not None:
-            tr._raw.append((self._op, self._start, now, (self._step, *_AFTER_STEP)))
+        now = self._clock()
+        if self._op is not None:
+            self._raw.append((self._op, self._start, now, self._meta + (None,)))
         self._op, self._start = op, now
 
     def end(self) -> None:
         """End the open span now."""
         self.next(None)
+
+
+class _CpuChain(_Chain):
+    """A host tracer's chain: each span also carries the CPU time this thread used in it
+    (read after the wall clock, so capped by the wall time)."""
+
+    __slots__ = ()
+
+    def next(self, op: Op | None) -> None:
+        now = self._clock()
+        cpu = _cpu()
+        if self._op is not None:
+            self._raw.append((self._op, self._start, now,
+                              self._meta + (min(cpu - self._cpu, now - self._start),)))
+        self._op, self._start, self._cpu = op, now, cpu
 
 
 class _NullSpan:
@@ -232,7 +242,7 @@ class Tracer:
         it as a ``with`` span would."""
         if not self.enabled:
             return _NULL
-        return _Chain(self, step)
+        return (_CpuChain if self.records_cpu else _Chain)(self, step)
 
     def detail(self, op: Op, **meta: Any) -> _Span | _NullSpan:
         """A fine-grained span (one layer's matmul) recorded only when no coarser compute span
