@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 
@@ -70,8 +71,20 @@ def plain_loop(kind: str, steps: int, threads: int, ddp: bool) -> dict[str, list
         model = DistributedDataParallel(model)
     task = task_for(cfg)
     opt = make_optimizer(cfg.optimizer, list(model.parameters()), cfg.lr)
+    out = timed_steps(cfg, model, opt, task)
+    if ddp:
+        dist.destroy_process_group()
+    return out
+
+
+def timed_steps(cfg: Any, model: Any, opt: Any, task: Any,
+                each: Callable[[int], None] | None = None) -> dict[str, list[float]]:
+    """``cfg.steps`` steps of the plain loop, each timed by both clocks (``each(step)`` is
+    called before a step, outside its time)."""
     walls, cpus = [], []
-    for step in range(steps):
+    for step in range(cfg.steps):
+        if each is not None:
+            each(step)
         t0, c0 = time.perf_counter(), time.process_time()
         x, y = task.batch(step, cfg.batch_size)
         opt.zero_grad(set_to_none=True)
@@ -81,8 +94,6 @@ def plain_loop(kind: str, steps: int, threads: int, ddp: bool) -> dict[str, list
         loss.item()
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
-    if ddp:
-        dist.destroy_process_group()
     return {"wall": walls, "cpu": cpus, "loop": walls}
 
 

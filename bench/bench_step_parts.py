@@ -3,9 +3,9 @@
 
 * ``inner``: a labkit rank's own loop (``RankGroup.run`` of a one-rank ``ddp`` job with the
   event spool and the status board on, as ``labkit.run`` runs it), then a plain loop on the
-  very same model, optimizer and task objects (the order alternates by run); each step's
-  process CPU time, medians over all runs (the first step of each skipped), and a plain
-  loop on fresh objects as the reference. labkit / same objects is what labkit's loop and
+  very same model, optimizer and task objects; each step's process CPU time, medians over
+  all runs (the first step of each skipped), and a plain loop on fresh objects as the
+  reference. labkit / same objects is what labkit's loop and
   tracing cost, with no difference of process, memory layout or objects;
 * ``bytecodes``: the Python bytecodes one steady step executes (``sys.settrace`` opcode
   events, a count that load does not change), labkit's loop against the plain loop, by
@@ -48,22 +48,10 @@ def _objects(cfg: Any) -> tuple[Any, Any, Any]:
 
 def plain_steps(cfg: Any, model: Any, opt: Any, task: Any,
                 each: Callable[[int], None] | None = None) -> list[float]:
-    """The plain loop; each step's process CPU seconds (one reading between two steps)."""
-    cpus = []
-    c0 = time.process_time()
-    for step in range(cfg.steps):
-        if each is not None:
-            each(step)
-        x, y = task.batch(step, cfg.batch_size)
-        opt.zero_grad(set_to_none=True)
-        loss = task.loss(model(x), y)
-        loss.backward()
-        opt.step()
-        loss.item()
-        c1 = time.process_time()
-        cpus.append(c1 - c0)
-        c0 = c1
-    return cpus
+    """``bench_step.py``'s plain loop on these objects; each step's process CPU seconds."""
+    from bench_step import timed_steps  # this script's folder is on sys.path when it runs
+
+    return timed_steps(cfg, model, opt, task, each)["cpu"]
 
 
 def in_a_rank(cfg: Any, runs: int, after: Callable[[Any, int], None]) -> None:
