@@ -18,7 +18,8 @@ stored last, so a write a kill cut short leaves a zero length, which ends the re
 A record's first byte says how its spans are written. Most steps record only spans that
 carry a step and a CPU time (forward, backward, the optimizer, the step itself): those go as
 fixed binary rows (``_ROW``: op, start, end, step, CPU time), packed straight into the
-mapping, about a third of the time ``marshal`` took inside a training step. A write with any
+mapping: inside a training step about two thirds of the time the marshalled list took
+(``bench/bench_step.py``; docs/benchmarks.md, "Measured quiet"). A write with any
 other span (a collective's bytes, a microbatch, a name) is one ``marshal``-ed list (version
 2: plain ints, strings, None and tuples; each op as its value); the supervisor that reads
 it runs the same Python as its ranks.
