@@ -10,13 +10,19 @@ failure (``read_spools``): a killed or hung rank's timeline ends with the last s
 finished.
 
 The file is mapped into the rank's memory (``mmap``, shared with the file): a step's write
-is one ``marshal.dumps`` and a memory copy, no system call, and what was copied is in the kernel's page
+is a few stores into memory, no system call, and what was stored is in the kernel's page
 cache the moment it is stored, so it outlives a SIGKILL as a ``write()`` would. Each write
-is one record: the list, then its length in the four bytes before it; the length is stored
-last, so a write a kill cut short leaves a zero length, which ends the reading. The list is
-written with ``marshal`` (version 2: plain ints, strings, None and tuples, no references),
-about half the time ``pickle`` takes inside a training step; the supervisor that reads it
-runs the same Python as its ranks.
+is one record: its bytes, then its length in the four bytes before them; the length is
+stored last, so a write a kill cut short leaves a zero length, which ends the reading.
+
+A record's first byte says how its spans are written. Most steps record only spans that
+carry a step and a CPU time (forward, backward, the optimizer, the step itself): those go as
+fixed binary rows (``_ROW``: op, start, end, step, CPU time), packed straight into the
+mapping: inside a training step about two thirds of the time the marshalled list took
+(``bench/bench_step.py``; docs/benchmarks.md, "Measured quiet"). A write with any
+other span (a collective's bytes, a microbatch, a name) is one ``marshal``-ed list (version
+2: plain ints, strings, None and tuples; each op as its value); the supervisor that reads
+it runs the same Python as its ranks.
 
 Only plain host-clock tracers spool: a CUDA tracer's spans are events that would need a
 device synchronize per write, which could hang on a stuck GPU.
@@ -33,14 +39,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from labkit.base.events import Event, Op
-from labkit.trace.tracer import raw_to_event
+from labkit.base.events import RAW_FIELDS, Event, Op
+from labkit.trace.tracer import Raw, raw_to_event
 
-_MAGIC = "labkit-spool-3"
+_MAGIC = "labkit-spool-4"
 
 
 _LEN = struct.Struct("<I")
 """A record's length, stored before it (0: no record here, the end)."""
+
+_ROWS, _MARSHAL = 1, 2
+"""A record's first byte: fixed rows (``_ROW`` each), or one marshalled list."""
+
+_ROW = struct.Struct("<Bqqqq")
+"""A span with a step and at most a CPU time: op (its index in ``Op``), start, end, step,
+CPU ns (-1: none)."""
+
+_OPS = tuple(Op)
+_OP_INDEX = {op._value_: i for i, op in enumerate(_OPS)}
+"""By value: an enum member's hash is a Python call, a string's is cached."""
+
+_MIDDLE = (None,) * (len(RAW_FIELDS) - 2)
+"""Every meta field between ``step`` and ``cpu_ns`` unset: a row's span."""
 
 _FIRST_SIZE = 1 << 16
 """The mapping's first size; it doubles when full (a step's write is about 150 bytes)."""
@@ -76,17 +96,53 @@ class Spool:
             self._file = open(self.path, "w+b")  # noqa: SIM115 - lives with the rank
             self._append(pickle.dumps((_MAGIC, self.tracer.rank, self.tracer.origin_ns,
                                        self.offset_ns)))
-        # an op as its value: pickling (or hashing) an enum member calls back into Python
-        self._append(marshal.dumps([(op._value_, s, e, m) for op, s, e, m in fresh], 2))
+        if not self._append_rows(fresh):
+            # an op as its value: pickling (or hashing) an enum member calls back into Python
+            self._append(bytes((_MARSHAL,))
+                         + marshal.dumps([(op._value_, s, e, m) for op, s, e, m in fresh], 2))
+
+    def _append_rows(self, fresh: list[Raw]) -> bool:
+        """``fresh`` as one record of fixed rows, packed in place; False (nothing committed)
+        where a span carries more than a step and a CPU time."""
+        start, n = self._end + _LEN.size, 1 + len(fresh) * _ROW.size
+        mm = self._room(start + n)
+        pos = start + 1
+        try:
+            for op, s, e, m in fresh:
+                if m[1:-1] != _MIDDLE:
+                    break
+                cpu = m[-1]
+                _ROW.pack_into(mm, pos, _OP_INDEX[op._value_], s, e, m[0],
+                               -1 if cpu is None else cpu)
+                pos += _ROW.size
+            else:
+                mm[start] = _ROWS
+                self._commit(start, n)
+                return True
+        except struct.error:  # no step (None), or a reading that is not a plain int
+            pass
+        # what rows were packed is overwritten: the same spans marshalled take more bytes
+        # (at least 39 a span, a row 33), so no stale row is left past the record's end
+        return False
 
     def _append(self, data: bytes) -> None:
         """One record: its bytes, then its length (the commit)."""
         start, n = self._end + _LEN.size, len(data)
-        mm = self._map
-        if mm is None or start + n + _LEN.size > len(mm):  # room for the next zero length too
-            mm = self._grow(start + n + _LEN.size)
+        mm = self._room(start + n)
         mm[start:start + n] = data
-        _LEN.pack_into(mm, self._end, n)
+        self._commit(start, n)
+
+    def _room(self, end: int) -> mmap.mmap:
+        """The mapping, with room up to ``end`` and the next record's zero length after it."""
+        mm = self._map
+        if mm is None or end + _LEN.size > len(mm):
+            mm = self._grow(end + _LEN.size)
+        return mm
+
+    def _commit(self, start: int, n: int) -> None:
+        """Store the length of the ``n`` bytes at ``start``: the record is in the file."""
+        assert self._map is not None
+        _LEN.pack_into(self._map, self._end, n)
         self._end = start + n
 
     def _grow(self, need: int) -> mmap.mmap:
@@ -115,6 +171,18 @@ def _records(data: bytes) -> Iterator[bytes]:
         pos += n
 
 
+def _raws(record: bytes) -> Iterator[Raw]:
+    """The spans of one record (either kind)."""
+    if record[0] == _ROWS:
+        for op, s, e, step, cpu in _ROW.iter_unpack(record[1:]):
+            yield _OPS[op], s, e, (step, *_MIDDLE, None if cpu < 0 else cpu)
+    elif record[0] == _MARSHAL:
+        for op, s, e, m in marshal.loads(record[1:]):
+            yield Op(op), s, e, m
+    else:
+        raise ValueError(f"not a spool record (kind {record[0]})")
+
+
 def read_spool(path: str | Path) -> list[Event]:
     """Every complete write in one rank's spool file (a torn last write is skipped)."""
     out: list[Event] = []
@@ -128,8 +196,7 @@ def read_spool(path: str | Path) -> list[Event]:
         if magic != _MAGIC:
             return out
         for record in records:
-            out.extend(raw_to_event(rank, (Op(op), s, e, m), origin, offset)
-                       for op, s, e, m in marshal.loads(record))
+            out.extend(raw_to_event(rank, raw, origin, offset) for raw in _raws(record))
     except Exception:  # noqa: BLE001 - not a spool, or a record a kill cut; keep the rest
         pass
     return out

@@ -99,6 +99,48 @@ def _with_cpu(meta: tuple[Any, ...], cpu_ns: int) -> tuple[Any, ...]:
     return (*meta[:-1], cpu_ns)
 
 
+class _Chain:
+    """Compute spans of one step end to end (``Tracer.chain``): one reading of each clock
+    ends a span and starts the next, where separate spans read both clocks twice (the thread
+    CPU clock is a system call, a few microseconds just after compute)."""
+
+    __slots__ = ("_clock", "_cpu", "_meta", "_op", "_raw", "_start")
+
+    def __init__(self, tracer: Tracer, step: int | None):
+        self._raw, self._clock = tracer._raw, tracer.clock
+        self._meta: tuple[Any, ...] = (step, *_BEFORE_CPU)
+        """The meta fields before ``cpu_ns``, the same for every span of the chain."""
+        self._op: Op | None = None
+        self._start: Any = 0
+        self._cpu = 0
+
+    def next(self, op: Op | None) -> None:
+        """End the open span (if any) now and start ``op``'s (None: start none)."""
+        now = self._clock()
+        if self._op is not None:
+            self._raw.append((self._op, self._start, now, self._meta + (None,)))
+        self._op, self._start = op, now
+
+    def end(self) -> None:
+        """End the open span now."""
+        self.next(None)
+
+
+class _CpuChain(_Chain):
+    """A host tracer's chain: each span also carries the CPU time this thread used in it
+    (read after the wall clock, so capped by the wall time)."""
+
+    __slots__ = ()
+
+    def next(self, op: Op | None) -> None:
+        now = self._clock()
+        cpu = _cpu()
+        if self._op is not None:
+            self._raw.append((self._op, self._start, now,
+                              self._meta + (min(cpu - self._cpu, now - self._start),)))
+        self._op, self._start, self._cpu = op, now, cpu
+
+
 class _NullSpan:
     __slots__ = ()
 
@@ -106,6 +148,12 @@ class _NullSpan:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        return None
+
+    def next(self, op: Op | None) -> None:
+        return None
+
+    def end(self) -> None:
         return None
 
 
@@ -117,6 +165,9 @@ and an enum member's hash a Python call, a string's hash is cached."""
 
 _AFTER_STEP = (None,) * (len(RAW_FIELDS) - 1)
 """Every meta field after ``step`` unset: a span tagged with its step alone."""
+
+_BEFORE_CPU = (None,) * (len(RAW_FIELDS) - 2)
+"""Every meta field between ``step`` and ``cpu_ns`` unset."""
 
 
 Raw = tuple[Op, Any, Any, tuple[Any, ...]]
@@ -178,6 +229,20 @@ class Tracer:
         if not self.enabled:
             return _NULL
         return _ComputeSpan(self, op, self._meta(**meta))
+
+    def chain(self, step: int | None) -> _Chain | _NullSpan:
+        """Host compute spans of step ``step`` back to back, nothing between them::
+
+            chain = tracer.chain(3)
+            chain.next(Op.FORWARD); ...; chain.next(Op.BACKWARD); ...; chain.end()
+
+        records the same spans (and CPU times) as one ``span`` each, with one reading of each
+        clock per edge instead of two. For compute ops only, in which no communication
+        blocks (a chained span is not cut by it, see ``compute``); on an exception, ``end``
+        it as a ``with`` span would."""
+        if not self.enabled:
+            return _NULL
+        return (_CpuChain if self.records_cpu else _Chain)(self, step)
 
     def detail(self, op: Op, **meta: Any) -> _Span | _NullSpan:
         """A fine-grained span (one layer's matmul) recorded only when no coarser compute span

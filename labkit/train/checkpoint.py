@@ -245,14 +245,22 @@ class Checkpointer:
                 + "; ".join(refuse) + ". Resume with the settings it was saved with, or start "
                 "from an empty checkpoint_dir")
 
-    def after_step(self, step: int, losses: list[float]) -> None:
+    @property
+    def saves(self) -> bool:
+        """Whether ``after_step`` ever saves (a directory and an interval are set)."""
+        return bool(self.root) and self.every >= 1
+
+    def after_step(self, step: int, losses: list[float]) -> bool:
+        """Save when ``step + 1`` is a multiple of ``every``; True when it saved."""
         done = step + 1
-        if not self.root or self.every < 1 or done % self.every:
-            return
+        if not self.saves or done % self.every:
+            return False
+        assert self.root is not None
         save(self.ctx, self.root, done, training_state(self.model, self.optimizer),
              meta=None if self.identity is None else {"run": self.identity},
              rank_meta={"losses": losses}, moved_aside=self.moved_aside)
         self.saved.append(done)
+        return True
 
     def metrics(self) -> dict[str, Any]:
         return {"checkpoints_saved": list(self.saved), "resumed_from_step": self.resumed_from,

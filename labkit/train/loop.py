@@ -86,6 +86,15 @@ class TrainLoop(Generic[R]):
         self.losses: list[float] = []
         self.record: R = cast(R, self.Record())
         self.checkpointer = self._checkpointer(checkpoint_module or self.full_model)
+        cls = type(self)
+        self._back_to_back = (self.clock is None and cls.sync is TrainLoop.sync
+                              and cls.forward_backward is TrainLoop.forward_backward
+                              and cls.update is TrainLoop.update)
+        """The base hooks' forward, backward and optimizer step with nothing between them (no
+        sync, no wait inside backward): traced as one chain of spans (``_compute_chained``)."""
+        self._fp32_forward = (self._back_to_back and cls.autocast is TrainLoop.autocast
+                              and self.precision == "fp32")
+        """The forward needs no context (``autocast`` is the base's, with nothing to do)."""
 
     # ---- sizes ---------------------------------------------------------------------------
     @property
@@ -169,6 +178,7 @@ class TrainLoop(Generic[R]):
         cpus = self.record.step_cpu_seconds = []
         # one pair of readings between two steps ends one and starts the next (the process
         # CPU clock is a system call, slow just after a step's compute)
+        saver = self.checkpointer if self.checkpointer and self.checkpointer.saves else None
         t0, c0 = time.perf_counter(), time.process_time()
         for step in range(start, self.cfg.steps):
             with self.ctx.step(step):
@@ -177,8 +187,8 @@ class TrainLoop(Generic[R]):
             walls.append(t1 - t0)
             cpus.append(c1 - c0)
             t0, c0 = t1, c1
-            if self.checkpointer is not None:  # 5. outside the step span: saving is not training
-                self.checkpointer.after_step(step, self.losses)
+            # 5. outside the step span and its times: saving is not training
+            if saver is not None and saver.after_step(step, self.losses):
                 t0, c0 = time.perf_counter(), time.process_time()
         return self.finish()
 
@@ -187,15 +197,38 @@ class TrainLoop(Generic[R]):
         x, y = self.batch(step)
         self.zero_grad()
         self.begin_step(step)
-        # 2. forward and backward on local data
-        loss = self.forward_backward(x, y, step)
-        # 3. gradients made global
-        self.sync(step)
-        # 4. the update
-        self.update(step)
+        if self._back_to_back:  # 2.-4. the base hooks, timed with fewer clock readings
+            loss = self._compute_chained(x, y, step)
+        else:
+            # 2. forward and backward on local data
+            loss = self.forward_backward(x, y, step)
+            # 3. gradients made global
+            self.sync(step)
+            # 4. the update
+            self.update(step)
         if loss is not None:  # a pipeline's loss lives on its last stage only
             self.losses.append(float(loss.item()) if isinstance(loss, torch.Tensor)
                                else float(loss))
+
+    def _compute_chained(self, x: torch.Tensor, y: torch.Tensor, step: int) -> torch.Tensor:
+        """``forward_backward``, ``sync`` (a no-op) and ``update`` of the base class, their
+        FORWARD, BACKWARD and OPTIMIZER spans end to end: one step of a bare model on one
+        rank (a sub-millisecond MLP step sees each clock reading, ``bench/bench_step.py``)."""
+        chain = self.ctx.tracer.chain(step)
+        try:
+            chain.next(Op.FORWARD)
+            if self._fp32_forward:
+                loss = self.loss(self.model(x), y)
+            else:
+                with self.autocast():
+                    loss = self.loss(self.model(x), y)
+            chain.next(Op.BACKWARD)
+            loss.backward()
+            chain.next(Op.OPTIMIZER)
+            self.optimizer.step()
+        finally:  # a span that raised is recorded up to the raise, as a ``with`` span is
+            chain.end()
+        return loss
 
     def finish(self) -> RankOutput:
         rec = self.record

@@ -25,6 +25,13 @@ def test_one_rank_ddp_trains_without_exchanging_anything(no_leftover_ranks):
         assert [e.step for e in spans] == list(range(5)), (op, spans)
         assert all((e.cpu_ns is not None) == (op is not labkit.Op.STEP) for e in spans), op
     assert res.timeline.select(op=labkit.Op.WAIT) == []
+    # they are timed as one chain (``Tracer.chain``): each edge one reading, inside the step
+    for step in range(5):
+        fwd, bwd, opt, whole = (res.timeline.select(op=op, step=step)[0] for op in (
+            labkit.Op.FORWARD, labkit.Op.BACKWARD, labkit.Op.OPTIMIZER, labkit.Op.STEP))
+        assert fwd.end_ns == bwd.start_ns and bwd.end_ns == opt.start_ns, step
+        assert whole.start_ns <= fwd.start_ns and opt.end_ns <= whole.end_ns, step
+        assert all(e.cpu_ns <= e.dur_ns for e in (fwd, bwd, opt)), step
 
 
 def test_compression_still_wraps_one_rank(no_leftover_ranks):

@@ -37,6 +37,37 @@ def test_spooled_events_equal_the_tracers(tmp_path: Path) -> None:
     assert read_spools(tmp_path, 2) == tracer.events(50)  # rank 0 wrote nothing: no file
 
 
+def test_step_and_cpu_spans_go_as_fixed_rows_and_the_rest_marshalled(tmp_path: Path) -> None:
+    """A write of spans that carry only a step and a CPU time (a one-rank step) is one record
+    of fixed binary rows; a write with anything more is marshalled; both read back alike,
+    a CPU time of 0 apart from none."""
+    tracer = Tracer(rank=0)
+    path = spool_path(tmp_path, 0)
+    spool = Spool(path, tracer, offset_ns=7)
+    t = tracer.origin_ns
+    chain = tracer.chain(0)
+    chain.next(Op.FORWARD)
+    chain.next(Op.BACKWARD)
+    chain.end()
+    tracer.record(Op.STEP, t, t + 900, 0)
+    spool.write()
+    size = path.stat().st_size
+    rows = list(spool_module._records(path.read_bytes()))[1]
+    assert rows[0] == spool_module._ROWS and len(rows) == 1 + 3 * spool_module._ROW.size
+    _step(tracer, 1)  # an all-reduce's bytes: marshalled
+    spool.write()
+    tracer.record(Op.OPTIMIZER, t + 5, t + 9, step=2, cpu_ns=0)
+    tracer.record(Op.STEP, t + 1, t + 10, step=None)  # no step: marshalled
+    spool.write()
+    kinds = [r[0] for r in list(spool_module._records(path.read_bytes()))[1:]]
+    assert kinds == [spool_module._ROWS, spool_module._MARSHAL, spool_module._MARSHAL]
+    events = read_spool(path)
+    assert sorted(events, key=lambda e: e.start_ns) == tracer.events(7)
+    assert [e.cpu_ns for e in events if e.op is Op.OPTIMIZER] == [0]
+    assert [e.cpu_ns for e in events if e.op is Op.STEP] == [None, None]
+    assert path.stat().st_size == size  # still inside the first mapping
+
+
 def test_a_torn_last_write_is_dropped_and_the_rest_kept(tmp_path: Path, monkeypatch) -> None:
     tracer = Tracer(rank=0)
     path = spool_path(tmp_path, 0)

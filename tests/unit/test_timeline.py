@@ -154,3 +154,29 @@ def test_compute_spans_carry_their_thread_cpu_time_and_a_sleep_costs_none():
     assert bwd.cpu_ns is not None and bwd.cpu_ns < 5_000_000 < bwd.dur_ns, bwd
     assert comm.cpu_ns is None
     assert fwd.to_json()["cpu_ns"] == fwd.cpu_ns
+
+
+def test_a_chain_records_back_to_back_spans_with_their_cpu_time():
+    """``Tracer.chain`` (a one-rank step's forward, backward and optimizer) records what one
+    ``span`` each records, end to end: one reading per edge serves two spans."""
+    import time
+
+    tr = Tracer(0)
+    chain = tr.chain(7)
+    chain.next(Op.FORWARD)
+    end = time.thread_time_ns() + 10_000_000
+    while time.thread_time_ns() < end:  # 10 ms of this thread's CPU
+        pass
+    chain.next(Op.BACKWARD)
+    time.sleep(0.01)  # wall time, hardly any CPU
+    chain.next(Op.OPTIMIZER)
+    chain.end()
+    fwd, bwd, opt = tr.events()
+    assert [e.op for e in (fwd, bwd, opt)] == [Op.FORWARD, Op.BACKWARD, Op.OPTIMIZER]
+    assert {e.step for e in (fwd, bwd, opt)} == {7}
+    assert fwd.end_ns == bwd.start_ns and bwd.end_ns == opt.start_ns
+    assert fwd.cpu_ns is not None and 10_000_000 <= fwd.cpu_ns <= fwd.dur_ns, fwd
+    assert bwd.cpu_ns is not None and bwd.cpu_ns < 5_000_000 < bwd.dur_ns, bwd
+    assert opt.cpu_ns is not None and opt.cpu_ns <= opt.dur_ns
+    assert Tracer(0, enabled=False).chain(0).next(Op.FORWARD) is None  # tracing off: nothing
+
