@@ -92,9 +92,6 @@ class TrainLoop(Generic[R]):
                               and cls.update is TrainLoop.update)
         """The base hooks' forward, backward and optimizer step with nothing between them (no
         sync, no wait inside backward): traced as one chain of spans (``_compute_chained``)."""
-        self._fp32_forward = (self._back_to_back and cls.autocast is TrainLoop.autocast
-                              and self.precision == "fp32")
-        """The forward needs no context (``autocast`` is the base's, with nothing to do)."""
 
     # ---- sizes ---------------------------------------------------------------------------
     @property
@@ -217,11 +214,8 @@ class TrainLoop(Generic[R]):
         chain = self.ctx.tracer.chain(step)
         try:
             chain.next(Op.FORWARD)
-            if self._fp32_forward:
+            with self.autocast():
                 loss = self.loss(self.model(x), y)
-            else:
-                with self.autocast():
-                    loss = self.loss(self.model(x), y)
             chain.next(Op.BACKWARD)
             loss.backward()
             chain.next(Op.OPTIMIZER)
