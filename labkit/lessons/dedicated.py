@@ -96,7 +96,10 @@ def replay_if_missed(result: Any, verdicts: str, wire: AlphaBeta | None = None, 
     (``labkit.visuals.replay.plot_replay``); else say that every verdict held and return None
     (a notebook shows nothing for None)."""
     if not missed(verdicts):
-        print("every timed verdict above holds: no replay needed")
+        # names what it judged: a lesson's earlier cells may have printed verdicts that
+        # missed (each drew its own replay), and "every verdict above" read as all of them
+        print(f"{what.split(':')[0]}: each verdict printed just above held, so no replay is "
+              "drawn for it")
         return None
     rep = dedicated(result, wire)
     print(replay_text(result, rep, what=what))
