@@ -56,10 +56,21 @@ def _leftovers() -> list[str]:
     return found
 
 
+_BEFORE: set[str] = set()  # what was on this host before the running test began
+
+
+@pytest.fixture(autouse=True)
+def _traces_before_the_test() -> None:
+    """Another session's (or a killed run's) namespace is not this test's leftover: each
+    test answers only for what appeared while it ran."""
+    _BEFORE.clear()
+    _BEFORE.update(_leftovers())
+
+
 def assert_nothing_left(timeout_s: float = 10.0) -> None:
     """Namespaces, links and processes are gone (processes may take a moment to be reaped)."""
     deadline = time.monotonic() + timeout_s
-    while (left := _leftovers()) and time.monotonic() < deadline:
+    while (left := sorted(set(_leftovers()) - _BEFORE)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"left behind: {left}"
 

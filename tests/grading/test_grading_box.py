@@ -23,6 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labkit.grading.sandbox.limits import box_parents
 from tests.conftest import processes_holding
 from tests.grading.test_grading_attacks import HONEST_GLOBAL, autograded_outputs
 from tests.grading.test_nbgrader_flow import (
@@ -126,8 +127,9 @@ FILL_TMP = '''with open("/tmp/fill", "wb") as f:
 
 
 def cgroup_leftovers() -> set[str]:
-    """Box cgroups whose grader is gone (names are labkit-box-<grader pid>-<random>)."""
-    return {str(p) for p in Path("/sys/fs/cgroup").glob("*/**/labkit-box-*")
+    """Box cgroups whose grader is gone (names are labkit-box-<grader pid>-<random>), where
+    this session's graders put them: another session's leftovers are not this test's."""
+    return {str(p) for folder in box_parents() for p in folder.glob("labkit-box-*")
             if not Path(f"/proc/{p.name.split('-')[2]}").exists()}
 
 

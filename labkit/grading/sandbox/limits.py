@@ -147,6 +147,19 @@ def sweep_dead_boxes(folder: Path) -> int:
     return gone
 
 
+def box_parents(parent: str | None = None) -> list[Path]:
+    """The folders this process's boxes go in: one per cgroup-v1 controller (pids, memory,
+    cpu) or the one v2 folder -- where :func:`sweep_dead_boxes` looks, and where a test
+    looks for boxes left behind (not the whole machine: another session's are not ours)."""
+    mounts, own = _mounts(), _own_paths()
+    v1 = [(c, m) for m, kind, opts in mounts if kind == "cgroup"
+          for c in ("pids", "memory", "cpu") if c in opts]
+    if v1:
+        return [_place(m, own.get(c, "/"), parent) for c, m in sorted(v1)]
+    return [_place(m, own.get("", "/"), parent or "/labkit-grading")
+            for m, kind, _ in mounts if kind == "cgroup2"][:1]
+
+
 class BoxCgroup:
     """One box's cgroup: v1 (a folder per controller, pids + memory) or v2 (one folder)."""
 
