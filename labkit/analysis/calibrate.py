@@ -50,6 +50,7 @@ from typing import Any
 
 from labkit.base import devices, places
 from labkit.base.cache import KeyedCache
+from labkit.base.cpuload import busy_limit, cpu_sample, others_cores
 from labkit.base.progress import Progress
 
 SQUARE = (256, 512, 1024, 2048, 3072)
@@ -82,28 +83,9 @@ def _key(device: str, threads: int, dtype: str = "fp32") -> str:
 
 
 # ---- 3. how busy the machine is while we measure -------------------------------------------
-def cpu_sample() -> tuple[float, float, float]:
-    """(seconds of CPU every process used, seconds this process used, wall clock)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-        used = sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7)) / ticks  # all but idle, iowait
-    except (OSError, ValueError, IndexError):
-        used = float("nan")
-    me = os.times()
-    return used, me.user + me.system, time.monotonic()
-
-
-def others_cores(before: tuple[float, float, float], after: tuple[float, float, float]
-                 ) -> float:
-    """Cores' worth of CPU that other processes used between two ``cpu_sample``s."""
-    wall = max(after[2] - before[2], 1e-9)
-    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / wall)
-
-
 def busy_reason(others: float, spread: float, cores: int) -> str | None:
     """Why a measurement cannot be trusted (None: it can)."""
-    limit = max(0.25, 0.15 * cores)
+    limit = busy_limit(cores)
     load = os.getloadavg()[0]
     if others > limit:
         return (f"other processes used {others:.1f} of {cores} cores while it measured "
@@ -130,7 +112,7 @@ def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape]
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     rates: dict[str, float] = {}
     spreads: dict[str, float] = {}
-    before = cpu_sample()
+    before = cpu_sample(tree=False)  # the measurement runs in this process's threads
     for m, k, n in shapes or []:
         a, b = torch.randn(m, k, device=dev, dtype=dt), torch.randn(k, n, device=dev, dtype=dt)
         seen = []  # the first round pays the warm-up (allocator, threads, cuBLAS): best-of
@@ -145,7 +127,7 @@ def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape]
         spreads[f"{m}x{k}x{n}"] = (max(seen) - min(seen)) / max(seen)
         if on_shape is not None:
             on_shape(f"{m}x{k}x{n}")
-    others = others_cores(before, cpu_sample()) if dev.type == "cpu" else 0.0
+    others = others_cores(before, cpu_sample(tree=False)) if dev.type == "cpu" else 0.0
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else platform.processor()
     return {"rates": rates, "spreads": spreads, "others_cores": others,
             "load": os.getloadavg()[0], "device": device, "name": name or platform.machine(),

@@ -53,6 +53,12 @@ def weak_scaling_verdicts(ddp: dict[str, Any]) -> list[Verdict]:
             for r in _measured(ddp)]
 
 
+def predicted_rows(ddp: dict[str, Any]) -> list[dict[str, Any]]:
+    """The measured rows with a predicted step (across a link), in ``prediction_verdicts``'
+    order."""
+    return [r for r in _measured(ddp) if r.get("predicted_step_s")]
+
+
 def prediction_verdicts(ddp: dict[str, Any]) -> list[Verdict]:
     """Per measured row across a link: its fastest step (ms) +- half its steps' spread,
     within ``PREDICTION_FACTOR`` of the predicted step."""
@@ -61,7 +67,7 @@ def prediction_verdicts(ddp: dict[str, Any]) -> list[Verdict]:
                                       "the step across the link is the in-node step plus what "
                                       "the link adds to its all-reduce"),
                   f"{r['name']}: step (ms, the fastest)", fmt=".1f")
-            for r in _measured(ddp) if r.get("predicted_step_s")]
+            for r in predicted_rows(ddp)]
 
 
 def ddp_text(ddp: dict[str, Any]) -> str:
@@ -71,7 +77,7 @@ def ddp_text(ddp: dict[str, Any]) -> str:
     results, lines = ddp["results"], []
     rows = _measured(ddp)
     pairs = list(zip(rows, weak_scaling_verdicts(ddp)))
-    pairs += list(zip([r for r in rows if r.get("predicted_step_s")], prediction_verdicts(ddp)))
+    pairs += list(zip(predicted_rows(ddp), prediction_verdicts(ddp)))
     for row, v in pairs:
         lines.append(v.sentence())
         if v.holds:

@@ -3,13 +3,14 @@ batch per device grows, the crossover batch on this machine, and on an 8-GPU nod
 datasheets (``labkit.theory.roofline``).
 
 Each rank builds the same MLP and, for every batch size in turn (alternated over the
-repeats, ``labkit.lessons.measure``'s protocol), times one forward + backward on that many
-samples, then -- after a barrier, so a late peer's compute is not counted as wire time --
-one all-reduce of all its gradients as a single flat message. A synchronous step lasts as
-long as its slowest rank, so each (repeat, batch) keeps the larger of the ranks' times; a
-time's statistic is the least repeat (noise only lengthens a time), its noise the
-half-spread. The crossover is found per repeat (where all-reduce / compute crosses 1, interpolated
-on log scales) and reported over the repeats with its spread.
+repeats, ``labkit.lessons.measure``'s protocol), times ``CALLS`` forward + backward passes on
+that many samples, then -- after a barrier, so a late peer's compute is not counted as wire
+time -- ``CALLS`` all-reduces of all its gradients as a single flat message, and keeps the
+least of each. A synchronous step lasts as long as its slowest rank, so each (repeat, batch)
+keeps the larger of the ranks' times; a time's statistic is the least repeat (noise only
+lengthens a time), its noise the half-spread. The crossover is found per repeat (where
+all-reduce / compute crosses 1, interpolated on log scales) and reported over the repeats
+with its spread.
 """
 
 from __future__ import annotations
@@ -28,11 +29,28 @@ BATCHES = (4, 32, 256, 1024)
 """Batch per rank, from far below to far above a CPU's crossover (a few dozen samples)."""
 
 
+CALLS = 5
+"""Back-to-back calls timed per (repeat, batch); the least of them is the repeat's time. One
+call of gloo's all-reduce on 2 quiet cores ran 0.4 ms at its median and 4 ms at its 90th
+percentile (1 MB; docs/benchmarks.md, issue 32): one call a repeat made the ratios' noise
++-40-60 % quiet, and the verdicts flip between runs."""
+
+
+def _least(calls: int, fn: Any) -> float:
+    """The least wall time of ``calls`` calls of ``fn`` (noise only lengthens a time)."""
+    best = math.inf
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def roofline_rank(ctx: Any, batches: Sequence[int], rounds: int, width: int,
-                  depth: int) -> dict[str, Any]:
-    """Rank side: per round, per batch, the seconds of one forward + backward and of one
-    all-reduce of the gradients (``"compute"`` and ``"allreduce"``: rounds x batches), and
-    the model's ``"params"``."""
+                  depth: int, calls: int = CALLS) -> dict[str, Any]:
+    """Rank side: per round, per batch, the least seconds of ``calls`` forward + backward
+    passes and of ``calls`` all-reduces of the gradients (``"compute"`` and
+    ``"allreduce"``: rounds x batches), and the model's ``"params"``."""
     import torch
 
     from labkit.base.events import Op
@@ -49,17 +67,18 @@ def roofline_rank(ctx: Any, batches: Sequence[int], rounds: int, width: int,
         for b in batches:
             x = torch.randn(b, m.in_dim, generator=torch.Generator().manual_seed(round_))
             y = torch.randint(0, m.out_dim, (b,), generator=torch.Generator().manual_seed(1))
-            model.zero_grad(set_to_none=True)
-            ctx.comm.barrier()
-            t0 = time.perf_counter()
-            with ctx.span(Op.BACKWARD, step=round_, name=f"batch {b}"):
+
+            def forward_backward() -> None:
+                model.zero_grad(set_to_none=True)
                 torch.nn.functional.cross_entropy(model(x), y).backward()
-            comp.append(time.perf_counter() - t0)
-            flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+
             ctx.comm.barrier()
-            t0 = time.perf_counter()
-            ctx.comm.all_reduce(flat, step=round_, name=f"batch {b}")
-            comm.append(time.perf_counter() - t0)
+            with ctx.span(Op.BACKWARD, step=round_, name=f"batch {b}"):
+                comp.append(_least(calls, forward_backward))
+            flat = torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+            ctx.comm.barrier()  # a late peer's compute is not wire time
+            comm.append(_least(calls, lambda: ctx.comm.all_reduce(flat, step=round_,
+                                                                  name=f"batch {b}")))
         out["compute"].append(comp)
         out["allreduce"].append(comm)
     return out
@@ -122,7 +141,7 @@ class Roofline:
 
 
 def roofline_sweep(pool: Any, batches: Sequence[int] = BATCHES, repeats: int = 4,
-                   width: int = 256, depth: int = 4, warmup: int = 1) -> Roofline:
+                   width: int = 512, depth: int = 4, warmup: int = 1) -> Roofline:
     """Every batch size, alternated ``warmup + repeats`` times on ``pool``'s ranks."""
     res = pool.launch(roofline_rank, list(batches), warmup + repeats, width, depth)
     per_rank = res.results
@@ -159,7 +178,8 @@ def roofline_text(r: Roofline) -> str:
     lines = [f"batch {b:5d} per rank: compute {c * 1e3:7.2f} ms, all-reduce of "
              f"{4 * r.params / 1e6:.2f} MB {a * 1e3:6.2f} ms -> "
              + ("communication-bound" if a > c else "compute-bound")
-             + f"  (least of {len(r.compute)} repeats)" for b, c, a in zip(r.batches, comp, comm)]
+             + f"  (least of {len(r.compute)} repeats x {CALLS} calls)"
+             for b, c, a in zip(r.batches, comp, comm)]
     verdicts = roofline_verdicts(r)
     lines += [v.sentence() for v in verdicts]
     if not all(v.holds for v in verdicts):

@@ -5,8 +5,9 @@ A lesson's prose states a rule ("with a straggler, ASP reaches the target first"
 beside it prints what *this* run showed. Where the run disagrees, the usual reason on a
 laptop is not the rule but the cores: other programs (or more ranks than cores) took turns
 on them, and a rank waiting for a core looks like a slow rank or a slow message. These
-helpers read the load average (``os.getloadavg``: runnable processes, averaged over a
-minute) before a lesson's runs start, so the sentence can say how busy the machine was.
+helpers read how much CPU other programs used (``labkit.base.cpuload``: everyone's CPU time
+less the lesson's own tree, over half a second), so the sentence can say how busy the machine
+was without counting the lesson's own ranks, as the load average would for a minute.
 ``sharing_cores`` silences the launcher's "ranks share cores" warning inside a lesson's
 driver: a lesson that runs more ranks than cores on purpose says so once, in its own words,
 instead of a red box under every cell. Torch-free, no processes.
@@ -16,39 +17,70 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import psutil
+
+from labkit.base.cpuload import busy_limit, others_now
 from labkit.base.devices import cpu_count
 
 
 @dataclass(frozen=True)
 class Load:
-    """The machine's load average and cores, read just before a lesson's runs."""
+    """How busy other programs kept the machine, read when a lesson writes its sentence."""
 
     load: float
-    """1-minute load average (runnable processes); nan where the OS has none."""
+    """1-minute load average (runnable processes, the lesson's own ranks included, decaying
+    over a minute); nan where the OS has none. Said for context, never judged."""
     cores: int
+    others: float = float("nan")
+    """Cores' worth of CPU that programs outside the lesson's kernel (and its ranks, pool
+    and Ray daemons) used over half a second (``labkit.base.cpuload``); nan: not read."""
 
     @property
     def busy(self) -> bool:
-        """Other programs wanted at least half the cores before the lesson's own ranks came."""
+        """Other programs used more than ``busy_limit`` (a quarter of a core; 15 % of the
+        machine from 2 cores up): the lesson's own ranks never count, however recently they
+        ran. Without that reading, the load average at half the cores."""
+        if self.others == self.others:
+            return self.others > busy_limit(self.cores)
         return self.load == self.load and self.load >= 0.5 * self.cores
 
     def text(self) -> str:
-        if self.load != self.load:
-            return f"{self.cores} cores"
-        return f"load average {self.load:.1f} on {self.cores} cores"
+        """"other programs used 1.7 of 2 cores (load average 3.4)", or what is known of it."""
+        if self.others == self.others:
+            return (f"other programs used {self.others:.1f} of {self.cores} cores"
+                    + (f" (load average {self.load:.1f})" if self.load == self.load else ""))
+        if self.load == self.load:
+            return f"load average {self.load:.1f} on {self.cores} cores"
+        return f"{self.cores} cores"
 
 
-def load_now() -> Load:
-    """The load average before a run (nan where ``os.getloadavg`` is missing)."""
+_LAST: list[tuple[float, Load]] = []
+FRESH_S = 10.0
+"""A reading this recent is reused: a cell that writes five sentences reads the machine once."""
+
+
+def load_now(fresh: bool = False) -> Load:
+    """How busy other programs keep the machine now (``Load``): their CPU over half a
+    second, read at most every ``FRESH_S`` (``fresh``: read it again now), and the load
+    average beside it."""
+    if not fresh and _LAST and time.monotonic() - _LAST[0][0] < FRESH_S:
+        return _LAST[0][1]
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
         load = float("nan")
-    return Load(load, cpu_count())
+    try:
+        others = others_now()
+    except (OSError, psutil.Error):
+        others = float("nan")
+    reading = Load(load, cpu_count(), others)
+    _LAST[:] = [(time.monotonic(), reading)]
+    return reading
 
 
 NOT_DEDICATED = "the rule is about ranks with a core each, which this run did not have"
@@ -60,7 +92,8 @@ def why_not(load: Load, ranks: int) -> str:
     shared how many cores, and how busy the machine already was."""
     parts = [f"{ranks} ranks shared {load.cores} cores"]
     if load.busy:
-        parts.append(f"and other programs kept the machine busy ({load.text()})")
+        parts.append(f"and {load.text()}" if load.others == load.others else
+                     f"and other programs kept the machine busy ({load.text()})")
     return (" ".join(parts) + ": a rank waiting for a core looks like a slow rank or a slow "
             "message, and that waiting is not in the formula; " + NOT_DEDICATED)
 

@@ -24,10 +24,22 @@ def lesson_10(ns: dict[str, Any]) -> None:
         assert compare([s[0] for s in sums], [s[k] for s in sums], what="sum"), k
     assert uplink["yours"] == uplink["labkit's hierarchical"] == [1.0 * size] * 2, uplink
     assert uplink["flat ring"] == [1.5 * size] * 2, uplink
-    from labkit.lessons.cluster_ddp import prediction_verdicts, weak_scaling_verdicts
+    from labkit.lessons.cluster_ddp import (
+        predicted_rows,
+        prediction_verdicts,
+        weak_scaling_verdicts,
+    )
 
     ddp = ns["ddp"]
-    judged(weak_scaling_verdicts(ddp) + prediction_verdicts(ddp), ns["said_ddp"], label="ddp")
+    predicted = prediction_verdicts(ddp)
+    inside = next(r["step_s"] for r in ddp["rows"] if r["name"] == "1 node x 2 ranks")
+    adds_little = [v for v, r in zip(predicted, predicted_rows(ddp), strict=True)
+                   if r["predicted_step_s"] < 1.1 * inside]
+    # a link that adds under 10 % judges two runs' fastest steps against each other: their
+    # own spread (+-25 %) crossed the band's low edge in 2 of 2 quiet runs (infiniband_hdr,
+    # 20.5 +- 5.1 against 15.7-35.3 ms: docs/benchmarks.md)
+    judged(weak_scaling_verdicts(ddp) + predicted, ns["said_ddp"], label="ddp",
+           may_miss_quiet=adds_little)
     rows = ns["place"]["rows"]
     inside = {r["strategy"]: r for r in rows if r["where"].startswith("inside")}
     across = {r["strategy"]: r for r in rows if not r["where"].startswith("inside")}
