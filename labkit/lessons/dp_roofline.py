@@ -141,9 +141,10 @@ class Roofline:
 
 
 def roofline_sweep(pool: Any, batches: Sequence[int] = BATCHES, repeats: int = 4,
-                   width: int = 512, depth: int = 4, warmup: int = 1) -> Roofline:
+                   width: int = 512, depth: int = 4, warmup: int = 1,
+                   calls: int = CALLS) -> Roofline:
     """Every batch size, alternated ``warmup + repeats`` times on ``pool``'s ranks."""
-    res = pool.launch(roofline_rank, list(batches), warmup + repeats, width, depth)
+    res = pool.launch(roofline_rank, list(batches), warmup + repeats, width, depth, calls)
     per_rank = res.results
     keep = slice(warmup, None)
     slowest = {k: [[max(r[k][i][j] for r in per_rank) for j in range(len(batches))]
