@@ -109,6 +109,8 @@ class Verdict:
     what: str
     """The measured quantity in words, e.g. "naive / bucketed step time"."""
     fmt: str = ".3g"
+    premise: str = ""
+    """A premise of the rule this run lacked (``judge``'s): why it is inconclusive."""
 
     @property
     def holds(self) -> bool:
@@ -136,17 +138,24 @@ class Verdict:
         if self.word == CONTRADICTED:
             return f"{head} -- contradicted by this run"
         noise = self.sample.relative_noise
-        why = ("one run cannot tell" if math.isnan(self.sample.noise) else
+        why = (self.premise if self.premise else
+               "one run cannot tell" if math.isnan(self.sample.noise) else
                f"noise +-{noise:.0%}" if math.isfinite(noise) else "noise too large")
         return f"{head} -- inconclusive on this machine ({why})"
 
 
-def judge(sample: Sample, claim: Claim, what: str, fmt: str = ".3g") -> Verdict:
+def judge(sample: Sample, claim: Claim, what: str, fmt: str = ".3g",
+          premise: str = "") -> Verdict:
     """Holds when ``sample``'s whole noise band lies inside ``claim``, contradicted when it
     lies wholly outside, else inconclusive. Unmeasured noise (one run) never holds: it is
     contradicted only when the value misses the claim by more than the claim is wide (or,
-    for a direction, by more than 10 % of the bound's size)."""
+    for a direction, by more than 10 % of the bound's size). ``premise``: a premise of the
+    rule the run lacked on purpose (4 ranks on 2 cores for a rule about ranks with a core
+    each): inconclusive whatever the numbers, saying which -- a verdict that the time of day
+    would flip between holds and contradicted."""
     v, n = sample.value, sample.noise
+    if premise:
+        return Verdict(INCONCLUSIVE, claim, sample, what, fmt, premise)
     if math.isnan(v):
         word = INCONCLUSIVE
     elif math.isnan(n):

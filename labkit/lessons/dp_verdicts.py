@@ -28,14 +28,21 @@ HIDDEN_MORE = 0.05
 
 def scaling_verdict(runs: Mapping[int, Any], predicted: Mapping[int, float], n: int) -> Verdict:
     """The ``n``-rank step (ms: the median of its steps after the first, their half-spread
-    the noise) against the alpha-beta prediction, within ``SCALING_FACTOR``."""
+    the noise) against the alpha-beta prediction, within ``SCALING_FACTOR``; more ranks
+    than cores is inconclusive, saying so (beside two hogs it read holds in one run and
+    contradicted in the next)."""
+    from labkit.base.devices import cpu_count
+
     got = runs[n].step_time_s * 1e3
     steps = [t * 1e3 for t in runs[n].timeline.step_times_s()[1:]] or [got]
+    cores = cpu_count()
     return judge(Sample.of(steps, "median"),
                  Claim.within_factor(predicted[n] * 1e3, SCALING_FACTOR,
                                      "the step grows by the exposed all-reduce (t_n = t_1 + "
                                      "its wire time)"),
-                 f"{n}-rank step (ms; median of its steps)", fmt=".1f")
+                 f"{n}-rank step (ms; median of its steps)", fmt=".1f",
+                 premise=(f"{n} ranks took turns on {cores} cores, and the rule is about "
+                          f"ranks with a core each" if n > cores else ""))
 
 
 def step_ms(run: Any) -> float:

@@ -180,6 +180,8 @@ def test_weak_scaling_sentences_split_what_left_the_model() -> None:
         "7.5 -- holds" in text
     assert "64 ranks: measured 120.0 ms, predicted 6.0 ms; compute 9.0 ms per rank (2.2x" in text
     assert "64 ranks on" in text and "take turns" in text
+    assert "64-rank step (ms; median of its steps) 120.0 +- 0.0, the rule wants from 4.0 to " \
+        "9.0 -- inconclusive on this machine (64 ranks took turns on" in text  # never flips
     issue = dp_lesson.scaling_text({1: runs[1], 2: run(27.8, 20.0, 5.0, 2)}, {1: 0.004, 2: 0.2485})
     assert "contradicted by this run" in issue and "the prediction is above the run" in issue
 

@@ -179,3 +179,17 @@ def test_a_sweep_counts_its_runs_on_one_progress_line(capsys):
     assert lines[0] == "bucket sweep: 1/6 a (warm-up)" and lines[-1] == "bucket sweep: 6/6 b (repeat 2)"
     alternate({"a": lambda: SimpleNamespace(step_time_s=1.0)}, repeats=1, progress=False)
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_run_without_the_rules_premise_is_inconclusive_whatever_its_numbers() -> None:
+    """4 ranks on 2 cores beside hogs read holds one run and contradicted the next: a rule
+    about ranks with a core each is inconclusive there, and the sentence says why."""
+    from labkit.analysis.claims import INCONCLUSIVE, Claim, Sample, judge
+
+    claim = Claim.within_factor(10.0, 1.5, "the step grows by the exposed all-reduce")
+    for steps in ([10.0, 10.1, 9.9], [80.0, 81.0, 79.0]):  # would hold; would be contradicted
+        v = judge(Sample.of(steps), claim, "4-rank step (ms)", fmt=".1f",
+                  premise="4 ranks took turns on 2 cores")
+        assert v.word == INCONCLUSIVE and not v.holds
+        assert v.sentence().endswith("-- inconclusive on this machine (4 ranks took turns on 2 "
+                                     "cores)")
