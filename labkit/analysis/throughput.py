@@ -75,7 +75,9 @@ def mfu_fields(achieved: float, backend: str, world_size: int, threads: int,
                shapes: list[Shape], dtype: str = "fp32", progress: bool | None = None
                ) -> dict[str, Any]:
     """``mfu`` and the peak it used; a peak below ``achieved`` is measured again first
-    (``progress``: whether a measurement shows progress, as ``RunConfig.progress``)."""
+    (``progress``: whether a measurement shows progress, as ``RunConfig.progress``). That is
+    said in ``peak_source``; a warning comes only when even the new peak is below the run
+    (no MFU then): lesson 03 showed a red box for a cached peak that a fresh one replaced."""
     peak = machine_peak(backend, world_size, threads, shapes, dtype=dtype, progress=progress)
     if not peak or peak["peak_flops_per_s"] <= 0:
         return {}
@@ -90,11 +92,12 @@ def mfu_fields(achieved: float, backend: str, world_size: int, threads: int,
             peak = again
             source = f"{what}, measured again: the model ran at {achieved / 1e9:.1f} GFLOP/s, " \
                      f"above the cached peak {low / 1e9:.1f}"
-        warnings.warn(f"the model ran at {achieved / 1e9:.1f} GFLOP/s, above the cached peak "
-                      f"{low / 1e9:.1f} GFLOP/s (measured on a busier machine?): measured the "
-                      f"peak again, {peak['peak_flops_per_s'] / 1e9:.1f} GFLOP/s. Run "
-                      f"`labkit calibrate` on a quiet machine for a trustworthy MFU",
-                      stacklevel=4)
+        if achieved > peak["peak_flops_per_s"]:  # a fresh peak that explains it: no news
+            warnings.warn(f"the model ran at {achieved / 1e9:.1f} GFLOP/s, above the cached "
+                          f"peak {low / 1e9:.1f} GFLOP/s and above the peak measured again, "
+                          f"{peak['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, so no MFU is "
+                          f"reported. Run `labkit calibrate` on a quiet machine for a "
+                          f"trustworthy MFU", stacklevel=4)
     out = _peak_fields(peak, source)
     if achieved <= peak["peak_flops_per_s"]:
         out["mfu"] = achieved / peak["peak_flops_per_s"]

@@ -25,8 +25,8 @@ from labkit.theory import amdahl_fraction_for, amdahl_speedup, fit_amdahl
 SCALES = (Op.FORWARD, Op.BACKWARD)
 PEAK_AGAIN = r"the model ran at .* above the cached peak"
 """The start of ``labkit.analysis.throughput``'s warning that a run beat the cached peak
-FLOP/s (it measures the peak again, for the run's MFU): six runs beside a changing load
-meet it often, and this sweep reports no MFU, so it is not shown here."""
+FLOP/s and the peak measured again (no MFU then): six runs beside a changing load can meet
+it, and this sweep reports no MFU, so it is not shown here."""
 
 
 @dataclass
