@@ -147,17 +147,29 @@ def sweep_dead_boxes(folder: Path) -> int:
     return gone
 
 
-def box_parents(parent: str | None = None) -> list[Path]:
-    """The folders this process's boxes go in: one per cgroup-v1 controller (pids, memory,
-    cpu) or the one v2 folder -- where :func:`sweep_dead_boxes` looks, and where a test
-    looks for boxes left behind (not the whole machine: another session's are not ours)."""
+def _homes(parent: str | None) -> tuple[int, list[tuple[str, Path]]]:
+    """Where this process's boxes go: (1, a folder per v1 controller -- pids and memory, cpu
+    where mounted), (2, the one v2 folder), or (0, []) where neither offers pids + memory."""
     mounts, own = _mounts(), _own_paths()
-    v1 = [(c, m) for m, kind, opts in mounts if kind == "cgroup"
-          for c in ("pids", "memory", "cpu") if c in opts]
-    if v1:
-        return [_place(m, own.get(c, "/"), parent) for c, m in sorted(v1)]
-    return [_place(m, own.get("", "/"), parent or "/labkit-grading")
-            for m, kind, _ in mounts if kind == "cgroup2"][:1]
+    v1 = {c: m for m, kind, opts in mounts if kind == "cgroup"
+          for c in ("pids", "memory", "cpu") if c in opts}
+    if "pids" in v1 and "memory" in v1:
+        return 1, [(c, _place(m, own.get(c, "/"), parent)) for c, m in sorted(v1.items())]
+    v2 = next((m for m, kind, _ in mounts if kind == "cgroup2"), None)
+    if v2 is not None and {"pids", "memory"} <= set(
+            Path(v2, "cgroup.controllers").read_text().split()):
+        return 2, [("", _place(v2, own.get("", "/"), parent or "/labkit-grading"))]
+    return 0, []
+
+
+def box_parents(parent: str | None = None) -> list[Path]:
+    """The folders this process's boxes go in -- where :func:`sweep_dead_boxes` looks, and
+    where a test looks for boxes left behind (not the whole machine: another session's are
+    not ours)."""
+    try:
+        return [folder for _, folder in _homes(parent)[1]]
+    except OSError:
+        return []
 
 
 class BoxCgroup:
@@ -170,39 +182,28 @@ class BoxCgroup:
     def make(cls, limits: Limits, parent: str | None = None) -> BoxCgroup | None:
         """A fresh cgroup with the limits written, or None where the grader may not make one."""
         name = f"labkit-box-{os.getpid()}-{secrets.token_hex(4)}"
-        mounts = _mounts()
-        own = _own_paths()
-        v1 = {c: m for m, kind, opts in mounts if kind == "cgroup"
-              for c in ("pids", "memory", "cpu") if c in opts}
-        v2 = next((m for m, kind, _ in mounts if kind == "cgroup2"), None)
         made: list[Path] = []
         try:
-            if "pids" in v1 and "memory" in v1:
-                for controller, mount in sorted(v1.items()):
-                    folder = _place(mount, own.get(controller, "/"), parent) / name
-                    sweep_dead_boxes(folder.parent)
-                    try:
-                        folder.mkdir(parents=parent is not None)
-                    except OSError:
-                        if controller == "cpu":  # fair share is a bonus, not a limit
-                            continue
-                        raise
-                    made.append(folder)
-                box = cls(made, 1)
-            elif v2 is not None and {"pids", "memory"} <= set(
-                    Path(v2, "cgroup.controllers").read_text().split()):
-                base = _place(v2, own.get("", "/"), parent or "/labkit-grading")
+            version, homes = _homes(parent)
+            if version == 2:  # one folder: turn the controllers on for the boxes below it
+                base = homes[0][1]
                 base.mkdir(exist_ok=True)
                 with contextlib.suppress(OSError):  # already on, or delegated to us that way
                     (base.parent / "cgroup.subtree_control").write_text("+pids +memory +cpu")
                     (base / "cgroup.subtree_control").write_text("+pids +memory +cpu")
-                folder = base / name
-                sweep_dead_boxes(base)
-                folder.mkdir()
-                made.append(folder)
-                box = cls(made, 2)
-            else:
+            elif version == 0:
                 return None
+            for controller, home in homes:
+                sweep_dead_boxes(home)
+                folder = home / name
+                try:
+                    folder.mkdir(parents=version == 1 and parent is not None)
+                except OSError:
+                    if controller == "cpu":  # fair share is a bonus, not a limit
+                        continue
+                    raise
+                made.append(folder)
+            box = cls(made, version)
             box._write(limits)
             return box
         except OSError:
