@@ -7,11 +7,11 @@ pin what the student saw. They assert the *phenomenon* each lesson teaches, with
 
 Phenomena made of timings (a bubble, an overlap, a speedup, a race) are held to their margin
 on a quiet machine. On a busy one (other programs -- the tests' other worker, two CPU hogs, a
-student's video call -- used more than a quarter of a core while the lesson ran, or as it is
-checked: ``labkit.base.cpuload``, the lesson's own ranks never counted) a timing may miss its
-margin: then the check
-asks that the lesson said so in its own words where it prints a verdict
-(``labkit.lessons.machine.why_not``) -- a lesson may be slow or noisy, never silently wrong.
+student's video call -- used more than ``busy_limit``, 0.3 of 2 cores, while the lesson ran
+or as it is checked: ``labkit.base.cpuload``, the lesson's own ranks never counted) a timing
+may miss its margin: then the check asks that the lesson said so in its own words where it
+prints a verdict (``labkit.lessons.machine.why_not``) -- a lesson may be slow or noisy, never
+silently wrong.
 """
 
 from __future__ import annotations

@@ -32,11 +32,11 @@ def lesson_10(ns: dict[str, Any]) -> None:
 
     ddp = ns["ddp"]
     predicted = prediction_verdicts(ddp)
-    inside = next(r["step_s"] for r in ddp["rows"] if r["name"] == "1 node x 2 ranks")
+    in_node_s = next(r["step_s"] for r in ddp["rows"] if r["name"] == "1 node x 2 ranks")
     adds_little = [v for v, r in zip(predicted, predicted_rows(ddp), strict=True)
-                   if r["predicted_step_s"] < 1.1 * inside]
+                   if r["predicted_step_s"] < 1.1 * in_node_s]
     # a link that adds under 10 % judges two runs' fastest steps against each other: their
-    # own spread (+-25 %) crossed the band's low edge in 2 of 2 quiet runs (infiniband_hdr,
+    # own spread (+-25 %) crossed the band's low edge in 3 of 3 quiet runs (infiniband_hdr,
     # 20.5 +- 5.1 against 15.7-35.3 ms: docs/benchmarks.md)
     judged(weak_scaling_verdicts(ddp) + predicted, ns["said_ddp"], label="ddp",
            may_miss_quiet=adds_little)
