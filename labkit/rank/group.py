@@ -121,7 +121,7 @@ class RankGroup:
         gathers every rank's report to rank 0 there).
         """
         from labkit.rank.job import RankReport
-        from labkit.trace.comm import Comm
+        from labkit.trace.comm import Comm, spin_waits
         from labkit.trace.tracer import CudaTracer, Tracer
 
         reset_rank_state(job.seed, self.rank, job.threads)  # 1.
@@ -132,6 +132,7 @@ class RankGroup:
         active = grid.active_axes() if grid is not None else []
         comm = Comm(tracer, self.rank, self.world_size, status=status,
                     axis=active[0] if len(active) == 1 else None)
+        comm.spin = spin_waits(self.backend, self.world_size)
         axis_comms = build_axis_comms(comm, grid, self.subgroups) if grid is not None else {}
         offset = align_clocks(tracer, self.rank, self.world_size)  # 3.
         spool = None

@@ -13,10 +13,22 @@ algorithm (a ring all-reduce sends ``2(n-1)/n`` of the payload); ``wire_bytes`` 
 Async ops (``async_op=True``) return a ``Handle``: the span runs from launch to completion
 (taken from the work's future where the backend offers one), and ``Handle.wait`` records the
 time the caller spent blocked as a separate ``wait`` span — the *exposed* communication.
+
+How a rank waits (``spin_waits``): by default it sleeps in the backend until the work is
+done. ``LABKIT_COMM_WAIT=spin`` makes a gloo rank poll its collectives instead, yielding the
+core between polls: a rank that sleeps lets its core go idle, and waking it costs a
+scheduler round trip (on a virtual machine, a halted virtual CPU the host must run again).
+Measured on 2 quiet virtual cores (``bench/bench_comm_wait.py``, docs/benchmarks.md): ten
+all-reduces of a ddp-naive step took 15-17.3 ms at their median sleeping and 7.6-9.4 ms
+polling in plain torch; labkit's 2-rank ddp-naive step 20-32 ms against 14-23 ms; the
+lessons' verdicts did not yet hold more often with it, so it stays a choice, not the default.
+Ranks that share cores never spin: a waiting rank would take a core from one that computes.
+Only all-reduces are polled (gloo's other work reports completion only inside ``wait``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +75,43 @@ def wire_bytes(op: Op, payload: int, world_size: int) -> float:
 
         return BUSBW_FACTORS[op.value](world_size) * payload
     return float(payload)
+
+
+WAIT_ENV = "LABKIT_COMM_WAIT"
+"""``sleep`` (the default) or ``spin``: how a rank waits for its collectives (``spin_waits``)."""
+
+
+def spin_waits(backend: str, world_size: int) -> bool:
+    """Whether ranks poll their collectives instead of sleeping in them: only when asked
+    (``LABKIT_COMM_WAIT=spin``), and then only gloo ranks that each have a usable core (a
+    GPU's NCCL work is waited on by its stream, not a core)."""
+    wanted = os.environ.get(WAIT_ENV, "sleep")
+    if wanted not in ("spin", "sleep"):
+        raise ValueError(f"{WAIT_ENV}={wanted!r} must be 'spin' or 'sleep'")
+    if wanted == "sleep" or backend != "gloo":
+        return False
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return world_size <= cores
+
+
+POLL_NS = 50_000_000
+"""How long a rank polls before it sleeps in ``wait`` after all: a work that never reports
+completion from outside ``wait`` (gloo's point-to-point and reduce-scatter work) costs at
+most this, never a hang."""
+
+
+def _await(work: Any, spin: bool) -> None:
+    """``work.wait()``, polling first when ``spin`` (the module docstring): the poll ends
+    when the work completes or fails, or after ``POLL_NS``; ``wait`` then returns or
+    raises the work's error."""
+    if spin:
+        done, yield_, until = work.is_completed, os.sched_yield, _now() + POLL_NS
+        while not done() and _now() < until:
+            yield_()
+    work.wait()
 
 
 _NO_FUTURE: set[tuple[type, Op]] = set()
@@ -115,8 +164,12 @@ class Handle:
 
     def _settle(self) -> None:
         """Wait for the op (no ``then``, no wait span) and make sure its span is recorded."""
-        self._work.wait()
+        _await(self._work, self._polls())
         self._record(self.done_ns if self.done_ns is not None else _now())
+
+    def _polls(self) -> bool:
+        """Spin on this op: an all-reduce on a spinning rank (``Comm._run``'s ``pollable``)."""
+        return self._comm._root.spin and self._op == Op.ALL_REDUCE
 
     def future(self) -> Any:
         """The backend's future for this op (collectives only), for chaining with ``then``."""
@@ -129,7 +182,7 @@ class Handle:
         comm = self._comm
         t0 = _now()
         with comm._blocking():
-            self._work.wait()
+            _await(self._work, self._polls())
         t1 = _now()
         self._record(self.done_ns if self.done_ns is not None else t1)
         if t1 - t0 > 20_000:  # blocked for more than 20 us: show it as exposed comm
@@ -170,6 +223,8 @@ class Comm:
         self._live: set[Handle] = set()  # handles whose span is not recorded yet
         self.slow_link_Bps: float | None = None  # see emulate_slow_link
         self._root: Comm = parent._root if parent is not None else self
+        self.spin = False
+        """Whether this rank polls its waits (``spin_waits``; set on the rank's root Comm)."""
 
     def on(self, axis: str, group: Any, ranks: list[int]) -> Comm:
         """A ``Comm`` for one grid axis: ``group``'s collectives, ``ranks`` its members
@@ -206,7 +261,12 @@ class Comm:
 
     # --- core -------------------------------------------------------------------------
     def _run(self, op: Op, fn: Callable[..., Any], args: tuple[Any, ...], async_op: bool,
-             meta: dict[str, Any], then: Callable[[], object] | None = None) -> Any:
+             meta: dict[str, Any], then: Callable[[], object] | None = None,
+             pollable: bool = False) -> Any:
+        """``fn(*args, group=...)`` traced as one ``op`` span; ``pollable``: ``fn`` takes
+        ``async_op`` and its work reports completion while it runs (gloo's all-reduce; its
+        point-to-point and reduce-scatter work complete only inside ``wait``), so a rank that
+        spins launches it async and polls (``_await``)."""
         if self.group is SOLO:
             return _solo(op, args, async_op, then)
         if self.axis is not None:
@@ -216,7 +276,10 @@ class Comm:
             work = fn(*args, group=self.group, async_op=True)
             return Handle(self, work, op, start, meta, then)
         with self._blocking():
-            fn(*args, group=self.group)
+            if pollable and self._root.spin:
+                _await(fn(*args, group=self.group, async_op=True), True)
+            else:
+                fn(*args, group=self.group)
         self.tracer.record(op, start, _now(), **meta)
         if then is not None:
             then()
@@ -231,7 +294,7 @@ class Comm:
         then = (lambda: tensor.div_(self.world_size)) if avg else None
         meta.setdefault("bytes", _nbytes(tensor))
         return self._run(Op.ALL_REDUCE, lambda t, **kw: dist.all_reduce(t, op=red, **kw),
-                         (tensor,), async_op, meta, then)
+                         (tensor,), async_op, meta, then, pollable=True)
 
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str = "sum", *,
                        async_op: bool = False, **meta: Any) -> Handle | None:

@@ -1,0 +1,33 @@
+"""How a rank waits for its collectives (``labkit.trace.comm.spin_waits``): sleeping unless
+asked, and then polling only gloo ranks that each have a core."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from labkit.trace.comm import WAIT_ENV, spin_waits
+
+pytestmark = pytest.mark.lesson00
+
+
+def test_ranks_sleep_unless_asked(monkeypatch):
+    monkeypatch.delenv(WAIT_ENV, raising=False)
+    assert not spin_waits("gloo", 2)
+    monkeypatch.setenv(WAIT_ENV, "sleep")
+    assert not spin_waits("gloo", 1)
+
+
+def test_asked_to_spin_only_gloo_ranks_with_a_core_each(monkeypatch):
+    monkeypatch.setenv(WAIT_ENV, "spin")
+    cores = len(os.sched_getaffinity(0))
+    assert spin_waits("gloo", cores)
+    assert not spin_waits("gloo", cores + 1)
+    assert not spin_waits("nccl", 1)
+
+
+def test_a_bad_value_names_itself_and_the_choices(monkeypatch):
+    monkeypatch.setenv(WAIT_ENV, "busy")
+    with pytest.raises(ValueError, match="LABKIT_COMM_WAIT='busy' must be 'spin' or 'sleep'"):
+        spin_waits("gloo", 2)
