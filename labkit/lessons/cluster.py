@@ -23,6 +23,7 @@ from labkit.base.progress import waiting
 from labkit.config.links import LinkWarning, parse_link
 from labkit.config.run import ModelConfig
 from labkit.lessons import cluster_predict as predict
+from labkit.lessons.cluster_ddp import IN_NODE, ONE
 from labkit.theory.interconnect import Interconnect
 
 DDP_MODEL = ModelConfig(width=256, depth=4)
@@ -155,8 +156,8 @@ def ddp_across_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_25g"), 
     t1 = predict.step_parts(one)["step_s"]
     loop = _run(world_size=2, **kw)
     grad_bytes = float(loop.metrics["bytes_per_step"])
-    rows = [_ddp_row("1 rank", 1, None, one, t1), _ddp_row("1 node x 2 ranks", 1, None, loop, t1)]
-    results = {"1 rank": one, "1 node x 2 ranks": loop}
+    rows = [_ddp_row(ONE, 1, None, one, t1), _ddp_row(IN_NODE, 1, None, loop, t1)]
+    results = {ONE: one, IN_NODE: loop}
     inside = predict.step_parts(loop)["step_s"]
     # 3. two nodes, one rank each, per link
     for link in links:

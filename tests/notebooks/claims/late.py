@@ -25,6 +25,7 @@ def lesson_10(ns: dict[str, Any]) -> None:
     assert uplink["yours"] == uplink["labkit's hierarchical"] == [1.0 * size] * 2, uplink
     assert uplink["flat ring"] == [1.5 * size] * 2, uplink
     from labkit.lessons.cluster_ddp import (
+        IN_NODE,
         predicted_rows,
         prediction_verdicts,
         steady_s,
@@ -33,9 +34,8 @@ def lesson_10(ns: dict[str, Any]) -> None:
 
     ddp = ns["ddp"]
     predicted = prediction_verdicts(ddp)
-    in_node = "1 node x 2 ranks"
-    in_node_s = next(r["step_s"] for r in ddp["rows"] if r["name"] == in_node)
-    spread = max(steady_s(ddp["results"][in_node])) - min(steady_s(ddp["results"][in_node]))
+    in_node_s = next(r["step_s"] for r in ddp["rows"] if r["name"] == IN_NODE)
+    spread = max(steady_s(ddp["results"][IN_NODE])) - min(steady_s(ddp["results"][IN_NODE]))
     adds_little = [v for v, r in zip(predicted, predicted_rows(ddp), strict=True)
                    if r["predicted_step_s"] - in_node_s < max(0.1 * in_node_s, spread / 2)]
     # a link that adds less than the in-node run's own noise judges two runs' fastest steps
