@@ -22,9 +22,9 @@ from labkit.lessons.machine import load_now, why_not
 PREDICTION_FACTOR = 1.5
 """How far (as a factor) a measured step may sit from the predicted one for the model to hold."""
 ONE = "1 rank"
-IN_NODE = "1 node x 2 ranks"
-"""The DDP rows' names of the one-rank reference and the in-node run (loopback between 2 ranks)."""
 """The name of the one-rank run (``ddp_across_links``'s results)."""
+IN_NODE = "1 node x 2 ranks"
+"""The name of the in-node run: 2 ranks of one node, loopback between them."""
 
 
 def steady_s(result: Any) -> list[float]:

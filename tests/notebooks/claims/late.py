@@ -25,25 +25,22 @@ def lesson_10(ns: dict[str, Any]) -> None:
     assert uplink["yours"] == uplink["labkit's hierarchical"] == [1.0 * size] * 2, uplink
     assert uplink["flat ring"] == [1.5 * size] * 2, uplink
     from labkit.lessons.cluster_ddp import (
-        IN_NODE,
         predicted_rows,
         prediction_verdicts,
-        steady_s,
         weak_scaling_verdicts,
     )
 
     ddp = ns["ddp"]
     predicted = prediction_verdicts(ddp)
-    in_node_s = next(r["step_s"] for r in ddp["rows"] if r["name"] == IN_NODE)
-    spread = max(steady_s(ddp["results"][IN_NODE])) - min(steady_s(ddp["results"][IN_NODE]))
-    adds_little = [v for v, r in zip(predicted, predicted_rows(ddp), strict=True)
-                   if r["predicted_step_s"] - in_node_s < max(0.1 * in_node_s, spread / 2)]
-    # a link that adds less than the in-node run's own noise judges two runs' fastest steps
-    # against each other: their spread (+-25 %) crossed the band's low edge in 3 of 3 quiet
-    # runs, then 2 of 5 (infiniband_hdr, 20.5 +- 5.1 against 15.7-35.3 ms, 21.2 +- 3.6
-    # against 18.3-41.2: docs/benchmarks.md)
+    # torch DDP hides part of its all-reduce under the backward; the prediction charges all of
+    # it (no overlap), so a fast link's step lands under it -- infiniband_hdr at about 0.8x,
+    # its fastest step's noise crossing the band's low edge in 3 of 8 quiet runs (and 3 of
+    # 3 before; e.g. 19.7 +- 3.6 against 16.3-36.7 ms: docs/benchmarks.md); a step above its
+    # prediction must still hold quiet
+    under = [v for v, r in zip(predicted, predicted_rows(ddp), strict=True)
+             if v.sample.value < r["predicted_step_s"] * 1e3]
     judged(weak_scaling_verdicts(ddp) + predicted, ns["said_ddp"], label="ddp",
-           may_miss_quiet=adds_little)
+           may_miss_quiet=under)
     rows = ns["place"]["rows"]
     inside = {r["strategy"]: r for r in rows if r["where"].startswith("inside")}
     across = {r["strategy"]: r for r in rows if not r["where"].startswith("inside")}
