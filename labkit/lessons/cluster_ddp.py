@@ -91,5 +91,10 @@ def ddp_text(ddp: dict[str, Any]) -> str:
         else:
             lines.append("  " + again(v.what, lambda r: fastest_s(r) * 1e3, [run],
                                       v.sample.value, ".1f"))
+            if v.sample.value < row["predicted_step_s"] * 1e3 and row.get("comm_s"):
+                hidden = row["comm_s"] - row["exposed_s"]
+                lines.append(f"  the prediction charges the link's whole all-reduce; in its "
+                             f"fastest step this run hid {hidden * 1e3:.1f} ms of its "
+                             f"{row['comm_s'] * 1e3:.1f} ms under the backward (its trace)")
         lines.append("  " + why_not(load_now(), 2))
     return "\n".join(lines) or "no multi-rank DDP run was measured here: nothing to judge"

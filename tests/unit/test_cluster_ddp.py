@@ -67,3 +67,15 @@ def test_nothing_measured_says_so() -> None:
     ddp = {"rows": [{"name": "1 rank", "step_s": 0.01}], "results": {"1 rank": _run([10, 10], 1)}}
     assert cluster_ddp.weak_scaling_verdicts(ddp) == []
     assert "nothing to judge" in cluster_ddp.ddp_text(ddp)
+
+
+def test_a_step_under_its_no_overlap_prediction_says_what_the_backward_hid() -> None:
+    ddp = _ddp([40, 11, 11.2, 11.4], [90, 20, 26, 27], predicted_ms=30)
+    ddp["rows"][2].update(comm_s=0.012, exposed_s=0.005)
+    (pred,) = cluster_ddp.prediction_verdicts(ddp)
+    assert pred.word == "inconclusive"  # 20 +- 3.5 ms against 20-45
+    text = cluster_ddp.ddp_text(ddp)
+    assert "this run hid 7.0 ms of its 12.0 ms under the backward (its trace)" in text
+    over = _ddp([40, 11, 11.2, 11.4], [90, 50, 80, 110], predicted_ms=20)
+    over["rows"][2].update(comm_s=0.012, exposed_s=0.005)
+    assert "under the backward" not in cluster_ddp.ddp_text(over)  # above it: not overlap
