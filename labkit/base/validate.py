@@ -179,3 +179,21 @@ def check_fields(obj: Any) -> list[str]:
         if problem is not None:
             problems.append(problem)
     return problems
+
+
+COMM_WAIT_ENV = "LABKIT_COMM_WAIT"
+"""How ranks wait for their all-reduces: ``sleep`` (the default) or ``spin``
+(``labkit.trace.comm.spin_waits``)."""
+COMM_WAITS = ("sleep", "spin")
+
+
+def comm_wait_problem(value: str | None = None) -> str | None:
+    """The rule ``LABKIT_COMM_WAIT`` (``value``, else the environment's) breaks, if any:
+    checked before any rank starts, read again by each rank."""
+    import os
+
+    wanted = os.environ.get(COMM_WAIT_ENV, "sleep") if value is None else value
+    if wanted in COMM_WAITS:
+        return None
+    return (f"{COMM_WAIT_ENV}={wanted!r} must be 'sleep' or 'spin' (how ranks wait for their "
+            f"all-reduces); e.g. unset it, or export {COMM_WAIT_ENV}=spin")

@@ -17,7 +17,12 @@ from typing import Any
 from labkit.base import devices
 from labkit.base.errors import ConfigError
 from labkit.base.files import dir_problem
-from labkit.base.validate import MAX_LOCAL_WORLD_SIZE, is_int, local_world_size_problem
+from labkit.base.validate import (
+    MAX_LOCAL_WORLD_SIZE,
+    comm_wait_problem,
+    is_int,
+    local_world_size_problem,
+)
 from labkit.config import registry
 from labkit.config.rules import settings_problems
 from labkit.config.run import RunConfig
@@ -59,10 +64,12 @@ def checkpoint_dir_problem(config: RunConfig) -> str | None:
 
 def check_local(config: RunConfig) -> None:
     """What a run needs on this host, checked before any process starts: every rank starts
-    here (at most ``MAX_LOCAL_WORLD_SIZE`` of them, in a working directory that exists) and
-    its checkpoint directory can be written."""
+    here (at most ``MAX_LOCAL_WORLD_SIZE`` of them, in a working directory that exists, told
+    a way of waiting they know: ``LABKIT_COMM_WAIT``) and its checkpoint directory can be
+    written."""
     problems = [p for p in (local_world_size_problem(config.world_size), cwd_problem(),
-                            checkpoint_dir_problem(config)) if p is not None]
+                            comm_wait_problem(), checkpoint_dir_problem(config))
+                if p is not None]
     if problems:
         raise ConfigError(problems)
 
@@ -109,6 +116,7 @@ def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed
                            trace=trace),
         None if callable(fn) else f"fn ({fn!r}) must be callable as fn(ctx, *args)",
         cwd_problem(),
+        comm_wait_problem(),
     ]
     return [p for p in checks if p is not None]
 

@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from labkit.base.events import Op
+from labkit.base.validate import COMM_WAIT_ENV, comm_wait_problem
 from labkit.trace.tracer import Tracer
 
 _now = time.monotonic_ns
@@ -77,18 +78,14 @@ def wire_bytes(op: Op, payload: int, world_size: int) -> float:
     return float(payload)
 
 
-WAIT_ENV = "LABKIT_COMM_WAIT"
-"""``sleep`` (the default) or ``spin``: how a rank waits for its collectives (``spin_waits``)."""
-
-
 def spin_waits(backend: str, world_size: int) -> bool:
     """Whether ranks poll their collectives instead of sleeping in them: only when asked
     (``LABKIT_COMM_WAIT=spin``), and then only gloo ranks that each have a usable core (a
     GPU's NCCL work is waited on by its stream, not a core)."""
-    wanted = os.environ.get(WAIT_ENV, "sleep")
-    if wanted not in ("spin", "sleep"):
-        raise ValueError(f"{WAIT_ENV}={wanted!r} must be 'spin' or 'sleep'")
-    if wanted == "sleep" or backend != "gloo":
+    problem = comm_wait_problem()  # labkit.run and launch checked it before any rank started
+    if problem is not None:
+        raise ValueError(problem)
+    if os.environ.get(COMM_WAIT_ENV, "sleep") == "sleep" or backend != "gloo":
         return False
     try:
         cores = len(os.sched_getaffinity(0))
