@@ -37,6 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from labkit.base.devices import cpu_count
 from labkit.base.events import Op
 from labkit.base.validate import COMM_WAIT_ENV, comm_wait_problem
 from labkit.trace.tracer import Tracer
@@ -82,16 +83,16 @@ def spin_waits(backend: str, world_size: int) -> bool:
     """Whether ranks poll their collectives instead of sleeping in them: only when asked
     (``LABKIT_COMM_WAIT=spin``), and then only gloo ranks that each have a usable core (a
     GPU's NCCL work is waited on by its stream, not a core)."""
-    problem = comm_wait_problem()  # labkit.run and launch checked it before any rank started
+    wanted = os.environ.get(COMM_WAIT_ENV, "sleep")
+    problem = comm_wait_problem(wanted)  # labkit.run and launch checked it before the ranks
     if problem is not None:
         raise ValueError(problem)
-    if os.environ.get(COMM_WAIT_ENV, "sleep") == "sleep" or backend != "gloo":
-        return False
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return world_size <= cores
+    return wanted == "spin" and backend == "gloo" and world_size <= cpu_count()
+
+
+POLLED = frozenset({Op.ALL_REDUCE})
+"""The ops a spinning rank polls: gloo's all-reduce reports completion while it runs; its
+point-to-point and reduce-scatter work complete only inside ``wait``."""
 
 
 POLL_NS = 50_000_000
@@ -165,8 +166,8 @@ class Handle:
         self._record(self.done_ns if self.done_ns is not None else _now())
 
     def _polls(self) -> bool:
-        """Spin on this op: an all-reduce on a spinning rank (``Comm._run``'s ``pollable``)."""
-        return self._comm._root.spin and self._op == Op.ALL_REDUCE
+        """Spin on this op: one of ``POLLED`` on a spinning rank."""
+        return self._comm._root.spin and self._op in POLLED
 
     def future(self) -> Any:
         """The backend's future for this op (collectives only), for chaining with ``then``."""
@@ -258,12 +259,9 @@ class Comm:
 
     # --- core -------------------------------------------------------------------------
     def _run(self, op: Op, fn: Callable[..., Any], args: tuple[Any, ...], async_op: bool,
-             meta: dict[str, Any], then: Callable[[], object] | None = None,
-             pollable: bool = False) -> Any:
-        """``fn(*args, group=...)`` traced as one ``op`` span; ``pollable``: ``fn`` takes
-        ``async_op`` and its work reports completion while it runs (gloo's all-reduce; its
-        point-to-point and reduce-scatter work complete only inside ``wait``), so a rank that
-        spins launches it async and polls (``_await``)."""
+             meta: dict[str, Any], then: Callable[[], object] | None = None) -> Any:
+        """``fn(*args, group=...)`` traced as one ``op`` span; a spinning rank launches an op
+        of ``POLLED`` async and polls it (``_await``)."""
         if self.group is SOLO:
             return _solo(op, args, async_op, then)
         if self.axis is not None:
@@ -273,7 +271,7 @@ class Comm:
             work = fn(*args, group=self.group, async_op=True)
             return Handle(self, work, op, start, meta, then)
         with self._blocking():
-            if pollable and self._root.spin:
+            if op in POLLED and self._root.spin:
                 _await(fn(*args, group=self.group, async_op=True), True)
             else:
                 fn(*args, group=self.group)
@@ -291,7 +289,7 @@ class Comm:
         then = (lambda: tensor.div_(self.world_size)) if avg else None
         meta.setdefault("bytes", _nbytes(tensor))
         return self._run(Op.ALL_REDUCE, lambda t, **kw: dist.all_reduce(t, op=red, **kw),
-                         (tensor,), async_op, meta, then, pollable=True)
+                         (tensor,), async_op, meta, then)
 
     def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, op: str = "sum", *,
                        async_op: bool = False, **meta: Any) -> Handle | None:
