@@ -23,7 +23,7 @@ from labkit.base.progress import waiting
 from labkit.config.links import LinkWarning, parse_link
 from labkit.config.run import ModelConfig
 from labkit.lessons import cluster_predict as predict
-from labkit.lessons.cluster_ddp import IN_NODE, ONE
+from labkit.lessons.cluster_ddp import IN_NODE, ONE, fastest_s
 from labkit.theory.interconnect import Interconnect
 
 DDP_MODEL = ModelConfig(width=256, depth=4)
@@ -165,7 +165,7 @@ def ddp_across_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_25g"), 
         for name, link in across.items():
             (runs[name],) = _run_many([dict(world_size=2, nodes=2, link=link, **kw)])
         loops.append(_run(world_size=2, **kw))
-    loop = min(loops, key=lambda r: predict.step_parts(r)["step_s"])
+    loop = min(loops, key=fastest_s)
     grad_bytes = float(loop.metrics["bytes_per_step"])
     rows = [_ddp_row(ONE, 1, None, one, t1), _ddp_row(IN_NODE, 1, None, loop, t1)]
     results = {ONE: one, IN_NODE: loop}
