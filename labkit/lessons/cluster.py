@@ -23,7 +23,7 @@ from labkit.base.progress import waiting
 from labkit.config.links import LinkWarning, parse_link
 from labkit.config.run import ModelConfig
 from labkit.lessons import cluster_predict as predict
-from labkit.lessons.cluster_ddp import IN_NODE, ONE, fastest_s
+from labkit.lessons.cluster_ddp import IN_NODE, ONE
 from labkit.theory.interconnect import Interconnect
 
 DDP_MODEL = ModelConfig(width=256, depth=4)
@@ -139,8 +139,7 @@ def measure_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_100g", "et
 def ddp_across_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_25g"), *,
                      steps: int = 8, batch_size: int = 256, model: ModelConfig = DDP_MODEL,
                      loopback: Interconnect | None = None, **run_kw: Any) -> dict[str, Any]:
-    """DDP on 1 rank, on 1 node of 2 ranks (loopback) and on 2 nodes of 1 rank per link; the
-    in-node run made before and after the link runs (where they run), the faster kept.
+    """DDP on 1 rank, on 1 node of 2 ranks (loopback) and on 2 nodes of 1 rank per link.
 
     Rows: ``name``, ``nodes``, ``link``, ``step_s``, ``compute_s``, ``exposed_s``,
     ``efficiency`` (t1 / t), ``predicted_comm_s`` (the all-reduce on the link, alpha-beta),
@@ -155,24 +154,17 @@ def ddp_across_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_25g"), 
     # 1. the compute-only reference
     one = _run(world_size=1, **kw)
     t1 = predict.step_parts(one)["step_s"]
-    # 2. one node (loopback between the ranks) before and after 3. two nodes of one rank per
-    # link: the in-node reference brackets the runs it predicts (A B A), and the faster of
-    # its two runs is the one the table and every prediction read (noise only lengthens a step)
-    across = {f"2 nodes x 1 rank, {link}": link for link in links}
-    loops = [_run(world_size=2, **kw)]
-    runs = {}
-    if support().available:
-        for name, link in across.items():
-            (runs[name],) = _run_many([dict(world_size=2, nodes=2, link=link, **kw)])
-        loops.append(_run(world_size=2, **kw))
-    loop = min(loops, key=fastest_s)
+    # 2. one node: loopback between the ranks
+    loop = _run(world_size=2, **kw)
     grad_bytes = float(loop.metrics["bytes_per_step"])
     rows = [_ddp_row(ONE, 1, None, one, t1), _ddp_row(IN_NODE, 1, None, loop, t1)]
     results = {ONE: one, IN_NODE: loop}
     inside = predict.step_parts(loop)["step_s"]
-    for name, link in across.items():
-        if name in runs:
-            r = runs[name]
+    # 3. two nodes, one rank each, per link
+    for link in links:
+        name = f"2 nodes x 1 rank, {link}"
+        if support().available:
+            (r,) = _run_many([dict(world_size=2, nodes=2, link=link, **kw)])
             row = _ddp_row(name, 2, link, r, t1)
             model_link = predict.link_model(r.metrics["link"])
             results[name] = r
