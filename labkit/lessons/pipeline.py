@@ -129,7 +129,8 @@ def bubble_breakdown(result: RunResult, plan: Any = None) -> dict[str, float]:
     with the CPU time your actions really cost (each rank on a core of its own), messages
     still free. ``measured``: your run. ``replayed - predicted`` is uneven compute; ``waiting
     for a core`` is the same replay with the actions' wall times minus the CPU-time replay
-    (other programs and ranks holding the cores); ``communication`` is the rest (messages,
+    (other programs and ranks holding the cores; below zero when the waits fell on the
+    lighter stage and evened the stages out); ``communication`` is the rest (messages,
     and the per-message overhead of Python and gloo). The three add up to ``measured -
     predicted``. ``plan`` defaults to the schedule the run used; pass it for a hand-written
     plan.

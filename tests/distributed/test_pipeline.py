@@ -16,6 +16,7 @@ from labkit.base.errors import ConfigError
 from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.pipeline import bubble_breakdown, run_plan
+from labkit.strategies.pipeline.metrics import actions_of
 from labkit.schedules import Plan, build_plan, one_f_one_b
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson03]
@@ -80,7 +81,10 @@ def test_schedule_matches_one_process(schedule: str, micro: int, virtual: int) -
     assert 0.0 <= split["replayed"] < 1.0
     assert split["uneven compute"] + split["waiting for a core"] + split["communication"] == \
         pytest.approx(split["measured"] - split["predicted"])
-    assert split["waiting for a core"] >= -0.01  # CPU time never exceeds the wall time it ran in
+    # an action's CPU time never exceeds the wall time it ran in (the shares above may: a wait
+    # that falls on the lighter stage evens the stages out and shrinks the walls' bubble)
+    timed = [e for e in actions_of(result.timeline.events) if e.cpu_ns is not None]
+    assert timed and all(e.cpu_ns <= e.dur_ns + 50_000 for e in timed)
 
 
 def test_balance_by_measured_cost_moves_the_heavy_layer() -> None:
