@@ -18,10 +18,20 @@ reaped), which can only make others look busier. Torch-free, no processes starte
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
 import psutil
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (respects taskset / cgroup affinity); torch-free, so
+    ``labkit.theory`` counts them too (``labkit.base.devices`` re-exports it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

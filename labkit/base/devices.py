@@ -12,15 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from labkit.base.cpuload import cpu_count
 from labkit.base.errors import LabError
-
-
-def cpu_count() -> int:
-    """Cores this process may run on (respects taskset / cgroup affinity)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _driver_present() -> bool:

@@ -24,6 +24,7 @@ import statistics
 import warnings
 from typing import Any
 
+from labkit.base.cpuload import cpu_count
 from labkit.base.errors import LabError
 from labkit.lessons.parallel3d import LESSON_GPT
 from labkit.theory.plan_comm import CommCost, fit_comm, wire_of
@@ -32,7 +33,6 @@ from labkit.theory.plan_local import (
     CACHE,
     CostSample,
     StepCost,
-    cores_here,
     fit_step_cost,
     load_cost,
     store_cost,
@@ -194,7 +194,7 @@ def measure(steps: int = STEPS, rounds: int = 1) -> StepCost:
     pair = next(c for c in comms if c.op == "all_reduce" and c.ranks == 2)
     alpha, bandwidth = wire_of(pair)
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    cost = fit_step_cost(samples, LAB_GPT, cores=cores_here(), alpha_s=alpha,
+    cost = fit_step_cost(samples, LAB_GPT, cores=cpu_count(), alpha_s=alpha,
                          bandwidth_Bps=bandwidth, memory_bytes=memory, load=load)
     return dataclasses.replace(cost, comms=tuple(comms))
 
@@ -205,7 +205,7 @@ def step_cost(refresh: bool = False, steps: int = STEPS, rounds: int = 1) -> Ste
     with CACHE.locked() as writable:
         if not writable:  # no cache directory can be made (a read-only HOME): keep nothing
             return measure(steps, rounds)
-        cost = None if refresh else load_cost(cores_here())
+        cost = None if refresh else load_cost(cpu_count())
         if cost is None:
             cost = measure(steps, rounds)
             store_cost(cost)

@@ -17,8 +17,8 @@ import re
 import subprocess
 import sys
 
+from labkit.base.cpuload import cpu_count
 from labkit.base.errors import ConfigError
-from labkit.theory import plan_local
 from labkit.theory.activations import RECOMPUTE
 from labkit.theory.plan import by_shape, plan
 from labkit.theory.plan_lab import rank_lab
@@ -130,13 +130,13 @@ def _run(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
 def here_cost() -> StepCost:
     """This machine's cached step cost; measured first (in a fresh process: the lab's runs
     need torch, the planner does not) where none is cached."""
-    cost = load_cost(plan_local.cores_here())
+    cost = load_cost(cpu_count())
     if cost is None:
         print("labkit plan: measuring this machine's step (one-rank runs of the lesson GPT at "
               "6 sizes, and the all-reduce; about a minute, cached after)", file=sys.stderr)
         done = subprocess.run([sys.executable, "-m", "labkit.lessons.plan_local"],
                               stdout=subprocess.DEVNULL, check=False)
-        cost = load_cost(plan_local.cores_here()) if done.returncode == 0 else None
+        cost = load_cost(cpu_count()) if done.returncode == 0 else None
     if cost is None:
         raise ConfigError("this machine's step cost could not be measured; run `python -m "
                           "labkit.lessons.plan_local --refresh` to see why, e.g. on a quiet "

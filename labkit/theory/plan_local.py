@@ -36,7 +36,6 @@ calibrate's matmul rate at the step's GEMM shapes alone.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -285,15 +284,6 @@ def cluster_of(cost: StepCost, ranks: int, cores: int | None = None,
 
 
 # --- the cache ------------------------------------------------------------------------------
-
-def cores_here() -> int:
-    """Cores this process may run on (taskset / cgroup affinity respected), as
-    ``labkit.base.devices.cpu_count`` counts them (that module may import torch)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
 
 CACHE = KeyedCache("step_cost", label="step-cost", what="this machine's step cost")
 """``$LABKIT_CACHE/step_cost.json``, one entry per ``cache_key`` (``labkit.base.cache``, as

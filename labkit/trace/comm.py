@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from labkit.base.devices import cpu_count
+from labkit.base.cpuload import cpu_count
 from labkit.base.events import Op
 from labkit.base.validate import COMM_WAIT_ENV, comm_wait_problem
 from labkit.trace.tracer import Tracer

@@ -16,8 +16,8 @@ from labkit.base.errors import ConfigError
 from labkit.config.run import ModelConfig
 from labkit.launchers.results import RunResult
 from labkit.lessons.pipeline import bubble_breakdown, run_plan
-from labkit.strategies.pipeline.metrics import actions_of
 from labkit.schedules import Plan, build_plan, one_f_one_b
+from labkit.strategies.pipeline.metrics import actions_of
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson03]
 MODEL = ModelConfig(width=64, depth=4)

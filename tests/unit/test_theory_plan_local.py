@@ -252,7 +252,7 @@ def test_cli_this_machine_ranks_the_lab_layouts(tmp_path: Path, monkeypatch: pyt
     """``labkit plan --gpu this-machine``: the lab's layouts from the cached cost, fastest
     predicted step first; ``--gpus`` keeps those of that many ranks; --json is clean."""
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
-    monkeypatch.setattr("labkit.theory.plan_local.cores_here", lambda: 2)
+    monkeypatch.setattr("labkit.theory.plan_cli.cpu_count", lambda: 2)
     store_cost(_cost(cores=2))
     assert main(["plan", "--gpu", "this-machine", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["layouts"]
@@ -281,7 +281,7 @@ def test_the_lab_runs_match_their_layouts(tmp_path: Path,
             assert (kwargs["options"]["dp"], kwargs["options"]["pp"],
                     kwargs["options"]["tp"]) == (lay.dp, lay.pp, lay.tp)
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
-    monkeypatch.setattr(lab, "cores_here", lambda: 2)
+    monkeypatch.setattr(lab, "cpu_count", lambda: 2)
     cost, fresh = _cost(cores=2), _cost(cores=2, step_s=5e-3)
     store_cost(cost)
     monkeypatch.setattr(lab, "measure", lambda steps, rounds: fresh)
