@@ -45,10 +45,51 @@ def weak_scaling(reuse: Mapping[int, Any] | None = None, sizes: Sequence[int] = 
     return {n: out[n] for n in sizes}
 
 
-def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float]) -> str:
+SLOW_CALL = 3.0
+"""A call is "slow" when it took more than this many times what the fit predicts for its bytes."""
+
+
+def calls_text(run: Any, fit: Any, rank: int = 0) -> str:
+    """What ``run``'s all-reduces cost call by call (``rank``'s, the steps after the first)
+    beside ``fit`` (an ``AlphaBeta``) for each call's own bytes: their sum a step against the
+    fit's, the median call's ratio, and the calls slower than ``SLOW_CALL`` x their
+    prediction, with their sizes and their share of the excess. Empty without all-reduces."""
+    from labkit.base.events import Op
+
+    tl = run.timeline.window()
+    n, steps = tl.world_size, max(len(tl.steps()), 1)
+    calls = [(e.dur_ns / 1e9, e.bytes or 0) for e in tl.select(rank=rank, op=Op.ALL_REDUCE)]
+    if not calls or n < 2:
+        return ""
+    want = [fit.predict(b, n) for _, b in calls]
+    got_ms, want_ms = sum(t for t, _ in calls) * 1e3 / steps, sum(want) * 1e3 / steps
+    ratios = sorted(t / w for (t, _), w in zip(calls, want))
+    slow = [(t, b, w) for (t, b), w in zip(calls, want) if t > SLOW_CALL * w]
+    text = (f"  its {len(calls) // steps} all-reduces a step took {got_ms:.1f} ms against "
+            f"{want_ms:.1f} ms that section 2's fit predicts for their bytes; the median call "
+            f"took {ratios[len(ratios) // 2]:.1f}x its prediction")
+    if not slow:
+        return text
+    excess = sum(t - w for t, _, w in slow) / max(sum(t for t, _ in calls) - sum(want), 1e-12)
+    sizes, took = sorted(b for _, b, _ in slow), sorted(t * 1e3 for t, _, _ in slow)
+    return (text + f", and {len(slow)} of the {len(calls)} calls in {steps} steps took "
+            f"{took[0]:.1f}-{took[-1]:.1f} ms, more than {SLOW_CALL:g}x theirs, at "
+            f"{_size(sizes[0])} to {_size(sizes[-1])}: {min(excess, 1.0):.0%} of the excess is "
+            f"these calls, time a message's size does not explain (a rank's waiting thread "
+            f"being run again, not bytes on the wire). The fit took each size's median call, "
+            f"which leaves such calls out; a step pays every call.")
+
+
+def _size(b: int) -> str:
+    return f"{b / 2**20:g} MB" if b >= 2**20 else f"{b / 2**10:g} KB" if b >= 2**10 else f"{b} B"
+
+
+def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float],
+                 fit: Any = None) -> str:
     """Weak scaling, per world size: measured beside predicted, judged over the run's own
     steps (``dp_verdicts.scaling_verdict``), and where it does not hold, the same step
-    replayed on dedicated cores, which part of the step differs and why."""
+    replayed on dedicated cores, which part of the step differs and why (with ``fit``, the
+    all-reduces call by call: ``calls_text``)."""
     from labkit.lessons.dp_verdicts import scaling_verdict, step_ms
     from labkit.lessons.replayed import again
 
@@ -80,9 +121,8 @@ def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float]) -> str
             lines.append(f"  {n} ranks on {cpu_count()} cores take turns: a rank waiting for a "
                          f"core stretches its compute, and its peers wait for it inside the "
                          f"all-reduce -- waiting the alpha-beta model does not know")
-        else:
-            lines.append("  every rank had a core, but gloo's threads share them with the "
-                         "compute: the all-reduce waits for the slowest rank's turn")
+        elif fit is not None:
+            lines.append(calls_text(runs[n], fit))
     return "\n".join(lines)
 
 

@@ -186,6 +186,42 @@ def test_weak_scaling_sentences_split_what_left_the_model() -> None:
     assert "contradicted by this run" in issue and "the prediction is above the run" in issue
 
 
+def test_the_calls_account_names_slow_calls_whatever_their_size() -> None:
+    """A 2-rank step whose all-reduces include slow small ones (as quiet runs here showed:
+    a 40 B call taking 3 ms where the fit says 0.3): the account sums the calls against the
+    fit for their bytes, names the slow calls and their sizes, and replaces the sentence
+    that blamed compute sharing cores (naive DDP's calls run after backward, with nothing
+    computing) with it."""
+    from labkit.theory import AlphaBeta
+
+    fit = AlphaBeta(alpha_s=3e-4, bandwidth_Bps=1e9)
+    calls = [(3.0, 40), (0.4, 2048), (0.6, 2**20), (4.0, 2048)]  # ms, bytes
+
+    def run(ranks: int, with_calls: bool) -> SimpleNamespace:
+        ev = []
+        for r in range(ranks):
+            for s in range(3):
+                t = s * 10**9
+                ev += [Event(r, Lane.STEP, Op.STEP, t, 30 * 10**6, step=s),
+                       Event(r, Lane.COMPUTE, Op.FORWARD, t, 5 * 10**6, step=s)]
+                t += 5 * 10**6
+                for ms, size in (calls if with_calls else []):
+                    ev.append(Event(r, Lane.COMM, Op.ALL_REDUCE, t, int(ms * 1e6), step=s,
+                                    bytes=size))
+                    t += int(ms * 1e6)
+        return SimpleNamespace(timeline=Timeline(ev, ranks), step_time_s=0.030)
+
+    text = dp_lesson.calls_text(run(2, True), fit)
+    want = sum(fit.predict(b, 2) for _, b in calls) * 1e3
+    assert f"its 4 all-reduces a step took 8.0 ms against {want:.1f} ms" in text, text
+    assert "4 of the 8 calls in 2 steps took 3.0-4.0 ms, more than 3x theirs, at 40 B to " \
+        "2 KB" in text, text
+    assert dp_lesson.calls_text(run(2, False), fit) == ""
+    said = dp_lesson.scaling_text({1: run(1, False), 2: run(2, True)}, {1: 0.005, 2: 0.008}, fit)
+    assert "contradicted by this run" in said and "its 4 all-reduces a step" in said
+    assert "gloo's threads share" not in said
+
+
 def test_ray_reports_are_summed_up_in_one_sentence() -> None:
     """Two deaths and a retry become one line; nothing reported says so."""
     lines = ["A worker died or was killed while executing a task by an unexpected system "
