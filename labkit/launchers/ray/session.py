@@ -25,8 +25,8 @@ that run tasks and actors. labkit starts that cluster like this (``ensure_ray``)
    ``ray::RuntimeEnvAgent``) running for up to a minute after its GCS and raylet died.
 7. swept: each session's temp dir (``lkray-*``) is locked by this process while it lives,
    as a supervisor's run directory is (``labkit.launchers.rundirs``); a start first removes
-   the dirs whose owner is dead, so the sessions of killed kernels (whose guard was killed
-   too, or which used a second try's dir the guard never heard of) do not pile up.
+   the dirs whose owner is dead, so the sessions of killed kernels whose guard was killed
+   too do not pile up.
 
 With ``RAY_ADDRESS`` set (a cluster you already run), ``ensure_ray`` connects to it instead
 and leaves it running at exit.
@@ -133,6 +133,9 @@ def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]
         owner = rundirs.hold(Path(tmp))
         if guard is None:
             guard = _start_guard(mark, tmp)
+        elif guard.stdin is not None:  # the guard finds this try's processes by its dir too
+            guard.stdin.write(f"{tmp}\n".encode())
+            guard.stdin.flush()
         try:
             ray.init(num_cpus=num_cpus or devices.cpu_count(), include_dashboard=False,
                      _temp_dir=tmp, log_to_driver=False, configure_logging=False,
