@@ -27,6 +27,7 @@ import contextlib
 import os
 import re
 import secrets
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,8 +252,11 @@ class BoxCgroup:
                 continue
         return sorted(out)
 
-    def remove(self, wait_s: float = 3.0) -> None:
-        """Remove the folders once the killed processes have left them (rmdir needs empty)."""
+    def remove(self, wait_s: float = 20.0) -> None:
+        """Remove the folders once the killed processes have left them (rmdir needs empty),
+        SIGKILLing any still listed meanwhile. A fork bomb's 256 processes took more than 3 s
+        to leave on a loaded machine (the suite beside the class): ``wait_s`` is generous,
+        and an empty box's folders go at once."""
         deadline = time.monotonic() + wait_s
         for folder in self.dirs:
             while True:
@@ -264,6 +268,9 @@ class BoxCgroup:
                 except OSError:
                     if time.monotonic() > deadline:
                         break
+                    for pid in self.pids():  # a straggler the pid namespace did not take
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)
                     time.sleep(0.05)
 
 
