@@ -45,9 +45,14 @@ rank, 4-8 sequences a microbatch)."""
 MICRO_SIZES = ((2, 8), (4, 16))
 """(layers, batch) run again at 2 microbatches by the engines that take them (hybrid,
 pipeline): what a microbatch costs beside its layers and FLOPs."""
-ENGINES: dict[str, dict[str, Any]] = {"ddp": {}, "zero": {"stage": 1}, "hybrid": {},
-                                     "pipeline": {"schedule": "1f1b"}}
-"""Each strategy of the lab's layouts and its one-rank options (``one_rank_step``)."""
+ENGINES: dict[str, tuple[str, dict[str, Any]]] = {
+    "ddp": ("compress", {"method": "none"}), "zero": ("zero", {"stage": 1}),
+    "hybrid": ("hybrid", {}), "pipeline": ("pipeline", {"schedule": "1f1b"})}
+"""Each strategy of the lab's layouts: the strategy and options that run its engine on one
+rank (``one_rank_step``). DDP's is ``compress`` without compression: torch's
+``DistributedDataParallel`` with labkit's traced all-reduce hook, the engine a 2-rank ``ddp``
+runs; one-rank ``ddp`` trains the bare model (nothing to average), which measured 1.4 ms a
+step less CPU than the wrapped model here (11.6 against 10.1 ms, quiet; docs/benchmarks.md)."""
 STEPS = 12
 """Steps of each one-rank run (the first is skipped: it warms up)."""
 
@@ -71,10 +76,10 @@ def one_rank_step(layers: int, batch: int, steps: int = STEPS, strategy: str = "
     import labkit
 
     model = dataclasses.replace(LESSON_GPT, depth=layers)
-    options: dict[str, Any] = dict(ENGINES[strategy])
+    runs_as, options = ENGINES[strategy][0], dict(ENGINES[strategy][1])
     if strategy in ("hybrid", "pipeline"):
         options["microbatches"] = microbatches
-    r = labkit.run(strategy=strategy, model=model, world_size=1, batch_size=batch, steps=steps,
+    r = labkit.run(strategy=runs_as, model=model, world_size=1, batch_size=batch, steps=steps,
                    threads_per_rank=1, options=options, progress=False)
     return float(r.metrics["step_cpu_s"])
 
