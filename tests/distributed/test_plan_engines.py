@@ -1,0 +1,33 @@
+"""The planner's one-rank engine runs (``labkit.lessons.plan_local``, issue 38 item 4): each
+of the lab's engines runs on one rank and reports the step's CPU time it is fitted to, and
+DDP's is the wrapped engine a 2-rank ``ddp`` runs (torch DDP and labkit's traced hook), not
+one-rank ``ddp``'s bare model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import labkit
+from labkit.lessons.parallel3d import LESSON_GPT
+from labkit.lessons.plan_local import ENGINES, one_rank_step
+
+pytestmark = [pytest.mark.distributed, pytest.mark.lesson13]
+
+
+@pytest.mark.parametrize("strategy", sorted(ENGINES))
+def test_each_engine_runs_on_one_rank_and_reports_its_cpu(strategy: str) -> None:
+    m = 2 if strategy in ("hybrid", "pipeline") else 1
+    assert one_rank_step(2, 4, steps=3, strategy=strategy, microbatches=m) > 0
+
+
+def test_ddps_engine_is_the_wrapped_model_with_its_hook() -> None:
+    runs_as, options = ENGINES["ddp"]
+    model = dataclasses.replace(LESSON_GPT, depth=2)
+    common = dict(model=model, world_size=1, batch_size=4, steps=3, threads_per_rank=1,
+                  progress=False)
+    wrapped = labkit.run(strategy=runs_as, options=options, **common)
+    bare = labkit.run(strategy="ddp", **common)
+    assert wrapped.metrics["buckets"] >= 1  # DDP's reducer handed buckets to the hook
+    assert bare.metrics["buckets"] == 0  # nothing to average, no wrapper
