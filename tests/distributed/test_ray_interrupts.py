@@ -5,7 +5,9 @@ Ray process of the run is left a few seconds later (seen before: ``ray::Dashboar
 and ``ray::RuntimeEnvAgent`` alive 10 s after a Ctrl-C, and a segfault at exit).
 
 Each case starts a Ray of its own in a CLI process; its processes inherit a marker in
-their environment, so the count sees only them (``labkit.launchers.reaper.tagged``)."""
+their environment, so the count sees only them (``labkit.launchers.reaper.tagged``), and
+Ray's agents, whose environment ``setproctitle`` wipes, are found by the files they hold
+under the run's session dir (``_session_dirs``)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.launchers.ray import ray_processes
+from labkit.launchers.ray import guard, ray_processes
 from labkit.launchers.reaper import tagged
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson12, pytest.mark.timeout(600)]
@@ -35,6 +37,27 @@ environment take seconds each."""
 def _ray_of(mark: str) -> list[tuple[int, str]]:
     ours = set(tagged(MARK, mark))
     return [(pid, name) for pid, name in ray_processes() if pid in ours]
+
+
+def _session_dirs(mark: str) -> set[str]:
+    """The Ray session dirs (``/tmp/lkray-*``) that processes of the run hold files under:
+    how its processes are found once ``setproctitle`` has wiped their environment (Ray's
+    agents: ``labkit.launchers.ray.guard``)."""
+    dirs = set()
+    for pid in tagged(MARK, mark):
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue
+        dirs |= {"/".join(link.split("/")[:3]) for link in links
+                 if link.startswith("/tmp/lkray-")}
+    return dirs
+
+
+def _left(mark: str, dirs: set[str]) -> list[int]:
+    """Processes of the run still alive: carrying the marker, or Ray's holding its dirs."""
+    held = [pid for pid, _ in ray_processes() if guard.holds_file_under(pid, sorted(dirs))]
+    return sorted(set(tagged(MARK, mark)) | set(held))
 
 
 def _wait_for(what, p: subprocess.Popen[bytes], limit_s: float = 300.0) -> None:
@@ -70,6 +93,7 @@ def test_an_interrupted_ray_run_leaves_no_ray_process(point, sig, tmp_path: Path
             _wait_for(lambda: any(n.startswith("ray::RayTrain") for _, n in _ray_of(mark)), p)
         else:
             _wait_for(lambda: ckpt.is_dir() and any(ckpt.glob("step_*")), p)
+        dirs = _session_dirs(mark)
         p.send_signal(sig)
         _, err_bytes = p.communicate(timeout=180)
     finally:
@@ -83,7 +107,7 @@ def test_an_interrupted_ray_run_leaves_no_ray_process(point, sig, tmp_path: Path
     else:
         assert p.returncode == -signal.SIGKILL, (p.returncode, err[-3000:])
     deadline = time.monotonic() + GONE_WITHIN_S
-    while (left := tagged(MARK, mark)) and time.monotonic() < deadline:
+    while (left := _left(mark, dirs)) and time.monotonic() < deadline:
         time.sleep(0.2)
     names = {pid: name for pid, name in ray_processes()}
     for pid in left:  # never leave them to the next test, then fail
