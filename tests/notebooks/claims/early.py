@@ -59,9 +59,12 @@ def lesson_01(ns: dict[str, Any]) -> None:
     scal, predicted = ns["scal"], ns["predicted"]
     weak = {n: scaling_verdict(scal, predicted, n) for n in scal if n > 1}
     judged(list(weak.values()), ns["said_scaling"], label="weak scaling",  # quiet, 2 ranks:
-           may_miss_quiet=list(weak.values()))  # 2 of 3 runs missed (22.9-24.5 ms against
-    # t_1 + the fitted wire, 10-16 ms): gloo's ten calls a step cost 13-19 ms at their median
-    # in a plain torch loop, 4 ms at best, against the bench's 3.5 (docs/benchmarks.md)
+           may_miss_quiet=list(weak.values()))  # 5 of 5 runs missed on 2026-11-29 (27.9-
+    # 33.3 ms against bands topping at 14.3-20.2): the ten calls a step took 20.5-23.9 ms
+    # against 6.4-8.3 for their bytes, the median call 2-3x the bench's (docs/benchmarks.md)
+    two = weak.get(2)  # a 2-rank step above its prediction is explained call by call
+    if two is not None and not two.holds and scal[2].step_time_s > predicted[2]:
+        assert "all-reduces a step took" in ns["said_scaling"], ns["said_scaling"]
     judged([speedup_verdict(ns["amdahl"])], ns["said_amdahl"], label="strong scaling")
     below, above, flat = roofline_verdicts(ns["roof"])  # gloo's all-reduce is bimodal here
     judged([below, above, flat], ns["said_roof"], label=None,  # (0.4 or 0.9 ms, 1.3 or 2.9 ms
