@@ -76,11 +76,13 @@ def calls_text(run: Any, fit: Any, rank: int = 0) -> str:
         return text
     excess = sum(t - w for t, _, w in slow) / max(sum(t for t, _ in calls) - sum(want), 1e-12)
     sizes, took = sorted(b for _, b, _ in slow), sorted(t * 1e3 for t, _, _ in slow)
+    at = (f"all at {_size(sizes[0])}" if sizes[0] == sizes[-1] else
+          f"at {_size(sizes[0])} to {_size(sizes[-1])}")
     return (text + f", and {len(slow)} of the {len(calls)} calls in {steps} steps took "
-            f"{took[0]:.1f}-{took[-1]:.1f} ms, more than {SLOW_CALL:g}x theirs, at "
-            f"{_size(sizes[0])} to {_size(sizes[-1])}: {min(excess, 1.0):.0%} of the excess is "
-            f"these calls, time a message's size does not explain (a rank's waiting thread "
-            f"being run again, not bytes on the wire). " + (
+            f"{took[0]:.1f}-{took[-1]:.1f} ms, more than {SLOW_CALL:g}x theirs, {at}: "
+            f"{min(excess, 1.0):.0%} of the excess is these calls, time a message's size does "
+            f"not explain (not bytes on the wire; most likely a waiting thread being woken). "
+            + (
                 "The fit took each size's median call, which leaves such calls out; a step "
                 "pays every call." if median <= TYPICAL else
                 f"Even the median call took {median:.1f}x: calls amid a step ran slower than "

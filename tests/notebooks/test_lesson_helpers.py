@@ -220,7 +220,8 @@ def test_the_calls_account_names_slow_calls_whatever_their_size() -> None:
     calm = [(0.35, 40), (0.4, 2048), (0.6, 2**20), (4.0, 2048)]
     calls[:] = calm  # a typical call near its prediction: only the slow one differs
     text = dp_lesson.calls_text(run(2, True), fit)
-    assert "1 of the 8" not in text and "2 of the 8 calls in 2 steps took 4.0-4.0 ms" in text
+    assert "2 of the 8 calls in 2 steps took 4.0-4.0 ms, more than 3x theirs, all at 2 KB" \
+        in text, text
     assert "The fit took each size's median call, which leaves such calls out" in text, text
     assert dp_lesson.calls_text(run(2, False), fit) == ""
     said = dp_lesson.scaling_text({1: run(1, False), 2: run(2, True)}, {1: 0.005, 2: 0.008}, fit)
