@@ -58,6 +58,7 @@ def calls_text(run: Any, fit: Any, rank: int = 0) -> str:
     fit's, the median call's ratio, and the calls slower than ``SLOW_CALL`` x their
     prediction, with their sizes and their share of the excess. Empty without all-reduces."""
     from labkit.base.events import Op
+    from labkit.visuals.axes import fmt_bytes
 
     tl = run.timeline.window()
     n, steps = tl.world_size, max(len(tl.steps()), 1)
@@ -76,8 +77,8 @@ def calls_text(run: Any, fit: Any, rank: int = 0) -> str:
         return text
     excess = sum(t - w for t, _, w in slow) / max(sum(t for t, _ in calls) - sum(want), 1e-12)
     sizes, took = sorted(b for _, b, _ in slow), sorted(t * 1e3 for t, _, _ in slow)
-    at = (f"all at {_size(sizes[0])}" if sizes[0] == sizes[-1] else
-          f"at {_size(sizes[0])} to {_size(sizes[-1])}")
+    at = (f"all at {fmt_bytes(sizes[0])}" if sizes[0] == sizes[-1] else
+          f"at {fmt_bytes(sizes[0])} to {fmt_bytes(sizes[-1])}")
     return (text + f", and {len(slow)} of the {len(calls)} calls in {steps} steps took "
             f"{took[0]:.1f}-{took[-1]:.1f} ms, more than {SLOW_CALL:g}x theirs, {at}: "
             f"{min(excess, 1.0):.0%} of the excess is these calls, time a message's size does "
@@ -88,10 +89,6 @@ def calls_text(run: Any, fit: Any, rank: int = 0) -> str:
                 f"Even the median call took {median:.1f}x: calls amid a step ran slower than "
                 f"the benchmark's back-to-back calls, and its fit, from each size's median "
                 f"call, leaves the slowest out; a step pays every call."))
-
-
-def _size(b: int) -> str:
-    return f"{b / 2**20:g} MB" if b >= 2**20 else f"{b / 2**10:g} KB" if b >= 2**10 else f"{b} B"
 
 
 def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float],

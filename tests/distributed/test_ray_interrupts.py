@@ -43,15 +43,8 @@ def _session_dirs(mark: str) -> set[str]:
     """The Ray session dirs (``/tmp/lkray-*``) that processes of the run hold files under:
     how its processes are found once ``setproctitle`` has wiped their environment (Ray's
     agents: ``labkit.launchers.ray.guard``)."""
-    dirs = set()
-    for pid in tagged(MARK, mark):
-        try:
-            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
-        except OSError:
-            continue
-        dirs |= {"/".join(link.split("/")[:3]) for link in links
-                 if link.startswith("/tmp/lkray-")}
-    return dirs
+    return {"/".join(path.split("/")[:3]) for pid in tagged(MARK, mark)
+            for path in guard.open_paths(pid) if path.startswith("/tmp/lkray-")}
 
 
 def _left(mark: str, dirs: set[str]) -> list[int]:

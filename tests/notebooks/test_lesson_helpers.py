@@ -215,12 +215,12 @@ def test_the_calls_account_names_slow_calls_whatever_their_size() -> None:
     want = sum(fit.predict(b, 2) for _, b in calls) * 1e3
     assert f"its 4 all-reduces a step took 8.0 ms against {want:.1f} ms" in text, text
     assert "4 of the 8 calls in 2 steps took 3.0-4.0 ms, more than 3x theirs, at 40 B to " \
-        "2 KB" in text, text
+        "2.05 KB" in text, text
     assert "Even the median call took 5.0x" in text, text  # the typical call is slow too
     calm = [(0.35, 40), (0.4, 2048), (0.6, 2**20), (4.0, 2048)]
     calls[:] = calm  # a typical call near its prediction: only the slow one differs
     text = dp_lesson.calls_text(run(2, True), fit)
-    assert "2 of the 8 calls in 2 steps took 4.0-4.0 ms, more than 3x theirs, all at 2 KB" \
+    assert "2 of the 8 calls in 2 steps took 4.0-4.0 ms, more than 3x theirs, all at 2.05 KB" \
         in text, text
     assert "The fit took each size's median call, which leaves such calls out" in text, text
     assert dp_lesson.calls_text(run(2, False), fit) == ""

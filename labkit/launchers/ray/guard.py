@@ -39,20 +39,26 @@ SETTLE_S = 1.0
 starting a worker as it was killed)."""
 
 
+def open_paths(pid: int) -> list[str]:
+    """What process ``pid``'s open file descriptors point at (none when it is gone or not
+    ours to read)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    out = []
+    for fd in fds:
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed since the listing
+            continue
+    return out
+
+
 def holds_file_under(pid: int, dirs: Sequence[str]) -> bool:
     """Whether process ``pid`` has a file open under one of ``dirs``."""
     roots = tuple(os.path.join(d, "") for d in dirs if d)
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:  # gone, or not ours to read
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(roots):
-                return True
-        except OSError:
-            continue
-    return False
+    return bool(roots) and any(path.startswith(roots) for path in open_paths(pid))
 
 
 def session_processes(mark: str, dirs: Sequence[str] = ()) -> list[int]:
