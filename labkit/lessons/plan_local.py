@@ -26,6 +26,7 @@ from typing import Any
 
 from labkit.base.cpuload import cpu_count
 from labkit.base.errors import LabError
+from labkit.base.progress import Progress
 from labkit.lessons.parallel3d import LESSON_GPT
 from labkit.theory.plan_comm import CommCost, fit_comm, wire_of
 from labkit.theory.plan_lab import LAB_BATCH, LAB_GPT, LabLayout
@@ -102,19 +103,32 @@ COMM_SIZES = (4_096, 32_768, 262_144, 1_048_576)
 """Message bytes of the collective runs: a LayerNorm's gradient, a tensor-parallel activation
 (``b s h`` fp32 of a microbatch), a quarter of the lesson GPT's gradients, and a little more
 than all of them (DDP's one bucket)."""
-COMM_CALLS = 30
-"""Timed calls of each op and size (after 5 untimed)."""
+COMM_CALLS = 6
+"""Timed calls of an op and size in a row (one block): a step switches op and message size
+every few calls, and a long run of one call settles into a lockstep that a step never
+reaches (150 in a row priced the hybrids' collectives 20-30 % under their step's)."""
+COMM_ROUNDS = 60
+"""Blocks of each op and size, every op and size once a round, in reversed order every other
+round: a slow spell of the machine falls on every op and size alike instead of on one (issue
+32's alternation). Blocks are bimodal here: a 6-call block of 2-rank 32 KB all-reduces took
+0.3-0.45 ms a call or 1-4 ms (most likely cores that idle between calls being slow to
+wake; not measured), so their
+mean needs many blocks: 30 rounds' fits still moved 25-40 % between runs."""
 
 
-def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int) -> dict[str, list[float]]:
+def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int,
+               rounds: int = COMM_ROUNDS) -> dict[str, list[float]]:
     """On every rank of a ``labkit.launch``: the ranks in pairs (0-1, 2-3, ...), each pair's
     all-reduce, all-gather and exchange (an isend and an irecv to the partner, waited) of
     each size, all pairs at once, each call after a piece of compute as in a step (a layer's
     MLP forward of a 4-sequence microbatch of the lesson GPT: tensor parallelism's f and g
-    are half a layer apart). Returns ``"op:bytes"`` -> [wall s, CPU s] per call: the call's
-    own wall time (waiting for the partner to get a core included), and the CPU the loop
-    took beyond the same compute run alone: what a call costs amid a step on shared cores,
-    a rank that sleeps and wakes in it included."""
+    are half a layer apart). Every op and size runs ``calls`` calls in a block, once per
+    round, ``rounds`` rounds (``COMM_ROUNDS``). Returns ``"op:bytes"`` -> [wall s, CPU s]
+    per call, the mean over the rounds (a step of 20-90 calls pays their mean, slow blocks
+    included; the median of the blocks priced ZeRO-1's step 12-43 % short in three runs):
+    the call's own wall time (waiting for the partner to get a core included), and the CPU
+    the block took beyond the same compute run alone (timed just before it): what a call
+    costs amid a step on shared cores, a rank that sleeps and wakes in it included."""
     import time
 
     import torch
@@ -133,23 +147,28 @@ def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int) -> dict[str, list[f
         torch.relu(a @ w1) @ w2
 
     def compute_alone() -> float:
-        ctx.comm.barrier()
         c0 = time.process_time()
         for _ in range(calls):
             work()
         return (time.process_time() - c0) / calls
 
-    out: dict[str, list[float]] = {}
+    blocks: list[tuple[str, Any]] = []
     for size in sizes:
         x, full, got = torch.ones(size // 4), torch.empty(size // 4), torch.empty(size // 4)
-        ops = {"all_reduce": lambda: comm.all_reduce(x),
-               "all_gather": lambda: comm.all_gather(full, x[:size // 8]),
-               "exchange": lambda: [h.wait() for h in (comm.isend(x, peer),
-                                                       comm.irecv(got, peer))]}
-        for op, call in ops.items():
-            for _ in range(5):
-                work()
-                call()
+        blocks += [(f"all_reduce:{size}", lambda x=x: comm.all_reduce(x)),
+                   (f"all_gather:{size}", lambda x=x, full=full, size=size:
+                    comm.all_gather(full, x[:size // 8])),
+                   (f"exchange:{size}", lambda x=x, got=got: [
+                       h.wait() for h in (comm.isend(x, peer), comm.irecv(got, peer))])]
+    for _, call in blocks:  # warm: every op and size once, untimed
+        for _ in range(3):
+            work()
+            call()
+    walls: dict[str, list[float]] = {key: [] for key, _ in blocks}
+    cpus: dict[str, list[float]] = {key: [] for key, _ in blocks}
+    for k in range(rounds):
+        for key, call in blocks if k % 2 == 0 else blocks[::-1]:
+            ctx.comm.barrier()
             alone = compute_alone()
             ctx.comm.barrier()
             wall, c0 = 0.0, time.process_time()
@@ -158,9 +177,10 @@ def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int) -> dict[str, list[f
                 t0 = time.perf_counter()
                 call()
                 wall += time.perf_counter() - t0
-            cpu = (time.process_time() - c0) / calls - alone
-            out[f"{op}:{size}"] = [wall / calls, max(0.0, cpu)]
-    return out
+            walls[key].append(wall / calls)
+            cpus[key].append((time.process_time() - c0) / calls - alone)
+    return {key: [statistics.fmean(walls[key]), max(0.0, statistics.fmean(cpus[key]))]
+            for key, _ in blocks}
 
 
 def measure_comms(sizes: tuple[int, ...] = COMM_SIZES, calls: int = COMM_CALLS,
@@ -179,23 +199,30 @@ def measure_comms(sizes: tuple[int, ...] = COMM_SIZES, calls: int = COMM_CALLS,
     return fits
 
 
-def measure(steps: int = STEPS, rounds: int = 1) -> StepCost:
+def measure(steps: int = STEPS, rounds: int = 1, progress: bool | None = None) -> StepCost:
     """Run each engine at ``SIZES`` (``engine_samples``) and fit; time the collectives
-    at ``COMM_RANKS`` (``measure_comms``); the 2-rank all-reduce is the wire's alpha-beta."""
+    at ``COMM_RANKS`` (``measure_comms``); the 2-rank all-reduce is the wire's alpha-beta.
+    About a minute on 2 cores, shown part by part (``labkit.base.progress``)."""
     from labkit.lessons.machine import load_now
 
     assert (LAB_GPT.hidden, LAB_GPT.seq) == (LESSON_GPT.width, LESSON_GPT.seq_len)
     load = load_now().text()
-    comms = measure_comms()  # first: the shortest, and the one most likely to fail
+    comms: list[CommCost] = []
     samples: list[CostSample] = []
-    for strategy in ENGINES:
-        try:
-            samples += engine_samples(strategy, steps, rounds)
-        except LabError as exc:  # an engine that cannot run on one rank: DDP's fit serves it
-            if strategy == "ddp":
-                raise
-            warnings.warn(f"{strategy}'s engine could not be measured on one rank ({exc}); "
-                          f"the planner prices it with DDP's", RuntimeWarning, stacklevel=2)
+    with Progress("measuring this machine", total=len(COMM_RANKS) + len(ENGINES), unit="part",
+                  enabled=progress) as shown:
+        for n in COMM_RANKS:  # first: the shortest, and the one most likely to fail
+            comms += measure_comms(ranks=(n,))
+            shown.step(f"collectives at {n} ranks")
+        for strategy in ENGINES:
+            try:
+                samples += engine_samples(strategy, steps, rounds)
+            except LabError as exc:  # an engine that cannot run on one rank: DDP's serves it
+                if strategy == "ddp":
+                    raise
+                warnings.warn(f"{strategy}'s engine could not be measured on one rank ({exc}); "
+                              f"the planner prices it with DDP's", RuntimeWarning, stacklevel=2)
+            shown.step(f"{strategy}'s engine")
     pair = next(c for c in comms if c.op == "all_reduce" and c.ranks == 2)
     alpha, bandwidth = wire_of(pair)
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))

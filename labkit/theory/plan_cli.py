@@ -133,7 +133,7 @@ def here_cost() -> StepCost:
     cost = load_cost(cpu_count())
     if cost is None:
         print("labkit plan: measuring this machine's step (one-rank runs of the lesson GPT at "
-              "6 sizes, and the all-reduce; about a minute, cached after)", file=sys.stderr)
+              "6 sizes, and the collectives; about a minute, cached after)", file=sys.stderr)
         done = subprocess.run([sys.executable, "-m", "labkit.lessons.plan_local"],
                               stdout=subprocess.DEVNULL, check=False)
         cost = load_cost(cpu_count()) if done.returncode == 0 else None

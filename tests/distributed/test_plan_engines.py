@@ -11,7 +11,7 @@ import pytest
 
 import labkit
 from labkit.lessons.parallel3d import LESSON_GPT
-from labkit.lessons.plan_local import ENGINES, one_rank_step
+from labkit.lessons.plan_local import ENGINES, one_rank_step, time_comms
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson13]
 
@@ -31,3 +31,16 @@ def test_ddps_engine_is_the_wrapped_model_with_its_hook() -> None:
     bare = labkit.run(strategy="ddp", **common)
     assert wrapped.metrics["buckets"] >= 1  # DDP's reducer handed buckets to the hook
     assert bare.metrics["buckets"] == 0  # nothing to average, no wrapper
+
+
+def test_collectives_are_timed_in_alternating_blocks_at_every_rank_count() -> None:
+    """``time_comms`` on 4 ranks (two pairs at once): every op and size is priced, each as a
+    mean over its rounds of short blocks; a wall per call above zero and a CPU at or above
+    zero."""
+    sizes = (4_096, 262_144)
+    per_rank = labkit.launch(time_comms, 4, sizes, 2, 3, timeout_s=120).results
+    assert len(per_rank) == 4
+    for costs in per_rank:
+        assert set(costs) == {f"{op}:{s}" for op in ("all_reduce", "all_gather", "exchange")
+                              for s in sizes}
+        assert all(wall > 0 and cpu >= 0 for wall, cpu in costs.values())
