@@ -261,7 +261,8 @@ XDIST_GROUPS = {
                 "tests/distributed/test_elastic.py",
                 "test_notebook_runs_top_to_bottom[10_multi_node]",
                 "test_lesson_renders_in_jupyterlab[10_multi_node]"),
-    "ray": ("tests/distributed/test_ray.py", "test_notebook_runs_top_to_bottom[12_ray]",
+    "ray": ("tests/distributed/test_ray.py", "tests/distributed/test_ray_interrupts.py",
+            "tests/unit/test_ray_guard.py", "test_notebook_runs_top_to_bottom[12_ray]",
             "test_lesson_renders_in_jupyterlab[12_ray]"),
 }
 """Tests that share machine-wide state run on one worker, one after another: emulated
