@@ -17,6 +17,7 @@ time).
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -51,7 +52,8 @@ def execute_lesson(path: Path, workdir: Path) -> nbformat.NotebookNode:
     folder), then check it; returns the executed notebook, outputs and widget state saved,
     for ``tests/browser`` to look at as a student would.
 
-    Checks: no error output (the error names the notebook and the cell), no figure shown as
+    Checks: no error output (the failure names the notebook and the cell and shows the end
+    of the traceback, so a failure seen once can be traced), no figure shown as
     text, no stderr box, no Ray log line, the lesson's claims (the last cell, run in the
     lesson's own kernel), and no Ray process its kernel started left behind (they inherit the
     kernel's environment, so a marker there finds them, and only them, even while other tests
@@ -80,11 +82,14 @@ def execute_lesson(path: Path, workdir: Path) -> nbformat.NotebookNode:
         client.execute_cell(nb.cells[-1], len(nb.cells) - 1,
                             execution_count=client.code_cells_executed + 1)
         client.set_widgets_metadata()
-    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors, (f"{path.name}: {errors[0].get('ename')}: {errors[0].get('evalue')}"
-                        + ("" if "claims" not in "".join(errors[0].get("traceback", [])) else
-                           " (a claim of the lesson, checked on its own run)"))
+    errors = [(i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    if errors:
+        index, error = errors[0]
+        trace = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.get("traceback", [])))
+        claim = " (a claim of the lesson, checked on its own run)" if "claims" in trace else ""
+        pytest.fail(f"{path.name}, cell {index}: {error.get('ename')}: {error.get('evalue')}"
+                    f"{claim}; the end of its traceback:\n" + "\n".join(trace.splitlines()[-40:]))
     unrendered = [o["data"]["text/plain"] for c in nb.cells if c.cell_type == "code"
                   for o in c.get("outputs", []) if "data" in o
                   and str(o["data"].get("text/plain", "")).startswith("<Figure size")
