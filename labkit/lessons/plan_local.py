@@ -127,7 +127,7 @@ def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int,
     per call, the mean over the rounds (a step of 20-90 calls pays their mean, slow blocks
     included; the median of the blocks priced ZeRO-1's step 12-43 % short in three runs):
     the call's own wall time (waiting for the partner to get a core included), and the CPU
-    the block took beyond the same compute run alone (timed just before it): what a call
+    the block took beyond the same compute on a core of its own (``compute_alone``): what a call
     costs amid a step on shared cores, a rank that sleeps and wakes in it included."""
     import time
 
@@ -147,10 +147,24 @@ def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int,
         torch.relu(a @ w1) @ w2
 
     def compute_alone() -> float:
-        c0 = time.process_time()
-        for _ in range(calls):
-            work()
-        return (time.process_time() - c0) / calls
+        """The compute's CPU on a core of its own: each rank in turn, the others asleep in
+        a barrier (the planner charges compute at its one-rank cost, so whatever sharing
+        the cores adds around a call is the call's)."""
+        per = 0.0
+        for r in range(ctx.world_size):
+            ctx.comm.barrier()
+            if ctx.rank == r:
+                for _ in range(20):
+                    work()
+                chunks = []
+                for _ in range(5):
+                    c0 = time.process_time()
+                    for _ in range(40):
+                        work()
+                    chunks.append((time.process_time() - c0) / 40)
+                per = statistics.median(chunks)
+        ctx.comm.barrier()
+        return per
 
     blocks: list[tuple[str, Any]] = []
     for size in sizes:
@@ -164,12 +178,11 @@ def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int,
         for _ in range(3):
             work()
             call()
+    alone = compute_alone()
     walls: dict[str, list[float]] = {key: [] for key, _ in blocks}
     cpus: dict[str, list[float]] = {key: [] for key, _ in blocks}
     for k in range(rounds):
         for key, call in blocks if k % 2 == 0 else blocks[::-1]:
-            ctx.comm.barrier()
-            alone = compute_alone()
             ctx.comm.barrier()
             wall, c0 = 0.0, time.process_time()
             for _ in range(calls):
