@@ -14,6 +14,7 @@ measured ranks ran (pinned one per core, or why not: ``labkit.rank.pinning``);
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from labkit.analysis.replay import MODEL_LABEL, Replay, ReplayError, replay
@@ -21,31 +22,49 @@ from labkit.theory.comm import AlphaBeta
 
 _WIRES: dict[int, AlphaBeta] = {}
 TRIES = 3
-"""Benchmarks ``machine_wire`` runs before it says no line can be fitted."""
+"""Benchmarks ``fitted_bench`` runs before it says no line can be fitted."""
+SIZES = ("4KB", "256KB", "4MB")
+"""The all-reduce sizes a wire is fitted from: three decades of message."""
+
+
+def fitted_bench(run: Callable[..., Any], impl: str = "builtin", *, world_size: int = 2,
+                 sizes: Sequence[str] = SIZES, iters: int = 8, tries: int = TRIES,
+                 say: Callable[[str], None] | None = None) -> Any:
+    """An ``allreduce-bench`` of ``impl`` (``run``: ``labkit.run`` or a pool's) whose times
+    grow with the message size, so that its ``metrics["alpha_beta"]`` holds a fitted line.
+    Each size is the median of ``iters`` calls; on a busy machine one stalled small call can
+    still outlast a big one, and no line fits: the bench then runs again with twice the
+    calls, ``tries`` runs at most, and ``say`` (``print`` in a lesson) hears why. Raises
+    ``LabError`` with the last times when no run could be fitted."""
+    from labkit.base.errors import LabError
+
+    calls = iters
+    for k in range(tries):
+        bench = run(strategy="allreduce-bench", world_size=world_size, progress=False,
+                    options={"impl": impl, "sizes": list(sizes), "iters": calls})
+        if bench.metrics["alpha_beta"] is not None:
+            return bench
+        times = [round(r["time_s"] * 1e3, 2) for r in bench.metrics["results"]]
+        if say is not None and k + 1 < tries:
+            say(f"{impl}: the times did not grow with the message size ({sizes[0]} to "
+                f"{sizes[-1]}: {times} ms; a call stalled while the machine was busy), so no "
+                f"alpha-beta line fits them: measured again with {2 * calls} calls a size")
+        calls *= 2
+    raise LabError(f"this machine's {impl} all-reduce times did not grow with the message "
+                   f"size in {tries} tries (last, {sizes[0]} to {sizes[-1]}: {times} ms), so "
+                   f"no alpha-beta line can be fitted: the machine is too busy to measure it; "
+                   f"close other programs and run the cell again")
 
 
 def machine_wire(world_size: int = 2, runner: Any = None) -> AlphaBeta:
     """This machine's all-reduce as alpha-beta, fitted once per kernel (4 KB to 4 MB, the
-    built-in all-reduce, a couple of seconds). ``runner``: a ``labkit.Pool`` to reuse."""
+    built-in all-reduce, a couple of seconds: ``fitted_bench``). ``runner``: a
+    ``labkit.Pool`` to reuse."""
     if world_size not in _WIRES:
         import labkit
-        from labkit.base.errors import LabError
 
         run = runner.run if runner is not None else labkit.run
-        ab = None
-        for _ in range(TRIES):  # a stalled 4 KB call can outlast a 4 MB one: no line to fit
-            bench = run(strategy="allreduce-bench", world_size=world_size, progress=False,
-                        options={"impl": "builtin", "sizes": ["4KB", "256KB", "4MB"],
-                                 "iters": 8})
-            ab = bench.metrics["alpha_beta"]
-            if ab is not None:
-                break
-        if ab is None:
-            raise LabError(f"this machine's all-reduce times did not grow with the message "
-                           f"size in {TRIES} tries (last, 4 KB to 4 MB: "
-                           f"{[round(r['time_s'] * 1e3, 2) for r in bench.metrics['results']]} "
-                           f"ms), so no alpha-beta wire can be fitted; the "
-                           f"machine is too busy: replay with the run's own messages instead")
+        ab = fitted_bench(run, "builtin", world_size=world_size).metrics["alpha_beta"]
         _WIRES[world_size] = AlphaBeta(alpha_s=ab["alpha_s"],
                                        bandwidth_Bps=ab["bandwidth_gbps"] * 1e9,
                                        world_size=world_size)
