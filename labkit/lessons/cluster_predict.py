@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from labkit.base.errors import ConfigError
+from labkit.base.errors import ConfigError, LabError
 from labkit.base.events import Lane, Op
 from labkit.config.links import LinkSpec, as_interconnect
 from labkit.theory.comm import BUSBW_FACTORS, fit_alpha_beta, ring_allreduce_time
@@ -102,6 +102,12 @@ def loopback_model(bench: Any) -> Interconnect:
         alpha, bandwidth = fit.alpha_s, fit.bandwidth_Bps
     except ConfigError:  # too few sizes traced: the benchmark's own (median) fit
         ab = bench.metrics["alpha_beta"]
+        if ab is None:  # even the fastest calls did not grow with the size
+            raise LabError(f"the loopback all-reduce's fastest calls did not grow with the "
+                           f"message size ({[round(t * 1e3, 3) for t in fastest]} ms for "
+                           f"{sizes} bytes), so no alpha-beta line fits them: the machine is "
+                           f"too busy to measure its wire; close other programs and run the "
+                           f"cell again") from None
         alpha, bandwidth = float(ab["alpha_s"]), float(ab["bandwidth_gbps"]) * 1e9
     return Interconnect("loopback", alpha, bandwidth, "intra-node",
                         "gloo between 2 ranks of one node, fastest calls, measured here")
