@@ -16,7 +16,7 @@ from typing import Any
 
 from labkit.base.devices import cpu_count
 from labkit.base.progress import each
-from labkit.lessons.machine import load_now, sharing_cores, why_not
+from labkit.lessons.machine import sharing_cores
 
 
 def step_split_ms(result: Any, steps: Sequence[int] | None = None) -> dict[str, float]:
@@ -113,18 +113,15 @@ def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float],
         if verdict.holds:
             continue
         lines.append("  " + again(f"the {n}-rank step (ms)", step_ms, [runs[n]], got, ".1f"))
-        if got < want:
-            lines.append(line + ": the prediction is above the run -- section 2's "
-                         "alpha-beta fit was measured while the small messages waited for a "
-                         "core; " + why_not(load_now(), 2))
-            continue
         wire = want - predicted[min(runs)] * 1e3
         grown = part["compute_ms"] / max(one["compute_ms"], 1e-9)
-        line += (f"; compute {part['compute_ms']:.1f} ms per rank ({grown:.1f}x one rank's), "
+        parts = (f"compute {part['compute_ms']:.1f} ms per rank ({grown:.1f}x one rank's), "
                  f"exposed communication {part['exposed_ms']:.1f} ms (the wire needs "
                  f"{wire:.1f})")
-        lines.append(line)
-        if n > cpu_count():
+        # below the prediction: the parts and the calls say which term the model overcharged
+        lines.append(f"{line}: the prediction is above the run; {parts}" if got < want else
+                     f"{line}; {parts}")
+        if got > want and n > cpu_count():
             lines.append(f"  {n} ranks on {cpu_count()} cores take turns: a rank waiting for a "
                          f"core stretches its compute, and its peers wait for it inside the "
                          f"all-reduce -- waiting the alpha-beta model does not know")

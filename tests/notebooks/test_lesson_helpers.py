@@ -184,6 +184,10 @@ def test_weak_scaling_sentences_split_what_left_the_model() -> None:
         "9.0 -- inconclusive on this machine (64 ranks took turns on" in text  # never flips
     issue = dp_lesson.scaling_text({1: runs[1], 2: run(27.8, 20.0, 5.0, 2)}, {1: 0.004, 2: 0.2485})
     assert "contradicted by this run" in issue and "the prediction is above the run" in issue
+    # below its prediction the step's own parts are given, not a cause nothing measured
+    assert "2 ranks: measured 27.8 ms, predicted 248.5 ms: the prediction is above the run; " \
+        "compute 20.0 ms per rank (5.0x one rank's), exposed communication" in issue
+    assert "waited for a core" not in issue
 
 
 def test_the_calls_account_names_slow_calls_whatever_their_size() -> None:
