@@ -39,6 +39,7 @@ def fitted_bench(run: Callable[..., Any], impl: str = "builtin", *, world_size: 
     from labkit.base.errors import LabError
 
     calls = iters
+    tries = max(tries, 1)
     for k in range(tries):
         bench = run(strategy="allreduce-bench", world_size=world_size, progress=False,
                     options={"impl": impl, "sizes": list(sizes), "iters": calls})
@@ -47,7 +48,7 @@ def fitted_bench(run: Callable[..., Any], impl: str = "builtin", *, world_size: 
         times = [round(r["time_s"] * 1e3, 2) for r in bench.metrics["results"]]
         if say is not None and k + 1 < tries:
             say(f"{impl}: the times did not grow with the message size ({sizes[0]} to "
-                f"{sizes[-1]}: {times} ms; a call stalled while the machine was busy), so no "
+                f"{sizes[-1]}: {times} ms; most likely a call stalled on a busy machine), so no "
                 f"alpha-beta line fits them: measured again with {2 * calls} calls a size")
         calls *= 2
     raise LabError(f"this machine's {impl} all-reduce times did not grow with the message "
