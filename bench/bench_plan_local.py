@@ -13,8 +13,10 @@ rounds of its median step. Nothing is fitted to a layout's step. Printed per lay
 wall step, measured and predicted (the target: within 25 % on 2 quiet cores); the CPU
 seconds of the busiest rank's step (``step_cpu_s``) beside the prediction's (compute,
 fixed work and its collectives' CPU); the collectives a rank issues per step, counted in
-the trace beside the planner's count (a check of ``plan_lab.lab_calls``); and every term
-of the prediction. The load average before each round is printed.
+the trace beside the planner's count (a check of ``plan_lab.lab_calls``); every term
+of the prediction; and every rank's CPU added up over the cores (a rank's mean, not the
+busiest's), measured beside predicted: the least a step on shared cores can take. The load
+average before each round is printed.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from typing import Any
 import labkit
 from labkit.lessons.machine import load_now
 from labkit.lessons.plan_local import run_kwargs, step_cost
-from labkit.theory.plan_lab import LAYOUTS, LabLayout, lab_calls, predict_lab
+from labkit.theory.plan_lab import LAB_GPT, LAYOUTS, LabLayout, lab_calls, predict_lab
 from labkit.theory.plan_local import StepCost
-from labkit.theory.plan_machine import rank_cpu
+from labkit.theory.plan_machine import rank_cpu, work_parts
 
 SKIP = {"wait", "barrier"}
 """Trace spans that are not a collective of their own (an async op's wait, a barrier)."""
@@ -57,6 +59,19 @@ def predicted_cpu(lay: LabLayout, cost: StepCost) -> float:
     busy = sum(t.value for t in q.time if t.name in ("compute", "recompute", "fixed",
                                                      "microbatch"))
     return busy + max(rank_cpu(cost, lay.ranks, k) for k in lab_calls(lay))
+
+
+def mean_rank_cpu(result: Any) -> float:
+    """CPU seconds of a step, each rank's median over its steps (the first skipped), averaged
+    over the ranks (``step_cpu_s`` is the slowest rank's, a max over ranks)."""
+    per = [statistics.median(o.record.step_cpu_seconds[1:] or o.record.step_cpu_seconds)
+           for o in result.outputs if o.record is not None and o.record.step_cpu_seconds]
+    return statistics.fmean(per) if per else 0.0
+
+
+def predicted_work(lay: LabLayout, cost: StepCost) -> float:
+    """Every rank's predicted CPU of a step, added up (``plan_machine.work_parts``)."""
+    return sum(work_parts(LAB_GPT, lay.layout(), cost, lay.strategy, lab_calls(lay)))
 
 
 def describe(cost: StepCost) -> list[str]:
@@ -88,6 +103,7 @@ def main() -> None:
     wall: dict[str, list[float]] = {lay.name: [] for lay in layouts}
     cpu: dict[str, list[float]] = {lay.name: [] for lay in layouts}
     calls: dict[str, float] = {}
+    mean_cpu: dict[str, list[float]] = {lay.name: [] for lay in layouts}
     for k in range(args.rounds):
         print(f"round {k + 1}: {load_now().text()}", flush=True)
         for lay in layouts if k % 2 == 0 else layouts[::-1]:
@@ -95,6 +111,7 @@ def main() -> None:
             wall[lay.name].append(r.step_time_s)
             cpu[lay.name].append(float(r.metrics.get("step_cpu_s", 0.0)))
             calls[lay.name] = traced_calls(r, lay.ranks)
+            mean_cpu[lay.name].append(mean_rank_cpu(r))
     print(f"{'layout':24s} {'ranks':>5s} | wall: {'measured':>9s} {'predicted':>9s} {'ratio':>5s} "
           f"| CPU of the busiest rank: {'measured':>8s} {'predicted':>9s} {'ratio':>5s} "
           f"| collectives a rank a step: traced, planned")
@@ -106,6 +123,10 @@ def main() -> None:
               f"{busy / used:5.2f} | {calls[lay.name]:6.1f} {planned_calls(lay):6.1f}")
         print("    terms (ms): " + ", ".join(f"{t.name} {t.value * 1e3:.1f}" for t in q.time
                                              if t.value > 0))
+        work = statistics.median(mean_cpu[lay.name]) * lay.ranks
+        print(f"    every rank's CPU over {cost.cores} cores: measured {work / cost.cores * 1e3:.1f} "
+              f"ms (a rank's mean {work / lay.ranks * 1e3:.1f} ms), predicted "
+              f"{predicted_work(lay, cost) / cost.cores * 1e3:.1f} ms")
     print(f"after: {load_now().text()}")
 
 

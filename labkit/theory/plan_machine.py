@@ -107,12 +107,7 @@ def predict_here(model: Decoder, layout: Layout, training: Training, cost: StepC
                      f"{ranks}-rank fit of this machine's collectives (plan_comm), each "
                      f"after the backward"))
     critical = sum(x.value for x in time)
-    # every rank's CPU, added up: FLOPs, fixed work, and each collective's CPU
-    tokens_seqs = layout.micro_batch * m
-    compute_all = d * step_flops(model, model.layers, tokens_seqs) / eng.flops_per_s
-    fixed_all = (d * m * t * model.layers * eng.layer_s
-                 + ranks * (eng.step_s + m * eng.microbatch_s))
-    comm_all = sum(k.ranks * sum(_cpu(cost, ranks, c) for c in k.calls) for k in kinds)
+    compute_all, fixed_all, comm_all = work_parts(model, layout, cost, strategy, kinds)
     work = compute_all + fixed_all + comm_all
     shared = max(0.0, work / cost.cores - critical) if ranks > cost.cores else 0.0
     time.append(Term("cores", shared,
@@ -129,6 +124,21 @@ def predict_here(model: Decoder, layout: Layout, training: Training, cost: StepC
                    * scale, mfu=base.mfu * scale, hfu=base.hfu * scale)
     pred.binding = binding(pred, cluster_of(cost, ranks, cost.cores, strategy))
     return pred
+
+
+def work_parts(model: Decoder, layout: Layout, cost: StepCost, strategy: str,
+               kinds: Sequence[RankCalls]) -> tuple[float, float, float]:
+    """Every rank's CPU seconds of a step, added up, in three parts: the FLOPs at the
+    engine's rate, the engine's fixed work, and each collective's CPU (at the layout's rank
+    count). Over the cores it is the least a step on shared cores can take."""
+    d, t, m = layout.dp, layout.tp, layout.microbatches
+    ranks = d * t * layout.pp
+    eng = cost.engine(strategy)
+    compute_all = d * step_flops(model, model.layers, layout.micro_batch * m) / eng.flops_per_s
+    fixed_all = (d * m * t * model.layers * eng.layer_s
+                 + ranks * (eng.step_s + m * eng.microbatch_s))
+    comm_all = sum(k.ranks * sum(_cpu(cost, ranks, c) for c in k.calls) for k in kinds)
+    return compute_all, fixed_all, comm_all
 
 
 def rank_cpu(cost: StepCost, ranks: int, kind: RankCalls) -> float:
