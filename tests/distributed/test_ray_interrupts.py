@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from labkit.launchers.ray import guard, ray_processes
+from labkit.launchers.ray.session import PREFIX
 from labkit.launchers.reaper import tagged
 
 pytestmark = [pytest.mark.distributed, pytest.mark.lesson12, pytest.mark.timeout(600)]
@@ -40,11 +41,17 @@ def _ray_of(mark: str) -> list[tuple[int, str]]:
 
 
 def _session_dirs(mark: str) -> set[str]:
-    """The Ray session dirs (``/tmp/lkray-*``) that processes of the run hold files under:
+    """The Ray session dirs (``session.PREFIX``) that processes of the run hold files under:
     how its processes are found once ``setproctitle`` has wiped their environment (Ray's
     agents: ``labkit.launchers.ray.guard``)."""
-    return {"/".join(path.split("/")[:3]) for pid in tagged(MARK, mark)
-            for path in guard.open_paths(pid) if path.startswith("/tmp/lkray-")}
+    dirs = set()
+    for pid in tagged(MARK, mark):
+        for path in guard.open_paths(pid):
+            parts = path.split("/")
+            at = next((i for i, part in enumerate(parts) if part.startswith(PREFIX)), None)
+            if at is not None:
+                dirs.add("/".join(parts[:at + 1]))
+    return dirs
 
 
 def _left(mark: str, dirs: set[str]) -> list[int]:
