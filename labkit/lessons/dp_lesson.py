@@ -115,11 +115,13 @@ def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float],
         lines.append("  " + again(f"the {n}-rank step (ms)", step_ms, [runs[n]], got, ".1f"))
         wire = want - predicted[min(runs)] * 1e3
         grown = part["compute_ms"] / max(one["compute_ms"], 1e-9)
-        parts = (f"compute {part['compute_ms']:.1f} ms per rank ({grown:.1f}x one rank's), "
+        parts = (f"compute {part['compute_ms']:.1f} ms per rank "
+                 f"({grown:.{1 if grown >= 0.1 else 2}f}x one rank's), "
                  f"exposed communication {part['exposed_ms']:.1f} ms (the wire needs "
                  f"{wire:.1f})")
         # below the prediction: the parts and the calls say which term the model overcharged
-        lines.append(f"{line}: the prediction is above the run; {parts}" if got < want else
+        lines.append(f"{line}: the prediction is above the run; {parts}; the 1-rank step it "
+                     f"starts from computed {one['compute_ms']:.1f} ms" if got < want else
                      f"{line}; {parts}")
         if got > want and n > cpu_count():
             lines.append(f"  {n} ranks on {cpu_count()} cores take turns: a rank waiting for a "

@@ -188,6 +188,7 @@ def test_weak_scaling_sentences_split_what_left_the_model() -> None:
     assert "2 ranks: measured 27.8 ms, predicted 248.5 ms: the prediction is above the run; " \
         "compute 20.0 ms per rank (5.0x one rank's), exposed communication" in issue
     assert "waited for a core" not in issue
+    assert "the 1-rank step it starts from computed 4.0 ms" in issue  # the prediction's base
 
 
 def test_the_calls_account_names_slow_calls_whatever_their_size() -> None:
