@@ -367,10 +367,31 @@ def test_the_instructor_grades_in_the_box_and_releases_feedback(classroom: Class
                for kind, student in zip(KINDS, classroom.users.student_names)}
         theirs = gb.find_submission("ps1_numbers", attacker)
         assert (theirs.score, theirs.timestamp.year) == (0, time.gmtime().tm_year), theirs
-    assert got == EXPECTED
+    assert got == EXPECTED, _short_cells(classroom, got)
     kept = classroom.course / "course" / "submitted" / attacker / "ps1_numbers"
     assert sorted(p.name for p in kept.iterdir()) == ["ps1_numbers.ipynb",
                                                       "submission_secret.txt", "timestamp.txt"]
+
+
+def _short_cells(classroom: Classroom, got: dict[str, dict[str, float]]) -> str:
+    """For each submission that scored other than expected: its grade cells, with what they
+    printed in the box (the feedback page a failure would show is mostly CSS)."""
+    lines = [f"scores {got}"]
+    for kind, student in zip(KINDS, classroom.users.student_names):
+        for name in ASSIGNMENTS:
+            if got[kind][name] == EXPECTED[kind][name]:
+                continue
+            path = classroom.course / "course" / "autograded" / student / name / f"{name}.ipynb"
+            for cell in nbformat.read(path, as_version=4).cells:
+                grade = cell.metadata.get("nbgrader", {})
+                if cell.cell_type != "code" or not grade.get("grade"):
+                    continue
+                shown = " | ".join(str(out.get("text") or out.get("evalue") or
+                                       out.get("data", {}).get("text/plain", ""))
+                                   for out in cell.get("outputs", []))
+                lines.append(f"{kind} {name} {grade.get('grade_id')} "
+                             f"({grade.get('points')} points): {shown[-1500:]}")
+    return "\n".join(lines)
 
 
 def test_each_student_sees_their_own_feedback_and_no_one_elses(classroom: Classroom) -> None:
