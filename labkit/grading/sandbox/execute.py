@@ -38,6 +38,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Float, Integer, Unicode
 
+from labkit.grading.sandbox.budget import NOTE
 from labkit.grading.sandbox.limits import Limits
 from labkit.grading.sandbox.remote import RemoteFunction, Session
 
@@ -83,6 +84,23 @@ def free_names(source: str) -> set[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             stored.update((a.asname or a.name).split(".")[0] for a in node.names)
     return loaded - stored - set(dir(builtins))
+
+
+def unreached_parts(ns: dict[str, Any], before: list[Any] | None = None) -> list[str]:
+    """A line for each scored part of a question in ``ns`` (not one of ``before``, the values
+    an earlier cell left there) that the hidden tests never reached.
+
+    Such a part earns nothing, yet the answer was not at fault: the grader's draws for this
+    student missed it. The line goes into the cell's output (the student's feedback) and the
+    instructor's log, so a gap in a key is seen, not read as a wrong answer.
+    """
+    from labkit.grading.parts import Question
+
+    old = {id(value) for value in before or ()}  # ``before`` holds them: no id is reused
+    return [f"{NOTE}no hidden case reached part '{part.label}' of {value.name}: that is a gap "
+            "in the grader, not in your answer; tell your instructor."
+            for value in ns.values() if isinstance(value, Question) and id(value) not in old
+            for part in value.parts.values() if not part.ran and not part.gate]
 
 
 def run_in_grader(source: str, ns: dict[str, Any]) -> list[NotebookNode]:
@@ -251,6 +269,11 @@ class SandboxedExecute(NbGraderPreprocessor):  # type: ignore[misc]
                     ns[name] = RemoteFunction(session, name)
                 elif kind == "value":
                     ns[name] = value
-            return run_in_grader(source, ns)
+            before = list(ns.values())
+            outputs = run_in_grader(source, ns)
         finally:
             session.end_test()
+        for gap in unreached_parts(ns, before):
+            outputs.append(new_output("stream", name="stderr", text=gap + "\n"))
+            self.log.warning("%s", gap)
+        return outputs
