@@ -259,7 +259,7 @@ def check_challenge(q: Question, fn: Any, student: str = "", real_run: bool = Tr
             q.record("fits in memory", fit.fits, f"{label}: {fit.explanation}")
         speed = predicted_speedup(ch, cfg)
         q.record("at least the target speedup (lab model)", speed >= ch["target_speedup"],
-                 f"{label}: the lab's model predicts {speed:.2f}x, the target is "
+                 f"{label}: the lab's model predicts {speed:.3f}x, the target is "
                  f"{ch['target_speedup']:g}x. Levers: bf16 halves compute and gradient bytes, "
                  "overlap hides the all-reduce behind backward, accumulation sends one "
                  "all-reduce per several micro-batches.")

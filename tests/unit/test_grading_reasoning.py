@@ -124,3 +124,15 @@ def test_a_hidden_cases_feedback_names_no_answer() -> None:
     q = reasoning.challenge_question(bad_lr)
     GRADER.check_challenge(q, bad_lr, "alice", real_run=False)
     assert "linear rule gives" not in q.feedback().split("hidden challenge", 1)[-1]
+
+
+def test_the_model_answer_meets_every_students_challenges() -> None:
+    """The hidden challenges of 1,000 students (student2 and student16 among them): before
+    the model answer applied the statement's ZeRO-3 factor and overlap rule, about one
+    student in 17 lost the speedup part of a challenge that it solved with ZeRO-3."""
+    propose = model_answers("ps4_reasoning")["propose"]
+    for student in [f"student{i}" for i in range(1000)]:
+        for challenge in GRADER.hidden_challenges(student).values():
+            cfg = propose(dict(challenge))
+            speed = GRADER.predicted_speedup(challenge, cfg)
+            assert speed >= challenge["target_speedup"], (student, challenge, cfg, speed)
