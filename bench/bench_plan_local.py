@@ -9,7 +9,11 @@ one-rank step at a few sizes, fitted; the collectives' wall and CPU at 2, 4 and 
 unless ``--cached``. Then each round runs every layout once (``labkit run hybrid`` over
 dp x pp x tp of 8 and 4 ranks, 2-rank DDP, ZeRO-1 and a 1F1B pipeline; ``--only`` keeps
 those named), the order reversed every other round; each layout's number is the median over
-rounds of its median step. Nothing is fitted to a layout's step. Printed per layout: the
+rounds of its median step. A step is measured as the time it adds to the run (from the
+previous step's end to its own, each ending with its slowest rank: ``Timeline.step_periods_s``),
+which is what the planner predicts (throughput divides by it); the span from the earliest
+rank's start, longer by the ranks' skew in a pipeline, is printed beside it. Nothing is fitted
+to a layout's step. Printed per layout: the
 wall step, measured and predicted (the target: within 25 % on 2 quiet cores); the CPU
 seconds of the busiest rank's step (``step_cpu_s``) beside the prediction's (compute,
 fixed work and its collectives' CPU); the collectives a rank issues per step, counted in
@@ -101,6 +105,7 @@ def main() -> None:
     cost = step_cost(refresh=not args.cached, rounds=args.cost_rounds)
     print("\n".join(describe(cost)), flush=True)
     wall: dict[str, list[float]] = {lay.name: [] for lay in layouts}
+    span: dict[str, list[float]] = {lay.name: [] for lay in layouts}
     cpu: dict[str, list[float]] = {lay.name: [] for lay in layouts}
     calls: dict[str, float] = {}
     mean_cpu: dict[str, list[float]] = {lay.name: [] for lay in layouts}
@@ -108,7 +113,8 @@ def main() -> None:
         print(f"round {k + 1}: {load_now().text()}", flush=True)
         for lay in layouts if k % 2 == 0 else layouts[::-1]:
             r = labkit.run(**run_kwargs(lay, args.steps), timeout_s=600)
-            wall[lay.name].append(r.step_time_s)
+            wall[lay.name].append(r.timeline.median_step_period_s())
+            span[lay.name].append(r.step_time_s)
             cpu[lay.name].append(float(r.metrics.get("step_cpu_s", 0.0)))
             calls[lay.name] = traced_calls(r, lay.ranks)
             mean_cpu[lay.name].append(mean_rank_cpu(r))
@@ -123,6 +129,8 @@ def main() -> None:
               f"{busy / used:5.2f} | {calls[lay.name]:6.1f} {planned_calls(lay):6.1f}")
         print("    terms (ms): " + ", ".join(f"{t.name} {t.value * 1e3:.1f}" for t in q.time
                                              if t.value > 0))
+        print(f"    a step's span, earliest rank's start to latest rank's end: "
+              f"{statistics.median(span[lay.name]) * 1e3:.1f} ms (longer by the ranks' skew)")
         work = statistics.median(mean_cpu[lay.name]) * lay.ranks
         print(f"    every rank's CPU over {cost.cores} cores: measured {work / cost.cores * 1e3:.1f} "
               f"ms (a rank's mean {work / lay.ranks * 1e3:.1f} ms), predicted "

@@ -13,6 +13,7 @@ Definitions used throughout the lessons (and by ``RunResult.metrics``):
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from collections.abc import Iterable, Iterator
@@ -176,6 +177,23 @@ class Timeline:
 
     def median_step_s(self, skip_first: bool = True) -> float:
         times = self.step_times_s()
+        if skip_first and len(times) > 1:
+            times = times[1:]
+        return statistics.median(times) if times else 0.0
+
+    def step_periods_s(self) -> list[float]:
+        """Per step after the first: from the previous step's end to this one's, a step
+        ending when its slowest rank ends it, seconds: the time a step adds to the run,
+        which throughput (tokens per second) divides by. Where ranks run skewed (a
+        pipeline's last stage starts its next step while the first still ends this one),
+        ``step_times_s``'s span from the earliest start is longer by that skew."""
+        ends = [max(e.end_ns for e in self.events if e.op == Op.STEP and e.step == s)
+                for s in self.steps()]
+        return [(b - a) / 1e9 for a, b in itertools.pairwise(ends)]
+
+    def median_step_period_s(self, skip_first: bool = True) -> float:
+        """Median of ``step_periods_s`` (the first period, after warm-up's step, skipped)."""
+        times = self.step_periods_s()
         if skip_first and len(times) > 1:
             times = times[1:]
         return statistics.median(times) if times else 0.0

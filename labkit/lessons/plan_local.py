@@ -29,7 +29,7 @@ from labkit.base.cpuload import cpu_count
 from labkit.base.errors import ConfigError, LabError
 from labkit.base.progress import Progress
 from labkit.lessons.parallel3d import LESSON_GPT
-from labkit.theory.plan_comm import CommCost, fit_comm, wire_of
+from labkit.theory.plan_comm import COMM_OPS, CommCost, fit_comm, wire_of
 from labkit.theory.plan_lab import LAB_BATCH, LAB_GPT, LabLayout
 from labkit.theory.plan_local import (
     CACHE,
@@ -144,7 +144,8 @@ all-gather's intercept read 557-923 us, of 60 rounds 679-795 us (docs/benchmarks
 def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int,
                rounds: int = COMM_ROUNDS) -> dict[str, list[float]]:
     """On every rank of a ``labkit.launch``: the ranks in pairs (0-1, 2-3, ...), each pair's
-    all-reduce, all-gather and exchange (an isend and an irecv to the partner, waited) of
+    all-reduce, reduce-scatter, all-gather and exchange (an isend and an irecv to the partner,
+    waited) of
     each size, all pairs at once, each call after a piece of compute as in a step (a layer's
     MLP forward of a 4-sequence microbatch of the lesson GPT: tensor parallelism's f and g
     are half a layer apart). Every op and size runs ``calls`` calls in a block, once per
@@ -194,7 +195,9 @@ def time_comms(ctx: Any, sizes: tuple[int, ...], calls: int,
     blocks: list[tuple[str, Any]] = []
     for size in sizes:
         x, full, got = torch.ones(size // 4), torch.empty(size // 4), torch.empty(size // 4)
+        half = torch.empty(size // 8)
         blocks += [(f"all_reduce:{size}", lambda x=x: comm.all_reduce(x)),
+                   (f"reduce_scatter:{size}", lambda x=x, half=half: comm.reduce_scatter(half, x)),
                    (f"all_gather:{size}", lambda x=x, full=full, size=size:
                     comm.all_gather(full, x[:size // 8])),
                    (f"exchange:{size}", lambda x=x, got=got: [
@@ -230,7 +233,7 @@ def measure_comms(sizes: tuple[int, ...] = COMM_SIZES, calls: int = COMM_CALLS,
     fits = []
     for n in ranks:
         per_rank = labkit.launch(time_comms, n, sizes, calls, timeout_s=300).results
-        for op in ("all_reduce", "all_gather", "exchange"):
+        for op in COMM_OPS:
             rows = [(size, max(r[f"{op}:{size}"][0] for r in per_rank),
                      statistics.fmean(r[f"{op}:{size}"][1] for r in per_rank)) for size in sizes]
             fits.append(fit_comm(op, n, rows))

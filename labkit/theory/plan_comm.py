@@ -6,7 +6,7 @@ of the run it serves: 8 ranks on 2 cores wait for their partners to get a core, 
 32 KB all-reduce takes several times longer than with 2. And its CPU seconds -- gloo's
 copies, the reduction, the traced call's bookkeeping -- are taken from the other ranks that
 share the cores, which a wall-time model alone never charges. ``labkit.lessons.plan_local.
-time_comms`` times an all-reduce, an all-gather and an isend / irecv exchange between pairs
+time_comms`` times an all-reduce, a reduce-scatter, an all-gather and an isend / irecv exchange between pairs
 of ranks, every pair at once, at a few sizes and at 2, 4 and 8 ranks; ``fit_comm`` fits each
 op and rank count to two straight lines, one for wall and one for CPU (issue 38, item 4).
 Pure Python, no torch.
@@ -19,9 +19,11 @@ from dataclasses import dataclass
 
 from labkit.base.errors import ConfigError
 
-COMM_OPS = ("all_reduce", "all_gather", "exchange")
-"""What ``labkit.lessons.plan_local.time_comms`` times: an all-reduce, an all-gather (a
-reduce-scatter moves the same bytes), and an exchange (one isend and one irecv a rank)."""
+COMM_OPS = ("all_reduce", "reduce_scatter", "all_gather", "exchange")
+"""What ``labkit.lessons.plan_local.time_comms`` times: an all-reduce, a reduce-scatter and an
+all-gather (a ring moves the same bytes in the two, yet gloo's reduce-scatter of ZeRO's units
+took about twice the all-gather's time a call here), and an exchange (one isend and one irecv
+a rank)."""
 
 
 @dataclass(frozen=True, kw_only=True)

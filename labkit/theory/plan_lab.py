@@ -91,7 +91,7 @@ def lab_calls(lay: LabLayout) -> list[RankCalls]:
     * dp: DDP one bucket all-reduce of all gradients (torch DDP's first bucket holds the
       lesson GPT's 0.9 MB); the ZeRO transform (hybrid's stage 0, ``zero``) one all-reduce
       per unit (stage 0), or a reduce-scatter and an all-gather per unit (stage 1), of the
-      unit's parameters (``labkit.train.parallel.zero``).
+      unit's parameters (``labkit.train.parallel.zero``), each priced as measured.
     """
     m, b = lay.microbatches, LAB_BATCH // lay.microbatches
     act = b * LAB_GPT.seq * LAB_GPT.hidden * 4
@@ -115,9 +115,9 @@ def lab_calls(lay: LabLayout) -> list[RankCalls]:
                                how="DDP's one bucket"))
         elif lay.dp > 1:
             units = UNITS_PER_LAYER * layers + END_UNITS * ends
-            op, n = ("all_gather", 2 * units) if lay.zero else ("all_reduce", units)
-            calls.append(Calls(group="dp", op=op, calls=n, nbytes=n // units * 4 * params,
-                               how=f"{'2 x ' if lay.zero else ''}{units} ZeRO units"))
+            for op in ("reduce_scatter", "all_gather") if lay.zero else ("all_reduce",):
+                calls.append(Calls(group="dp", op=op, calls=units, nbytes=4 * params,
+                                   how=f"{units} ZeRO units"))
         kinds.append(RankCalls(ranks=lay.ranks // len(stages), calls=tuple(calls)))
     return kinds
 

@@ -46,7 +46,7 @@ from labkit.base.cache import KeyedCache
 from labkit.base.errors import ConfigError
 from labkit.theory.interconnect import Interconnect
 from labkit.theory.plan import COMPUTE_EFFICIENCY
-from labkit.theory.plan_comm import CommCost, wire_of
+from labkit.theory.plan_comm import COMM_OPS, CommCost, wire_of
 from labkit.theory.plan_models import GPU, Cluster, Decoder
 from labkit.theory.plan_terms import LINK_EFFICIENCY
 
@@ -309,7 +309,9 @@ def load_cost(cores: int) -> StepCost | None:
         cost = StepCost.from_json(entry) if entry else None
     except (TypeError, ValueError):
         return None
-    return cost if cost is not None and cost.comms else None  # older: no collectives
+    if cost is None or {c.op for c in cost.comms} != set(COMM_OPS):
+        return None  # older: no collectives, or not every op this version prices
+    return cost
 
 
 def store_cost(cost: StepCost) -> None:

@@ -46,8 +46,7 @@ class Calls:
     group: str
     """The grid axis they run on: tp, pp or dp."""
     op: str
-    """How they are priced (``plan_comm.COMM_OPS``): a reduce-scatter as an all-gather of
-    the same bytes, a send and a receive as one exchange."""
+    """How they are priced (``plan_comm.COMM_OPS``): a send and a receive as one exchange."""
     calls: float
     """How many a step."""
     nbytes: float

@@ -14,7 +14,7 @@ import pytest
 from labkit.base.errors import ConfigError
 from labkit.cli import main
 from labkit.theory.plan import plan, predict
-from labkit.theory.plan_comm import CommCost, fit_comm, wire_of
+from labkit.theory.plan_comm import COMM_OPS, CommCost, fit_comm, wire_of
 from labkit.theory.plan_lab import LAB_GPT, LAYOUTS, lab_calls, predict_lab
 from labkit.theory.plan_local import (
     CostSample,
@@ -93,7 +93,7 @@ def _comms(cpu_s: float = 2e-4) -> tuple[CommCost, ...]:
     """Collectives that get slower with more ranks on the machine, as on a shared one."""
     return tuple(CommCost(op=op, ranks=r, wall_s=r * 1e-4, wall_s_per_byte=r * 1e-9,
                           cpu_s=cpu_s, cpu_s_per_byte=1e-9)
-                 for op in ("all_reduce", "all_gather", "exchange") for r in (2, 4, 8))
+                 for op in COMM_OPS for r in (2, 4, 8))
 
 
 def _cost(step_s: float = 2e-3, layer_s: float = 1e-3, rate: float = 5e9,
@@ -184,9 +184,9 @@ def test_the_lab_engines_collectives_are_counted() -> None:
         ("tp", "all_reduce", 16), ("pp", "exchange", 2), ("dp", "all_reduce", 22)]
     (ddp,), (zero,) = by["ddp 2"], by["zero-1 2"]
     assert [(c.op, c.calls) for c in ddp.calls] == [("all_reduce", 1)]
-    assert [(c.op, c.calls) for c in zero.calls] == [("all_gather", 2 * 44)]
+    assert [(c.op, c.calls) for c in zero.calls] == [("reduce_scatter", 44), ("all_gather", 44)]
     assert ddp.calls[0].nbytes == pytest.approx(4 * LAB_GPT.params)
-    assert zero.calls[0].nbytes == pytest.approx(2 * 4 * LAB_GPT.params)
+    assert [c.nbytes for c in zero.calls] == pytest.approx([4 * LAB_GPT.params] * 2)
     with pytest.raises(ConfigError, match="group of"):
         Calls(group="ep", op="all_reduce", calls=1, nbytes=4, how="")
 

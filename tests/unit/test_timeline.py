@@ -180,3 +180,15 @@ def test_a_chain_records_back_to_back_spans_with_their_cpu_time():
     assert opt.cpu_ns is not None and opt.cpu_ns <= opt.dur_ns
     assert Tracer(0, enabled=False).chain(0).next(Op.FORWARD) is None  # tracing off: nothing
 
+
+
+def test_a_skewed_pipelines_step_period_is_end_to_end_not_the_span() -> None:
+    """Rank 1 (a last stage) starts each step 30 ns before rank 0 ends the previous one: each
+    step spans 130 ns from the earliest start, yet adds 100 ns to the run."""
+    events = []
+    for s in range(4):
+        events += [ev(0, Op.STEP, 100 * s, 100, step=s), ev(1, Op.STEP, 100 * s - 30, 100, step=s)]
+    tl = Timeline(events, 2, {})
+    assert tl.step_times_s()[1:] == [130e-9] * 3
+    assert tl.step_periods_s() == [100e-9] * 3
+    assert tl.median_step_period_s() == 100e-9 and tl.median_step_s() == 130e-9
