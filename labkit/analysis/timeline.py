@@ -58,6 +58,13 @@ def intersect(a: list[Interval], b: list[Interval]) -> list[Interval]:
     return out
 
 
+def _steady_median(times: list[float], skip_first: bool) -> float:
+    """The median of ``times``, the first (warm-up) left out where there are more."""
+    if skip_first and len(times) > 1:
+        times = times[1:]
+    return statistics.median(times) if times else 0.0
+
+
 @dataclass
 class Timeline:
     """Every rank's events on one clock (ns since the aligned start of the run)."""
@@ -167,19 +174,21 @@ class Timeline:
                    if e.rank == rank and e.lane == Lane.COMM and e.op != Op.RECV
                    and (chosen is None or e.op in chosen))
 
+    def _step_bounds(self) -> list[tuple[int, int]]:
+        """Per step, in order: (earliest rank's start, latest rank's end), ns; one pass."""
+        bounds: dict[int, tuple[int, int]] = {}
+        for e in self.events:
+            if e.op == Op.STEP and e.step is not None:
+                lo, hi = bounds.get(e.step, (e.start_ns, e.end_ns))
+                bounds[e.step] = (min(lo, e.start_ns), max(hi, e.end_ns))
+        return [bounds[s] for s in sorted(bounds)]
+
     def step_times_s(self) -> list[float]:
         """Per step: from the earliest rank's start to the latest rank's end, seconds."""
-        out = []
-        for s in self.steps():
-            spans = [e for e in self.events if e.op == Op.STEP and e.step == s]
-            out.append((max(e.end_ns for e in spans) - min(e.start_ns for e in spans)) / 1e9)
-        return out
+        return [(end - start) / 1e9 for start, end in self._step_bounds()]
 
     def median_step_s(self, skip_first: bool = True) -> float:
-        times = self.step_times_s()
-        if skip_first and len(times) > 1:
-            times = times[1:]
-        return statistics.median(times) if times else 0.0
+        return _steady_median(self.step_times_s(), skip_first)
 
     def step_periods_s(self) -> list[float]:
         """Per step after the first: from the previous step's end to this one's, a step
@@ -187,16 +196,12 @@ class Timeline:
         which throughput (tokens per second) divides by. Where ranks run skewed (a
         pipeline's last stage starts its next step while the first still ends this one),
         ``step_times_s``'s span from the earliest start is longer by that skew."""
-        ends = [max(e.end_ns for e in self.events if e.op == Op.STEP and e.step == s)
-                for s in self.steps()]
+        ends = [end for _, end in self._step_bounds()]
         return [(b - a) / 1e9 for a, b in itertools.pairwise(ends)]
 
     def median_step_period_s(self, skip_first: bool = True) -> float:
         """Median of ``step_periods_s`` (the first period, after warm-up's step, skipped)."""
-        times = self.step_periods_s()
-        if skip_first and len(times) > 1:
-            times = times[1:]
-        return statistics.median(times) if times else 0.0
+        return _steady_median(self.step_periods_s(), skip_first)
 
     def summary(self) -> dict[str, float]:
         """The headline numbers of a run (steady-state window: the first step is skipped)."""
