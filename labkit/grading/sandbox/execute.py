@@ -38,7 +38,6 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Float, Integer, Unicode
 
-from labkit.grading.sandbox.budget import NOTE
 from labkit.grading.sandbox.limits import Limits
 from labkit.grading.sandbox.remote import RemoteFunction, Session
 
@@ -86,6 +85,11 @@ def free_names(source: str) -> set[str]:
     return loaded - stored - set(dir(builtins))
 
 
+GAP = "labkit grading gap: "
+"""Every line about a part the hidden tests never reached starts so (not a limit's ``NOTE``:
+nothing of the student's was stopped)."""
+
+
 def unreached_parts(ns: dict[str, Any], before: list[Any] | None = None) -> list[str]:
     """A line for each scored part of a question in ``ns`` (not one of ``before``, the values
     an earlier cell left there) that the hidden tests never reached.
@@ -97,7 +101,7 @@ def unreached_parts(ns: dict[str, Any], before: list[Any] | None = None) -> list
     from labkit.grading.parts import Question
 
     old = {id(value) for value in before or ()}  # ``before`` holds them: no id is reused
-    return [f"{NOTE}no hidden case reached part '{part.label}' of {value.name}: that is a gap "
+    return [f"{GAP}no hidden case reached part '{part.label}' of {value.name}: that is a gap "
             "in the grader, not in your answer; tell your instructor."
             for value in ns.values() if isinstance(value, Question) and id(value) not in old
             for part in value.parts.values() if not part.ran and not part.gate]
