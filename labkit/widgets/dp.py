@@ -101,10 +101,10 @@ class TrainStepPanel:
             self.status.value = f"<span style='color:#c00'>the run failed: {error}</span>"
             return
         self.result = result
+        self.show()  # drawn before the status says so: "step N:" means the replay is there
         self.status.value = (f"step {self.steps}: trained steps 0-{self.steps} from the seed on "
                              f"{self.world_size} warm ranks in {seconds:.2f} s; mean loss "
                              f"{result.losses[-1]:.4f} (step 0 warms up and is not shown)")
-        self.show()
 
     def show(self) -> None:
         from labkit.visuals.dp_step import step_story, step_table_html

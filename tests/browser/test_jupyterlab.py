@@ -310,7 +310,12 @@ def _drive_train_step(page: Any, cell: Any, stem: str) -> None:
     button = view.locator("button", has_text="Train Step")
     button.click()
     _wait_text(view, "step 1:", "Train Step (first click)")
-    assert view.locator("svg rect.bar").count() > 0, "the step's replay was not drawn"
+    # the widget draws before it writes "step 1:", but the browser renders the two
+    # widget updates as they arrive: give the drawing a moment to follow the status
+    try:
+        view.locator("svg rect.bar").first.wait_for(state="attached", timeout=10_000)
+    except Exception as error:
+        raise AssertionError("the step's replay was not drawn within 10 s of 'step 1:'") from error
     first = _figure(view)
     page.wait_for_timeout(2500)  # mid-replay: buckets on their way to the wire
     _shoot(view, SHOTS / f"{stem}-train-step.png")
