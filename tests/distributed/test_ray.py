@@ -52,6 +52,18 @@ def test_ray_launcher_honours_the_timeout_and_names_the_hung_rank(ray_session):
     assert err.value.failure.rank == 0 and "outside any communication" in err.value.failure.message
 
 
+def test_rays_workers_run_at_the_priority_of_the_students_other_programs(ray_session):
+    """Ray's default puts its workers at nice 15: beside a browser and a video call every actor
+    and task then starves (Ray Train's controller got 7 % of a core beside two CPU hogs)."""
+    import os
+
+    @ray_session.remote
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+    assert ray_session.get(niceness.remote(), timeout=300) == os.getpriority(os.PRIO_PROCESS, 0)
+
+
 def test_actor_server_with_task_workers(ray_session):
     """BSP through an actor is never stale; ASP with a slow worker is; tasks ran in worker
     processes other than the actor's."""

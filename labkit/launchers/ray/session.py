@@ -68,9 +68,15 @@ BUSY_MACHINE_LIMITS = {
     "RAY_worker_register_timeout_seconds": "300",  # Ray's default: 60 s per worker start
     "RAY_health_check_timeout_ms": "30000",  # a starved GCS answers late, not never
     "RAY_health_check_failure_threshold": "20",
+    "RAY_worker_niceness": "0",  # Ray's default: 15, below every program the student runs
 }
 """Ray's own limits (``ray_config_def.h``, set through the environment its processes read),
-raised so that a loaded machine is slow rather than failed."""
+raised so that a loaded machine is slow rather than failed. Ray starts its workers at nice 15
+so that a shared cluster node's daemons stay responsive; on a laptop that puts every actor and
+task (Ray Train's controller, a lesson's parameter server) below the browser and the video
+call: beside two CPU-bound programs at nice 0 on 2 cores, Ray Train's controller got 7 % of a
+core and had not started its ranks after 100 s. At nice 0 Ray's workers share the cores as
+the lab's other ranks do."""
 SAY_START_AFTER_S = 2.0
 """A start still going after this many seconds says so (``labkit.base.progress.waiting``)."""
 STARTING = "its scheduler, object store and workers; 5-30 s, longer on a busy machine"
