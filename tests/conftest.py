@@ -3,6 +3,7 @@ none survive a run (success, failure, timeout or interrupt)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -186,21 +187,51 @@ def run_in_subreaper(code: str, timeout_s: float = 300.0) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-HOG = "import os, sys\nos.nice(0)\nwhile True:\n    pass\n"
-"""A CPU-bound process: what a busy laptop runs beside the lab (issue 25, item 7)."""
+HOG = ("import os, sys\nparent = int(sys.argv[1])\nos.nice(0)\nn = 0\nwhile True:\n"
+       "    n += 1\n    if n % 5_000_000 == 0:  # about a second: gone with the tests\n"
+       "        try:\n            os.kill(parent, 0)\n        except ProcessLookupError:\n"
+       "            break\n")
+"""A CPU-bound process: what a busy laptop runs beside the lab (issue 25, item 7). It stops
+by itself within seconds of the test process that started it (``sys.argv[1]``)."""
+
+_SPAWN = ("import subprocess, sys\n"
+          "hogs = [subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]],\n"
+          "                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,\n"
+          "                         stderr=subprocess.DEVNULL, start_new_session=True)\n"
+          "        for _ in range(int(sys.argv[3]))]\n"
+          "print(' '.join(str(h.pid) for h in hogs))\n")
+"""Starts the hogs and exits, so that they are not the test process's descendants: a
+quiet check that takes this process tree's own CPU out (``labkit.base.cpuload``: the ranks,
+a pool, Ray) must count them as other programs, as it counts a student's browser."""
 
 
-def start_hogs(n: int = 2) -> list[subprocess.Popen[bytes]]:
+def start_hogs(n: int = 2) -> list[int]:
     """``n`` CPU-bound processes beside the tests (``LABKIT_TEST_HOGS=2 make test`` starts
-    them for the whole session; the ``cpu_hogs`` fixture for one test)."""
-    return [subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.DEVNULL)
-            for _ in range(n)]
+    them for the whole session; the ``cpu_hogs`` fixture for one test); their pids."""
+    out = subprocess.run([sys.executable, "-c", _SPAWN, HOG, str(os.getpid()), str(n)],
+                         check=True, capture_output=True, text=True, timeout=60).stdout
+    return [int(pid) for pid in out.split()]
 
 
-def stop_hogs(hogs: list[subprocess.Popen[bytes]]) -> None:
-    for hog in hogs:
-        hog.kill()
-        hog.wait()
+def stop_hogs(hogs: list[int]) -> None:
+    import signal
+    import time
+
+    for pid in hogs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in hogs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.fixture
