@@ -93,3 +93,22 @@ def test_a_dead_actor_comes_back_from_its_checkpoint_and_a_dead_task_is_retried(
     assert r["actor_before"]["version"] == 7 and r["actor_after"]["version"] == 6
     assert r["actor_after"]["pid"] != r["actor_before"]["pid"] and r["updates_lost"] == 1
     assert r["task_retry_pid"] != r["task_first_pid"]
+
+
+def test_a_dead_raylet_is_replaced_on_the_next_run_instead_of_waited_for(ray_session):
+    """Ray's own daemon killed under the lab (out of memory, a stray kill): the next Ray call
+    would wait a minute for it and fail (``LocalRayletDiedError``), and every call after it,
+    until the kernel restarts. ``ensure_ray`` sees the raylet gone and starts a new cluster."""
+    import os
+    import signal
+
+    from labkit.launchers.ray import ensure_ray
+    from labkit.launchers.ray.session import _procs, _state
+
+    old = str(_state["tmp"])
+    raylets = [pid for pid, name, cmd, _ in _procs() if name == "raylet" and old in cmd]
+    assert len(raylets) == 1, raylets
+    os.kill(raylets[0], signal.SIGKILL)
+    ray = ensure_ray()
+    assert _state["tmp"] != old
+    assert ray.get(ray.remote(lambda: 42).remote(), timeout=300) == 42

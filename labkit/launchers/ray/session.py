@@ -103,7 +103,11 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
     """The ``ray`` module with a running cluster: started here (steps 1-4 above) or reused."""
     ray = _ray_module()
     if ray.is_initialized():
-        return ray
+        if not _state["started"] or _raylet_alive(str(_state["tmp"])):
+            return ray
+        # the raylet we started is gone (killed, out of memory, a SIGTERM Ray's driver
+        # handler turned into an exit): every call to this cluster would wait for it forever
+        shutdown_ray()
     address = os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, namespace="labkit", log_to_driver=False)
@@ -226,6 +230,11 @@ def shutdown_ray(wait_s: float = 10.0) -> None:
     if _state["owner"] is not None:
         _state["owner"].close()
     _state.update(started=False, tmp=None, guard=None, owner=None)
+
+
+def _raylet_alive(session: str) -> bool:
+    """Whether the raylet of the session in ``session`` (its temp dir) still runs."""
+    return any(name == "raylet" and session in cmd for _, name, cmd, _ in _procs())
 
 
 def ray_processes() -> list[tuple[int, str]]:
