@@ -106,7 +106,8 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
         if not _state["started"] or _raylet_alive(str(_state["tmp"])):
             return ray
         # the raylet we started is gone (killed, out of memory, a SIGTERM Ray's driver
-        # handler turned into an exit): every call to this cluster would wait for it forever
+        # handler turned into an exit): every call to this cluster would wait a minute for it,
+        # then fail
         shutdown_ray()
     address = os.environ.get("RAY_ADDRESS")
     if address:
