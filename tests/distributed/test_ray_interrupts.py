@@ -80,7 +80,7 @@ def _wait_for(what, p: subprocess.Popen[bytes], limit_s: float = 300.0) -> None:
 def test_an_interrupted_ray_run_leaves_no_ray_process(point, sig, tmp_path: Path) -> None:
     mark = uuid.uuid4().hex
     ckpt = tmp_path / "ckpt"
-    env = {**os.environ, MARK: mark}
+    env = {**os.environ, MARK: mark, "TMPDIR": str(tmp_path)}  # Ray Train's storage goes here
     env.pop("RAY_ADDRESS", None)
     p = subprocess.Popen(
         [sys.executable, "-m", "labkit", "run", "ddp", "--launcher", "ray", "--world-size", "2",
@@ -114,3 +114,9 @@ def test_an_interrupted_ray_run_leaves_no_ray_process(point, sig, tmp_path: Path
         os.kill(pid, signal.SIGKILL)
     assert left == [], f"processes of the run outlived the CLI by {GONE_WITHIN_S:g} s " \
         f"(Ray's: {[names[p] for p in left if p in names]}): {left}"
+    # Ray Train's storage: removed by the driver, or after a SIGKILL by the session's guard
+    # once it has killed the session (SETTLE_S after the last process went)
+    while (storage := list(tmp_path.glob("labkit-run-raytrain-*"))) \
+            and time.monotonic() < deadline + 10:
+        time.sleep(0.2)
+    assert storage == [], f"Ray Train's storage outlived the CLI: {storage}"

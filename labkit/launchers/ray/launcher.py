@@ -41,7 +41,7 @@ from typing import Any
 from labkit.base.errors import RankFailure, RunFailed, RunTimeout
 from labkit.config.run import RunConfig
 from labkit.launchers import rundirs
-from labkit.launchers.ray.session import ensure_ray
+from labkit.launchers.ray.session import ensure_ray, guard_removes
 from labkit.launchers.verdict import waits_in_torch
 from labkit.rank.job import RunJob
 
@@ -183,9 +183,11 @@ def run_on_ray(job: RunJob) -> Any:
         per_worker["GPU"] = 1.0
     inbox = ray.remote(num_cpus=0)(Inbox).remote()
     # Ray Train's storage: a run directory like the supervisor's, locked while this driver
-    # lives, so a driver killed outright (no finally) leaves it to the next run's sweep
+    # lives; a driver killed outright (no finally) leaves it to the Ray session's guard,
+    # and a guard killed too to the next run's sweep
     storage = tempfile.mkdtemp(prefix=f"{rundirs.PREFIX}raytrain-")
     owner = rundirs.hold(Path(storage))
+    guard_removes(storage)
     trainer = TorchTrainer(  # 2.
         rank_on_ray, train_loop_config={"job": job, "inbox": inbox},
         torch_config=TorchConfig(backend=backend, timeout_s=int(config.timeout_s + 30)),

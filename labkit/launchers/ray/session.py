@@ -35,6 +35,7 @@ and leaves it running at exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import subprocess
@@ -144,9 +145,8 @@ def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]
         owner = rundirs.hold(Path(tmp))
         if guard is None:
             guard = _start_guard(mark, tmp)
-        elif guard.stdin is not None:  # the guard finds this try's processes by its dir too
-            guard.stdin.write(f"{tmp}\n".encode())
-            guard.stdin.flush()
+        else:  # the guard finds this try's processes by its dir too
+            _tell_guard(guard, tmp)
         try:
             ray.init(num_cpus=num_cpus or devices.cpu_count(), include_dashboard=False,
                      _temp_dir=tmp, log_to_driver=False, configure_logging=False,
@@ -169,6 +169,24 @@ def _start(ray: Any, num_cpus: int | None) -> tuple[str, subprocess.Popen[bytes]
                     f"min) on {devices.cpu_count()} cores. Close other programs or wait for "
                     f"them, then run the cell again") from exc
     raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _tell_guard(guard: subprocess.Popen[bytes], path: str) -> None:
+    """One more dir for ``guard`` to look in for the session's processes and to remove when
+    the driver goes (a line on its stdin; a guard already gone hears nothing)."""
+    if guard.stdin is None or guard.stdin.closed:
+        return
+    with contextlib.suppress(OSError):
+        guard.stdin.write(f"{path}\n".encode())
+        guard.stdin.flush()
+
+
+def guard_removes(path: str) -> None:
+    """Have this session's guard remove ``path`` when the driver goes, however it goes: a
+    driver killed outright runs no ``finally`` (Ray Train's storage of a run, say). Nothing
+    where this process did not start Ray (``RAY_ADDRESS``)."""
+    if _state["guard"] is not None:
+        _tell_guard(_state["guard"], path)
 
 
 def _start_guard(mark: str, tmp: str) -> subprocess.Popen[bytes]:
