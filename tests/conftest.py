@@ -214,24 +214,17 @@ def start_hogs(n: int = 2) -> list[int]:
 
 
 def stop_hogs(hogs: list[int]) -> None:
-    import signal
-    import time
-
-    for pid in hogs:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in hogs) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
+    """SIGKILL the hogs and wait (10 s at most) until they are gone."""
     import psutil
 
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    procs = []
+    for pid in hogs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.append(psutil.Process(pid))
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=10)
 
 
 @pytest.fixture
