@@ -243,8 +243,45 @@ def pytest_sessionstart(session):
         session.config._labkit_hogs = start_hogs(n)
 
 
+VERDICT_LOGS = Path(__file__).resolve().parents[1] / "artifacts" / "verdicts"
+"""The timed verdicts of the last two runs beside hogs: ``hogs-before.jsonl``,
+``hogs-last.jsonl`` (``tests.notebooks.claims.flips``)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """``LABKIT_TEST_HOGS=N``: every timed verdict a lesson judges is logged
+    (``LABKIT_VERDICT_LOG``, inherited by the workers and the lessons' kernels), and the last
+    run's log kept to compare with (``pytest_sessionfinish``)."""
+    from tests.notebooks.claims.verdicts import LOG_ENV
+
+    hogs = int(os.environ.get("LABKIT_TEST_HOGS", "0") or 0)
+    if hogs <= 0 or os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get(LOG_ENV):
+        return
+    VERDICT_LOGS.mkdir(parents=True, exist_ok=True)
+    last = VERDICT_LOGS / "hogs-last.jsonl"
+    if last.exists() and last.stat().st_size:
+        last.replace(VERDICT_LOGS / "hogs-before.jsonl")
+    last.unlink(missing_ok=True)
+    os.environ[LOG_ENV] = str(last)
+    config._labkit_verdict_log = last
+
+
 def pytest_sessionfinish(session):
     stop_hogs(getattr(session.config, "_labkit_hogs", []))
+    last = getattr(session.config, "_labkit_verdict_log", None)
+    if last is None or not last.exists():
+        return
+    from tests.notebooks.claims.flips import flips, read_log, report
+
+    c = flips(read_log(VERDICT_LOGS / "hogs-before.jsonl"), read_log(last))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and c.compared:
+        reporter.ensure_newline()
+        reporter.write_sep("-", "timed verdicts beside hogs, against the run before")
+        reporter.write_line(report(c))
+    if c.flipped:  # a verdict said "holds" in one run and "contradicted" in the other
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 # ---- each lesson executed once per suite --------------------------------------------------

@@ -50,6 +50,7 @@ def check(stem: str, ns: dict[str, Any], others: float | None = None) -> str:
     verdicts.DURING[:] = [] if others is None else [others]
     verdicts.READ.clear()
     verdicts.QUIET_MISSES.clear()
+    verdicts.LESSON[:] = [stem]
     fn = CHECKS.get(stem)
     if fn is not None:
         fn(ns)

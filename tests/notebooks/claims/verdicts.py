@@ -3,6 +3,8 @@ verdicts a lesson printed. Counted claims never come here: load excuses none."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +21,27 @@ READ: list[Load] = []
 """How busy the machine was, read once per check (``machine_load``)."""
 QUIET_MISSES: list[str] = []
 """Timed claims that missed on a quiet machine: ``claims.check`` fails with all of them."""
+LESSON: list[str] = []
+"""The lesson being checked (``claims.check`` sets it), for ``LOG_ENV``'s rows."""
+LOG_ENV = "LABKIT_VERDICT_LOG"
+"""A file each judged verdict is appended to, one JSON row each (``log_verdicts``), where the
+variable is set: two runs beside the same load must say the same words
+(``tests.notebooks.claims.flips``; the suite sets it under ``LABKIT_TEST_HOGS``)."""
+
+
+def log_verdicts(verdicts: Sequence[Any]) -> None:
+    """Append each verdict -- the lesson, what it judged, its word, its numbers and how busy
+    the machine was -- to the file named by ``LOG_ENV`` (nothing where it is unset)."""
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    load = machine_load()
+    with open(path, "a", encoding="utf-8") as out:
+        for v in verdicts:
+            out.write(json.dumps({
+                "lesson": LESSON[0] if LESSON else "", "what": v.what, "word": v.word,
+                "value": v.sample.value, "noise": v.sample.noise, "lo": v.claim.lo,
+                "hi": v.claim.hi, "busy": load.busy, "load": load.text()}) + "\n")
 
 
 def machine_load() -> Load:
@@ -62,6 +85,7 @@ def judged(verdicts: list[Any], text: str, *, label: str | None,
     from labkit.analysis.replay import MODEL_LABEL
     from labkit.lessons.dedicated import SHOWN
 
+    log_verdicts(verdicts)
     for v in verdicts:
         assert v.sentence() in text, f"the lesson did not print its verdict: {v.sentence()}"
         s, c = v.sample, v.claim
