@@ -51,7 +51,9 @@ def plot_bench(runs: Mapping[str, Mapping[str, Any]]) -> Figure:
             t_ax.plot(sizes, [t * 1e3 for t in ab["predicted_time_s"]], "--",
                       color=line.get_color(),
                       label=f"{label}: predicted (α={ab['alpha_s'] * 1e6:.0f} µs, "
-                            f"B={ab['bandwidth_gbps']:.2f} GB/s)")
+                            f"B={ab['bandwidth_gbps']:.2f} GB/s"
+                            + (f"; fitted to the {ab['statistic']}s" if ab.get("statistic")
+                               else "") + ")")
         b_ax.plot(sizes, [r["busbw_gbps"] for r in rows], "o-", color=line.get_color(),
                   label=label)
     for ax in (t_ax, b_ax):

@@ -7,6 +7,11 @@ rank is done). algbw = size / time; busbw = algbw x 2(n-1)/n, the
 bytes each link really carried, comparable across world sizes. Then an alpha-beta line is
 fitted to the measured times (``labkit.theory.fit_alpha_beta``) and its prediction for each
 size is reported beside the measurement. Bandwidths in GB/s (1e9 bytes per second).
+
+Each row also keeps the size's fastest call (``fastest_s``, the slowest rank's), and
+``alpha_beta_fastest`` is the line fitted to those: a stall on a busy machine only lengthens
+a call, so where the medians fit no line (a small message stalled more than a large one),
+the fastest calls still may (``labkit.lessons.dedicated.fitted_bench`` falls back on it).
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ def _one_call(ctx: RunContext, impl: str, tensor: torch.Tensor, step: int) -> No
 
 
 def time_allreduce(ctx: RunContext, impl: str, size_bytes: int, iters: int, warmup: int,
-                   step: int = 0) -> float:
-    """Median seconds per all-reduce of ``size_bytes`` (the slowest rank's median).
+                   step: int = 0) -> tuple[float, float]:
+    """Seconds per all-reduce of ``size_bytes``: the median call and the fastest call, each
+    the slowest rank's.
 
     The median, not the mean: on a shared laptop the scheduler stalls one call now and then
     (a few ms, more than a small message takes), and with a handful of iterations one stall
@@ -47,7 +53,7 @@ def time_allreduce(ctx: RunContext, impl: str, size_bytes: int, iters: int, warm
     # 1. warm up: first messages pay for connection set-up and page faults
     for _ in range(warmup):
         _one_call(ctx, impl, tensor, step)
-    # 2. start together, 3. time every call, 4. report the slowest rank's median
+    # 2. start together, 3. time every call, 4. report the slowest rank's median and fastest
     ctx.comm.barrier(step=step)
     calls = []
     for _ in range(iters):
@@ -56,18 +62,23 @@ def time_allreduce(ctx: RunContext, impl: str, size_bytes: int, iters: int, warm
         if ctx.device.type == "cuda":
             torch.cuda.synchronize()
         calls.append(time.perf_counter() - t0)
-    median = torch.tensor([statistics.median(calls)], dtype=torch.float64, device=ctx.device)
-    ctx.comm.all_reduce(median, op="max", step=step, name="timing")
-    return float(median.item())
+    mine = torch.tensor([statistics.median(calls), min(calls)], dtype=torch.float64,
+                        device=ctx.device)
+    ctx.comm.all_reduce(mine, op="max", step=step, name="timing")
+    return float(mine[0].item()), float(mine[1].item())
 
 
-def results_table(sizes: list[int], times: list[float], world_size: int) -> list[dict[str, Any]]:
-    """One row per size: bytes, time_s, algbw_gbps, busbw_gbps (nccl-tests definitions)."""
+def results_table(sizes: list[int], times: list[float], world_size: int,
+                  fastest: list[float] | None = None) -> list[dict[str, Any]]:
+    """One row per size: bytes, time_s, algbw_gbps, busbw_gbps (nccl-tests definitions), and
+    the fastest call (``fastest_s``) where given."""
     rows = []
-    for size, t in zip(sizes, times):
+    for i, (size, t) in enumerate(zip(sizes, times)):
         alg = size / t
         rows.append({"bytes": size, "time_s": t, "algbw_gbps": alg / 1e9,
                      "busbw_gbps": busbw(alg, world_size, "all_reduce") / 1e9})
+        if fastest is not None:
+            rows[-1]["fastest_s"] = fastest[i]
     return rows
 
 
@@ -91,12 +102,15 @@ def train(ctx: RunContext) -> RankOutput:
     sizes = list(opts.sizes_bytes)
     if opts.impl == "hierarchical":
         ctx.node_comms()  # every rank builds the node groups here, before any timing
-    times = []
+    times, fastest = [], []
     for i, size in enumerate(sizes):
         with ctx.step(i):
-            times.append(time_allreduce(ctx, opts.impl, size, opts.iters, opts.warmup, step=i))
+            median, fast = time_allreduce(ctx, opts.impl, size, opts.iters, opts.warmup, step=i)
+        times.append(median)
+        fastest.append(fast)
     out = RankOutput()
     out.metrics.update(impl=opts.impl, ranks_per_node=ctx.node_size,
-                       results=results_table(sizes, times, ctx.world_size),
-                       alpha_beta=alpha_beta_summary(sizes, times, ctx.world_size))
+                       results=results_table(sizes, times, ctx.world_size, fastest),
+                       alpha_beta=alpha_beta_summary(sizes, times, ctx.world_size),
+                       alpha_beta_fastest=alpha_beta_summary(sizes, fastest, ctx.world_size))
     return out
