@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from labkit.analysis.claims import Claim, Sample, Verdict, judge
+from labkit.lessons.machine import judged_load
 from labkit.lessons.measure import one_run_ratio
 
 SCALING_FACTOR = 1.5
@@ -49,25 +50,6 @@ def scaling_verdict(runs: Mapping[int, Any], predicted: Mapping[int, float], n: 
                                      "the step grows by the exposed all-reduce (t_n = t_1 + "
                                      "its wire time)"),
                  f"{n}-rank step (ms; median of its steps)", fmt=".1f", premise=premise)
-
-
-JUDGED_LOAD = "judged_load"
-"""The key of ``RunResult.metrics`` that keeps the machine's load when the run was first
-judged (``judged_load``)."""
-
-
-def judged_load(run: Any) -> Any:
-    """How busy other programs kept the machine when ``run`` was first judged
-    (``labkit.lessons.machine.load_now``), kept in its metrics: judging it again later (the
-    notebook's checks) reads the same load, and so gives the same verdict."""
-    from labkit.lessons.machine import Load, load_now
-
-    kept = run.metrics.get(JUDGED_LOAD)
-    if kept is None:
-        now = load_now()
-        kept = run.metrics[JUDGED_LOAD] = {"load": now.load, "cores": now.cores,
-                                           "others": now.others}
-    return Load(kept["load"], kept["cores"], kept["others"])
 
 
 def step_ms(run: Any) -> float:

@@ -21,6 +21,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -109,3 +110,20 @@ def sharing_cores() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=OVERSUBSCRIBED, category=UserWarning)
         yield
+
+
+JUDGED_LOAD = "judged_load"
+"""The key of ``RunResult.metrics`` that keeps the machine's load when the run was first
+judged (``judged_load``)."""
+
+
+def judged_load(run: Any) -> Load:
+    """How busy other programs kept the machine when ``run`` was first judged
+    (``labkit.lessons.machine.load_now``), kept in its metrics: judging it again later (the
+    notebook's checks) reads the same load, and so gives the same verdict."""
+    kept = run.metrics.get(JUDGED_LOAD)
+    if kept is None:
+        now = load_now()
+        kept = run.metrics[JUDGED_LOAD] = {"load": now.load, "cores": now.cores,
+                                           "others": now.others}
+    return Load(kept["load"], kept["cores"], kept["others"])

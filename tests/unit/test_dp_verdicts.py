@@ -34,7 +34,7 @@ def test_one_run_each_takes_the_single_run_noise() -> None:
 def _weak(steps_s: list[float], others: float | None = None) -> SimpleNamespace:
     """A 2-rank run of ``steps_s`` (the first is warm-up), judged with ``others`` cores of other
     programs' CPU kept (None: nothing kept yet)."""
-    from labkit.lessons.dp_verdicts import JUDGED_LOAD
+    from labkit.lessons.machine import JUDGED_LOAD
 
     run = SimpleNamespace(step_time_s=sorted(steps_s[1:])[len(steps_s[1:]) // 2],
                           timeline=SimpleNamespace(step_times_s=lambda: steps_s), metrics={})
@@ -71,11 +71,11 @@ def test_weak_scaling_is_judged_again_on_the_load_it_was_first_judged_at(monkeyp
     first = dp_verdicts.scaling_verdict({2: run}, {2: 0.030}, 2)
     again = dp_verdicts.scaling_verdict({2: run}, {2: 0.030}, 2)
     assert first.word == again.word == "inconclusive" and first.sentence() == again.sentence()
-    assert run.metrics[dp_verdicts.JUDGED_LOAD]["others"] == 1.9
+    assert run.metrics[machine.JUDGED_LOAD]["others"] == 1.9
 
 
 def _bucket_run(step_s: float, hidden: float, others: float) -> SimpleNamespace:
-    from labkit.lessons.dp_verdicts import JUDGED_LOAD
+    from labkit.lessons.machine import JUDGED_LOAD
 
     return SimpleNamespace(step_time_s=step_s, config=SimpleNamespace(world_size=2),
                            metrics={"overlap_fraction": hidden, JUDGED_LOAD: {

@@ -435,3 +435,29 @@ def test_lesson01_the_bucket_sweep_is_judged_over_its_repeats(
     assert "take turns on the same cores" in flipped
     assert "no dedicated-core replay" in flipped  # a miss says its replay, or why there is none
     assert "replay" not in text
+
+
+def test_lesson09_balance_on_one_run_each_is_judged_only_on_a_quiet_machine(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One run each carries a quiet machine's noise; beside two hogs the ratio read 1.43
+    (holds) and then 0.88 (contradicted), so there the verdict says why it cannot tell,
+    from the load kept with the run (the notebook's check judges it again alike)."""
+    from labkit.lessons import machine, parallel3d_balance
+
+    slowest = {"count": 30.0, "cost": 20.0}
+    monkeypatch.setattr(parallel3d_balance, "slowest_ms", lambda run: slowest[run.name])
+
+    def runs(others: float) -> dict[str, SimpleNamespace]:
+        kept = {machine.JUDGED_LOAD: {"load": 1.0, "cores": 2, "others": others}}
+        return {"by block count": SimpleNamespace(name="count", metrics=dict(kept)),
+                "by measured cost": SimpleNamespace(name="cost", metrics=dict(kept))}
+
+    assert parallel3d_balance.balance_verdict(runs(0.0)).word == "holds"
+    busy = parallel3d_balance.balance_verdict(runs(2.0))
+    assert busy.word == "inconclusive", busy.sentence()
+    assert "one run each, and other programs used 2.0 of 2 cores" in busy.sentence()
+    fresh = runs(0.0)
+    del fresh["by block count"].metrics[machine.JUDGED_LOAD]  # judged now: the load is kept
+    monkeypatch.setattr(machine, "load_now", lambda fresh=False: machine.Load(3.0, 2, 1.5))
+    assert parallel3d_balance.balance_verdict(fresh).word == "inconclusive"
+    assert fresh["by block count"].metrics[machine.JUDGED_LOAD]["others"] == 1.5
