@@ -253,10 +253,12 @@ def pytest_configure(config):
     """``LABKIT_TEST_HOGS=N``: every timed verdict a lesson judges is logged
     (``LABKIT_VERDICT_LOG``, inherited by the workers and the lessons' kernels), and the last
     run's log kept to compare with (``pytest_sessionfinish``)."""
-    from tests.notebooks.claims.verdicts import LOG_ENV
-
     hogs = int(os.environ.get("LABKIT_TEST_HOGS", "0") or 0)
-    if hogs <= 0 or os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get(LOG_ENV):
+    if hogs <= 0 or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    from tests.notebooks.claims.verdicts import LOG_ENV  # the claims' imports: only with hogs
+
+    if os.environ.get(LOG_ENV):
         return
     VERDICT_LOGS.mkdir(parents=True, exist_ok=True)
     last = VERDICT_LOGS / "hogs-last.jsonl"
