@@ -13,7 +13,6 @@ next to seed 003's "8 GPUs give 6x" (f = 0.952) and the mini challenge's 2x on 4
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,10 +22,6 @@ from labkit.config.run import ModelConfig
 from labkit.theory import amdahl_fraction_for, amdahl_speedup, fit_amdahl
 
 SCALES = (Op.FORWARD, Op.BACKWARD)
-PEAK_AGAIN = r"the model ran at .* above the cached peak"
-"""The start of ``labkit.analysis.throughput``'s warning that a run beat the cached peak
-FLOP/s and the peak measured again (no MFU then): six runs beside a changing load can meet
-it, and this sweep reports no MFU, so it is not shown here."""
 
 
 @dataclass
@@ -127,12 +122,10 @@ def amdahl_experiment(world_sizes: tuple[int, ...] | None = None, *, global_batc
     sizes = world_sizes or tuple(n for n in (1, 2, 4) if n <= cpu_count())
     model = model or ModelConfig(width=512, depth=4)
     run_kwargs.setdefault("progress", False)
-    with warnings.catch_warnings():  # the sweep shows no MFU: a peak measured again is not its
-        warnings.filterwarnings("ignore", message=PEAK_AGAIN, category=UserWarning)  # news
-        numbers, results = alternate(
-            {n: partial(run, strategy=strategy, world_size=n, batch_size=global_batch // n,
-                        steps=steps, model=model, threads_per_rank=1, **run_kwargs)
-             for n in sizes}, repeats, desc="Amdahl sweep")
+    numbers, results = alternate(
+        {n: partial(run, strategy=strategy, world_size=n, batch_size=global_batch // n,
+                    steps=steps, model=model, threads_per_rank=1, **run_kwargs)
+         for n in sizes}, repeats, desc="Amdahl sweep")
     runs = {n: sorted(results[n], key=lambda r: r.step_time_s)[(len(results[n]) - 1) // 2]
             for n in sizes}
     times = {n: r.step_time_s for n, r in runs.items()}

@@ -213,15 +213,17 @@ def mfu_runs_text(runs: dict[str, RunResult]) -> str:
     that share). Both read this run's numbers; no sentence is written in advance."""
     from labkit.lessons.dp_lesson import step_split_ms
 
-    rows = []
+    rows, missing = [], []
     for name, r in runs.items():
         mfu = r.metrics.get("mfu")
         if mfu is None or r.step_time_s <= 0:
+            missing.append(f"{name}: MFU " + (r.metrics.get("mfu_note") or "not reported (no "
+                                              "measured peak on this machine)"))
             continue
         share = min(1.0, step_split_ms(r)["compute_ms"] / (r.step_time_s * 1e3))
         rows.append((name, mfu, share, mfu / share if share > 0 else 0.0))
     if not rows:
-        return "MFU: not reported for these runs (no measured peak on this machine)"
+        return "\n".join(missing)
     lo, hi = min(r[1] for r in rows), max(r[1] for r in rows)
     c_lo, c_hi = min(r[2] for r in rows), max(r[2] for r in rows)
     w_lo, w_hi = min(r[3] for r in rows), max(r[3] for r in rows)
@@ -236,7 +238,7 @@ def mfu_runs_text(runs: dict[str, RunResult]) -> str:
     else:
         lines.append("the compute itself runs near the peak: what MFU loses is the step's time "
                      "outside compute")
-    return "\n".join(lines)
+    return "\n".join(lines + missing)
 
 
 def rows_text(rows: list[dict[str, Any]]) -> str:

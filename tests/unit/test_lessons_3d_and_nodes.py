@@ -95,3 +95,8 @@ def test_mfu_splits_into_compute_share_and_rate_while_computing() -> None:
     near = mfu_runs_text({"a": _mfu_run(0.08, 10.0, 100.0)})
     assert "near the peak" in near and "far from" not in near
     assert "not reported" in mfu_runs_text({"a": SimpleNamespace(metrics={}, step_time_s=0.1)})
+    busy = SimpleNamespace(metrics={"mfu_note": "not reported: the machine is too busy"},
+                           step_time_s=0.1)
+    both = mfu_runs_text({"a": _mfu_run(0.01, 10.0, 100.0), "busy": busy})
+    assert "MFU 0.010 to 0.010" in both and "busy: MFU not reported: the machine is too busy" \
+        in both
