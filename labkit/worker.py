@@ -5,9 +5,7 @@ The worker itself is ``labkit.launchers.torchrun`` (see its docstring for the fl
     torchrun --standalone --nproc-per-node 2 -m labkit.worker run ddp --json
 """
 
-import sys
-
-from labkit.launchers.torchrun import main
+from labkit.launchers.torchrun import exit_rank, main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())  # flushed, then os._exit: no interpreter finalization (see exit_rank)

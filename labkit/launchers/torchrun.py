@@ -49,7 +49,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from labkit.base import devices
 from labkit.base.errors import ConfigError, RankFailure
@@ -337,5 +337,20 @@ def torchrun_store(rank: int, world_size: int, job: int = 0) -> Any:
     return dist.PrefixStore(prefix, store)
 
 
+def exit_rank(code: int) -> NoReturn:
+    """Leave the way labkit's own ranks leave (``labkit.launchers.rank_main.leave``): flush
+    what was printed, then ``os._exit``, skipping the interpreter's finalization. The
+    process group is already destroyed by then, but native threads of torch's store and
+    gloo can still be torn down in the wrong order during finalization and abort the rank
+    ("terminate called without an active exception", SIGABRT). CI met that once, on rank 1
+    at the end of a standalone torchrun run: the agent took the abort for a failure and
+    stopped rank 0 before it printed its result (40 quiet and busy reruns did not repeat it)."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())
