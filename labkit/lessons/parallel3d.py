@@ -216,9 +216,12 @@ def mfu_runs_text(runs: dict[str, RunResult]) -> str:
     rows, missing = [], []
     for name, r in runs.items():
         mfu = r.metrics.get("mfu")
-        if mfu is None or r.step_time_s <= 0:
+        if mfu is None:
             missing.append(f"{name}: MFU " + (r.metrics.get("mfu_note") or "not reported (no "
                                               "measured peak on this machine)"))
+            continue
+        if r.step_time_s <= 0:
+            missing.append(f"{name}: MFU {mfu:.3f}, with no timed step to split it over")
             continue
         share = min(1.0, step_split_ms(r)["compute_ms"] / (r.step_time_s * 1e3))
         rows.append((name, mfu, share, mfu / share if share > 0 else 0.0))

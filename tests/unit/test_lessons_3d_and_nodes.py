@@ -100,3 +100,5 @@ def test_mfu_splits_into_compute_share_and_rate_while_computing() -> None:
     both = mfu_runs_text({"a": _mfu_run(0.01, 10.0, 100.0), "busy": busy})
     assert "MFU 0.010 to 0.010" in both and "busy: MFU not reported: the machine is too busy" \
         in both
+    untimed = mfu_runs_text({"u": SimpleNamespace(metrics={"mfu": 0.02}, step_time_s=0.0)})
+    assert untimed == "u: MFU 0.020, with no timed step to split it over"
