@@ -24,6 +24,8 @@ from labkit.config.links import LinkWarning, parse_link
 from labkit.config.run import ModelConfig
 from labkit.lessons import cluster_predict as predict
 from labkit.lessons.cluster_ddp import IN_NODE, ONE
+from labkit.lessons.cluster_text import RATE_TOLERANCE
+from labkit.lessons.machine import load_now
 from labkit.theory.interconnect import Interconnect
 
 DDP_MODEL = ModelConfig(width=256, depth=4)
@@ -119,7 +121,9 @@ def _missing(link: str) -> str:
 
 def measure_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_100g", "ethernet_25g")
                   ) -> list[dict[str, Any]]:
-    """The link itself: shaped rate and latency beside what the probe measured."""
+    """The link itself: shaped rate and latency beside what the probe measured. A row whose
+    goodput sits more than ``RATE_TOLERANCE`` from the rate also holds ``load``: how busy
+    other programs kept the machine just after its probe (``cluster_text.link_text`` says it)."""
     from labkit.launchers.cluster.launcher import measure_link
 
     rows = []
@@ -130,6 +134,8 @@ def measure_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_100g", "et
         if support().available:
             row.update(measure_link(text))
             row["rate_error"] = row["measured_bps"] / spec.rate_bps - 1
+            if abs(row["rate_error"]) > RATE_TOLERANCE:  # read now, while it still matters
+                row["load"] = load_now(fresh=True)
         else:
             row["note"] = _missing(text)
         rows.append(row)

@@ -7,8 +7,12 @@ package: a server on node 1 and a client on node 0 (each started inside its name
 1. **latency**: ``PINGS`` one-byte ping-pongs; the median round trip / 2 is the one-way
    latency (the alpha of the alpha-beta model, plus this machine's own TCP stack time);
 2. **bandwidth**: the client streams for ``seconds`` (at least 20 round trips); the
-   receiver timestamps every chunk and reports the rate over all bytes after the first 20%
-   (TCP slow start and the token bucket's initial burst would distort a short transfer).
+   receiver timestamps every read and reports the rate over the bytes after the first 20%
+   (TCP slow start and the token bucket's initial burst would distort a short transfer),
+   between reads that *drained* the socket (``goodput``): a read shorter than its buffer
+   took every byte that had arrived, so its timestamp lies on the arrival curve. A receiver
+   that waited for a core at either end of the window reads late, in full buffers; timing
+   from those reads would charge its wait to the link.
 
 Each side prints one JSON object: the client ``rtt_s``; the server ``goodput_Bps``,
 ``bytes`` and ``seconds`` (of the measured part).
@@ -48,21 +52,39 @@ def serve(host: str, port: int) -> dict[str, float]:
         for _ in range(PINGS):  # 1. echo
             conn.sendall(_recv_exact(conn, 1))
         buf = bytearray(CHUNK)
-        marks: list[tuple[float, int]] = []
+        marks: list[tuple[float, int, bool]] = []
         total = 0
         while True:  # 2. receive and timestamp the stream
             n = conn.recv_into(buf)
             if not n:
                 break
             total += n
-            marks.append((time.monotonic(), total))
+            marks.append((time.monotonic(), total, n < CHUNK))
+    return goodput(marks)
+
+
+def goodput(marks: list[tuple[float, int, bool]]) -> dict[str, float]:
+    """The stream's rate from the receiver's reads ``(time, bytes so far, drained)``.
+
+    Reads are never early, only late: a read's bytes so far never exceed what had arrived by
+    its time. A read that ``drained`` the socket (it returned less than its buffer) took
+    everything that had arrived, so it lies on the arrival curve; and while more data follows
+    it, on the curve's rising part (the last read may come late, after the stream ended:
+    where the curve is flat). The rate is taken between the first such read past ``SKIP`` of
+    the bytes and the last one; with fewer than two of them, between the first read past
+    ``SKIP`` and the last read (the old, stall-sensitive way). ``drained_reads``: how many
+    reads the rate could use.
+    """
+    total = marks[-1][1] if marks else 0
     if total == 0:
-        return {"rtt_s": 0.0, "goodput_Bps": 0.0, "bytes": 0, "seconds": 0.0}
-    t_end, b_end = marks[-1]
-    t_start, b_start = next(m for m in marks if m[1] >= SKIP * total)
-    seconds = t_end - t_start
-    rate = (b_end - b_start) / seconds if seconds > 0 else 0.0
-    return {"goodput_Bps": rate, "bytes": total, "seconds": seconds}
+        return {"goodput_Bps": 0.0, "bytes": 0, "seconds": 0.0, "drained_reads": 0}
+    past = [m for m in marks if m[1] >= SKIP * total]
+    on_curve = [m for m in past[:-1] if m[2]]
+    ends = (on_curve[0], on_curve[-1]) if len(on_curve) >= 2 else (past[0], past[-1])
+    seconds = ends[1][0] - ends[0][0]
+    rate = (ends[1][1] - ends[0][1]) / seconds if seconds > 0 else 0.0
+    return {"goodput_Bps": rate, "bytes": total, "seconds": seconds,
+            "drained_reads": len(on_curve)}
 
 
 def send(host: str, port: int, seconds: float) -> dict[str, float]:

@@ -16,7 +16,8 @@ def lesson_10(ns: dict[str, Any]) -> None:
     pipeline, and more of a DDP step is lost across nodes than inside one (each a verdict that
     says "holds" only for numbers that hold, and draws its replay when it does not), as do
     weak scaling's efficiency (at most 1) and the DDP step predicted across each link (within
-    1.5x); every link delivers its shaped rate within 10%."""
+    1.5x); every link delivers its shaped rate within 5 % (``RATE_TOLERANCE``), or the
+    lesson says which probe waited for a core."""
     from labkit.lessons.mechanism import compare
 
     sums, uplink, size = ns["sums"], ns["uplink"], 4 * ns["NUMEL"]
@@ -48,6 +49,7 @@ def lesson_10(ns: dict[str, Any]) -> None:
         assert across[name]["predicted_step_s"] >= inside[name]["step_s"], name
     if across["tp"]["slowdown"] is not None:  # an emulated cluster ran here
         from labkit.lessons.cluster_text import (
+            RATE_TOLERANCE,
             compression_verdicts,
             hierarchical_verdicts,
             overhead_verdict,
@@ -60,7 +62,9 @@ def lesson_10(ns: dict[str, Any]) -> None:
         judged([overhead_verdict(over)], ns["said_overhead"], label="overhead")
         judged(hierarchical_verdicts(ns["hier"]), ns["said_hier"], label=None)
         judged(compression_verdicts(ns["comp"]), ns["said_comp"], label="compression")
-        assert all(abs(r["rate_error"]) < 0.1 for r in ns["links"]), ns["links"]
+        off = [f"{r['link']} {r['rate_error']:+.1%}" for r in ns["links"]
+               if abs(r["rate_error"]) > RATE_TOLERANCE]
+        timed(not off, f"links off their shaped rate: {', '.join(off)}", said=ns["said_links"])
 
 
 def lesson_11(ns: dict[str, Any]) -> None:
