@@ -31,10 +31,10 @@ def build_axis_comms(world: Comm, grid: Grid, cache: dict[tuple[Any, ...], Any] 
     out: dict[str, Comm] = {}
     for axis in GROUP_AXES:
         size = grid.size(axis)
-        if size == world.world_size:
-            out[axis] = world.on(axis, None, list(range(world.world_size)))
-        elif size == 1:
+        if size == 1:  # first: a one-rank world's axes too (it pays for no collective)
             out[axis] = world.on(axis, "solo", [world.rank])
+        elif size == world.world_size:
+            out[axis] = world.on(axis, None, list(range(world.world_size)))
         else:
             groups = grid.groups(axis)
             key = (axis, tuple(tuple(g) for g in groups))

@@ -295,10 +295,16 @@ def cache_path() -> Path:
     return CACHE.path
 
 
+COST_VERSION = 2
+"""What a cached cost was measured with: 2 since one-rank samples stopped paying for
+collectives over a group of one rank (``labkit.rank.subgroups``); an entry of another
+version is measured again."""
+
+
 def cache_key(cores: int) -> str:
-    """One entry per machine (``labkit.base.places.machine_key``, as calibrate's) and core
-    count."""
-    return f"{places.machine_key()}|{cores} cores"
+    """One entry per machine (``labkit.base.places.machine_key``, as calibrate's), core
+    count and ``COST_VERSION``."""
+    return f"{places.machine_key()}|{cores} cores|v{COST_VERSION}"
 
 
 def load_cost(cores: int) -> StepCost | None:

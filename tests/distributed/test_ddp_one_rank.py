@@ -40,3 +40,20 @@ def test_compression_still_wraps_one_rank(no_leftover_ranks):
     res = labkit.run(strategy="compress", world_size=1, steps=3, timeout_s=120,
                      progress=False, options={"method": "fp16"})
     assert res.timeline.select(op=labkit.Op.ALL_REDUCE), "compress x1 lost its hook"
+
+
+@pytest.mark.parametrize("strategy, options", [
+    ("hybrid", {}), ("pipeline", {"microbatches": 2, "schedule": "1f1b"}), ("zero", {"stage": 1})])
+def test_one_rank_grid_engines_send_nothing(no_leftover_ranks, strategy, options):
+    """On one rank every grid axis is a group of one, which records nothing and costs nothing
+    (``labkit.rank.subgroups``). Before, the axes reused the world's gloo group of one: a
+    2-layer GPT's one-rank hybrid step ran 24 all-reduces (3 ms of 24), and the planner's
+    one-rank samples charged them to every rank of a layout. The weights are those of one
+    process either way: a collective over one rank is the identity."""
+    gpt = labkit.ModelConfig(kind="gpt", width=64, depth=2, heads=4, seq_len=32)
+    res = labkit.run(strategy=strategy, world_size=1, steps=3, model=gpt, batch_size=8,
+                     check_reference=True, timeout_s=120, progress=False, options=options)
+    sent = [e for e in res.timeline if e.lane == labkit.Lane.COMM]
+    assert sent == [], f"{strategy} x1 recorded {len(sent)} comm spans, e.g. {sent[:2]}"
+    diff = res.metrics["max_abs_diff_vs_reference"]
+    assert diff <= 1e-5, f"{strategy} x1: max abs weight diff {diff} from one process"
