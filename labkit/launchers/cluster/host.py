@@ -79,7 +79,7 @@ def measure_link(topo: Topology, env: dict[str, str], seconds: float) -> dict[st
         out.update(json.loads(lines[-1]))
     return {"measured_bps": out["goodput_Bps"] * 8, "measured_latency_s": out["rtt_s"] / 2,
             "measured_rtt_s": out["rtt_s"], "probe_bytes": out["bytes"],
-            "probe_seconds": out["seconds"], "probe_drained_reads": out.get("drained_reads")}
+            "probe_seconds": out["seconds"], "probe_drained_reads": out["drained_reads"]}
 
 
 def agent_argv(spec: dict[str, Any], topo: Topology, node: int) -> list[str]:

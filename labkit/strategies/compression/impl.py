@@ -76,13 +76,6 @@ class CompressedDDPLoop(TorchDDPLoop[CompressionMetrics]):
             self.feedback = Int8Hook(comm, self.ctx.tracer, self.step_ref)
             ddp.register_comm_hook(None, self.feedback.__call__)
 
-    @property
-    def hook_comm(self) -> Any:
-        """The group the hooks reduce over: the data-parallel one, or alone the world's own
-        group of one (a one-rank axis records nothing, ``labkit.rank.subgroups``; this
-        hook's bytes are the point even on one rank)."""
-        return self.ctx.comm if self.ctx.world_size == 1 else self.ctx.dp_comm
-
     def run(self) -> RankOutput:
         with traced_torch_hooks(self.hook_comm, self.step_ref,
                                 on_cpu=self.ctx.device.type == "cpu"):

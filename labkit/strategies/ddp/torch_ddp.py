@@ -74,8 +74,16 @@ class TorchDDPLoop(TrainLoop[D]):
         super().__init__(ctx, ddp, full_model=model, params=list(ddp.parameters()))
         self.register_hook(ddp)
 
+    @property
+    def hook_comm(self) -> Any:
+        """The group the comm hook reduces over: the data-parallel one; in a world of one
+        rank wrapped anyway (``wraps_one_replica``), the world's own group of one, since a
+        grid axis of one rank records nothing (``labkit.rank.subgroups``) and the hook's
+        traffic is why the replica is wrapped."""
+        return self.ctx.comm if self.ctx.world_size == 1 else self.ctx.dp_comm
+
     def register_hook(self, ddp: DistributedDataParallel) -> None:
-        ddp.register_comm_hook(None, traced_allreduce_hook(self.ctx.dp_comm, self.step_ref))
+        ddp.register_comm_hook(None, traced_allreduce_hook(self.hook_comm, self.step_ref))
 
     def begin_step(self, step: int) -> None:
         self.step_ref.now = step
