@@ -1,7 +1,7 @@
 """The planner on this machine: predicted / measured step time of the lab's own layouts.
 
     python bench/bench_plan_local.py [--rounds 3] [--steps 8] [--cost-rounds 1] [--cached]
-                                     [--only NAME ...]
+                                     [--each-round] [--only NAME ...]
 
 Issue 38, item 4. "This machine" as the planner's cluster (``labkit.theory.plan_machine``):
 first this machine is measured (``labkit.lessons.plan_local.step_cost``: each engine's
@@ -13,7 +13,11 @@ rounds of its median step. A step is measured as the time it adds to the run (fr
 previous step's end to its own, each ending with its slowest rank: ``Timeline.step_periods_s``),
 which is what the planner predicts (throughput divides by it); the span from the earliest
 rank's start, longer by the ranks' skew in a pipeline, is printed beside it. Nothing is fitted
-to a layout's step. Printed per layout: the
+to a layout's step. With ``--each-round`` the machine is measured again at the start of every
+round (nothing cached) and each round's layouts are predicted from that round's own
+measurement: this machine's speed drifts 10-20 % between minutes, so a cost measured once
+and runs minutes later disagree by that much whatever the model (docs/benchmarks.md); the
+ratio of every round is printed, and the median of them. Printed per layout: the
 wall step, measured and predicted (the target: within 25 % on 2 quiet cores); the CPU
 seconds of the busiest rank's step (``step_cpu_s``) beside the prediction's (compute,
 fixed work and its collectives' CPU); the collectives a rank issues per step, counted in
@@ -31,7 +35,7 @@ from typing import Any
 
 import labkit
 from labkit.lessons.machine import load_now
-from labkit.lessons.plan_local import run_kwargs, step_cost
+from labkit.lessons.plan_local import measure, run_kwargs, step_cost
 from labkit.theory.plan_lab import LAB_GPT, LAYOUTS, LabLayout, lab_calls, predict_lab
 from labkit.theory.plan_local import StepCost
 from labkit.theory.plan_machine import rank_cpu, work_parts
@@ -98,6 +102,9 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--cost-rounds", type=int, default=1, help="runs of each size for the fit")
     p.add_argument("--cached", action="store_true", help="use the cached step cost")
+    p.add_argument("--each-round", action="store_true",
+                   help="measure the machine again at each round's start; predict that round "
+                        "from it")
     p.add_argument("--only", nargs="*", default=None, help="layout names to run (default all)")
     args = p.parse_args()
     layouts = [lay for lay in LAYOUTS if not args.only or lay.name in args.only]
@@ -109,10 +116,16 @@ def main() -> None:
     cpu: dict[str, list[float]] = {lay.name: [] for lay in layouts}
     calls: dict[str, float] = {}
     mean_cpu: dict[str, list[float]] = {lay.name: [] for lay in layouts}
+    ratios: dict[str, list[float]] = {lay.name: [] for lay in layouts}
     for k in range(args.rounds):
         print(f"round {k + 1}: {load_now().text()}", flush=True)
+        if args.each_round and k > 0:
+            cost = measure(rounds=args.cost_rounds)
+            print(f"  measured again ({cost.load})", flush=True)
         for lay in layouts if k % 2 == 0 else layouts[::-1]:
             r = labkit.run(**run_kwargs(lay, args.steps), timeout_s=600)
+            ratios[lay.name].append(predict_lab(lay, cost).step_s
+                                    / r.timeline.median_step_period_s())
             wall[lay.name].append(r.timeline.median_step_period_s())
             span[lay.name].append(r.step_time_s)
             cpu[lay.name].append(float(r.metrics.get("step_cpu_s", 0.0)))
@@ -129,6 +142,10 @@ def main() -> None:
               f"{busy / used:5.2f} | {calls[lay.name]:6.1f} {planned_calls(lay):6.1f}")
         print("    terms (ms): " + ", ".join(f"{t.name} {t.value * 1e3:.1f}" for t in q.time
                                              if t.value > 0))
+        print("    predicted / measured, each round from its own round's measurement of the "
+              "machine: " if args.each_round else "    predicted / measured, each round: ",
+              " ".join(f"{x:.2f}" for x in ratios[lay.name]),
+              f"(median {statistics.median(ratios[lay.name]):.2f})")
         print(f"    a step's span, earliest rank's start to latest rank's end: "
               f"{statistics.median(span[lay.name]) * 1e3:.1f} ms (longer by the ranks' skew)")
         work = statistics.median(mean_cpu[lay.name]) * lay.ranks
