@@ -23,14 +23,20 @@ seconds of the busiest rank's step (``step_cpu_s``) beside the prediction's (com
 fixed work and its collectives' CPU); the collectives a rank issues per step, counted in
 the trace beside the planner's count (a check of ``plan_lab.lab_calls``); every term
 of the prediction; and every rank's CPU added up over the cores (a rank's mean, not the
-busiest's), measured beside predicted: the least a step on shared cores can take. The load
-average before each round is printed.
+busiest's), measured beside predicted: the least a step on shared cores can take; and where
+that CPU went, every rank's added up: in compute spans (their thread CPU; a tensor-parallel
+all-reduce runs inside the forward's span, so its calling thread's CPU counts there) and the
+rest (collectives, their threads, the loop's glue), beside ``work_parts``' compute + fixed work
+and collectives' CPU, with the share of the step the cores sat idle (the period above that CPU
+over the cores, which the planner's work-law bound does not charge). The load average before
+each round is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from collections import defaultdict
 from typing import Any
 
 import labkit
@@ -77,6 +83,16 @@ def mean_rank_cpu(result: Any) -> float:
     return statistics.fmean(per) if per else 0.0
 
 
+def compute_span_cpu(result: Any) -> float:
+    """CPU seconds of a step in compute spans, every rank's added up (each rank's median over
+    its steps, the first skipped, as ``mean_rank_cpu``)."""
+    per: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for e in result.timeline:
+        if e.step and e.lane.value == "compute":
+            per[e.rank][e.step] += (e.cpu_ns if e.cpu_ns is not None else e.dur_ns) / 1e9
+    return sum(statistics.median(steps.values()) for steps in per.values())
+
+
 def predicted_work(lay: LabLayout, cost: StepCost) -> float:
     """Every rank's predicted CPU of a step, added up (``plan_machine.work_parts``)."""
     return sum(work_parts(LAB_GPT, lay.layout(), cost, lay.strategy, lab_calls(lay)))
@@ -117,6 +133,7 @@ def main() -> None:
     calls: dict[str, float] = {}
     mean_cpu: dict[str, list[float]] = {lay.name: [] for lay in layouts}
     ratios: dict[str, list[float]] = {lay.name: [] for lay in layouts}
+    in_spans: dict[str, list[float]] = {lay.name: [] for lay in layouts}
     for k in range(args.rounds):
         print(f"round {k + 1}: {load_now().text()}", flush=True)
         if args.each_round and k > 0:
@@ -124,9 +141,10 @@ def main() -> None:
             print(f"  measured again ({cost.load})", flush=True)
         for lay in layouts if k % 2 == 0 else layouts[::-1]:
             r = labkit.run(**run_kwargs(lay, args.steps), timeout_s=600)
-            ratios[lay.name].append(predict_lab(lay, cost).step_s
-                                    / r.timeline.median_step_period_s())
-            wall[lay.name].append(r.timeline.median_step_period_s())
+            period = r.timeline.median_step_period_s()
+            ratios[lay.name].append(predict_lab(lay, cost).step_s / period)
+            wall[lay.name].append(period)
+            in_spans[lay.name].append(compute_span_cpu(r))
             span[lay.name].append(r.step_time_s)
             cpu[lay.name].append(float(r.metrics.get("step_cpu_s", 0.0)))
             calls[lay.name] = traced_calls(r, lay.ranks)
@@ -152,6 +170,12 @@ def main() -> None:
         print(f"    every rank's CPU over {cost.cores} cores: measured {work / cost.cores * 1e3:.1f} "
               f"ms (a rank's mean {work / lay.ranks * 1e3:.1f} ms), predicted "
               f"{predicted_work(lay, cost) / cost.cores * 1e3:.1f} ms")
+        spans = statistics.median(in_spans[lay.name])
+        comp, fixed, comm = work_parts(LAB_GPT, lay.layout(), cost, lay.strategy, lab_calls(lay))
+        print(f"    every rank's CPU a step: in compute spans {spans * 1e3:.1f} ms (predicted "
+              f"compute + fixed {(comp + fixed) * 1e3:.1f}), the rest {(work - spans) * 1e3:.1f} "
+              f"ms (predicted collectives' CPU {comm * 1e3:.1f}); the cores sat idle "
+              f"{max(0.0, 1 - work / cost.cores / meas):.0%} of the step")
     print(f"after: {load_now().text()}")
 
 
