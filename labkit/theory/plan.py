@@ -273,14 +273,29 @@ def layouts(model: Decoder, net: Cluster, training: Training) -> Iterator[list[L
         tp *= 2
 
 
+TIE = 1e-9
+"""Predictions whose tokens/s differ by less than this share are equal (float rounding: a
+recomputation that lengthens the backward can hide exactly as much communication as it
+adds, and the two sums round differently)."""
+
+
+def fastest(preds: list[Prediction]) -> Prediction:
+    """The fastest of ``preds``; of equally fast ones (``TIE``) the one that recomputes
+    least, then shards least (the lowest ZeRO stage): a planner never recommends
+    recomputing, or sharding, what it gains nothing from."""
+    top = max(q.tokens_per_s_per_gpu for q in preds)
+    return min((q for q in preds if q.tokens_per_s_per_gpu >= top * (1 - TIE)),
+               key=lambda q: (RECOMPUTE.index(q.layout.recompute), q.layout.zero))
+
+
 def plan(model: Decoder, net: Cluster, training: Training) -> list[Prediction]:
-    """Every candidate's best variant, fitting ones first by tokens/s, then the rest."""
+    """Every candidate's best variant (``fastest`` of those that fit), fitting ones first
+    by tokens/s, then the rest."""
     out = []
     for group in layouts(model, net, training):
         preds = [predict(model, net, training, layout) for layout in group]
         fitting = [q for q in preds if q.fits]
-        out.append(max(fitting, key=lambda q: q.tokens_per_s_per_gpu) if fitting
-                   else min(preds, key=lambda q: q.memory_bytes))
+        out.append(fastest(fitting) if fitting else min(preds, key=lambda q: q.memory_bytes))
     if not out:
         raise ConfigError(f"no layout of {net.gpus} GPUs divides the global batch of "
                           f"{training.global_batch_tokens:g} tokens ({model.seq}-token "
@@ -320,5 +335,5 @@ def with_layout(model: Decoder, net: Cluster, training: Training, **fixed: int) 
         raise ConfigError(f"no candidate layout has {fixed}; e.g. dp * tp * pp = {net.gpus}")
     fitting = [q for q in preds if q.fits]
     if fitting:
-        return max(fitting, key=lambda q: q.tokens_per_s_per_gpu)
+        return fastest(fitting)
     return min(preds, key=lambda q: q.memory_bytes)

@@ -212,6 +212,26 @@ def test_every_prediction_lists_its_terms_with_formula_and_source() -> None:
     assert all(t.formula and t.source for t in q.memory + q.time)
 
 
+def test_a_tie_keeps_the_variant_that_recomputes_nothing() -> None:
+    """The lesson GPT on one 8-GPU node: full recomputation lengthens the backward by as much
+    communication as it then hides, so its step equals the plain one's up to float rounding;
+    the planner must then recommend the plain one (lesson 13 printed "recompute full" for a
+    214,400-parameter model before), and a real gain still wins."""
+    from labkit.lessons.plan_lesson import lesson_decoder
+    from labkit.theory.plan import fastest
+
+    model, net = lesson_decoder(), cluster("h100-sxm", 8)
+    training = Training(global_batch_tokens=64 * model.seq)
+    variants = [predict(model, net, training, Layout(4, 1, 2, 16, 1, "1f1b", 1, 1, r))
+                for r in ("full", "selective", "none")]
+    steps = [q.step_s for q in variants]
+    assert max(steps) == pytest.approx(min(steps), rel=1e-9)  # the tie this test is about
+    assert fastest(variants).layout.recompute == "none"
+    assert plan(model, net, training)[0].layout.recompute == "none"
+    slower = replace(variants[2], tokens_per_s_per_gpu=variants[2].tokens_per_s_per_gpu * 0.99)
+    assert fastest([slower, variants[0]]).layout.recompute == "full"
+
+
 # --- the command ---------------------------------------------------------------------------
 
 def test_cli_llama3_405b_on_16k_h100s_lists_tp8_pp16_in_top_3(
