@@ -84,14 +84,21 @@ def load_now(fresh: bool = False) -> Load:
     return reading
 
 
-NOT_DEDICATED = "the rule is about ranks with a core each, which this run did not have"
+NOT_DEDICATED = ("the rule is about ranks whose every thread has a core of its own, which "
+                 "this run did not have")
 """The end of every ``why_not`` sentence (the notebook checks look for it)."""
 
 
 def why_not(load: Load, ranks: int) -> str:
     """The sentence a lesson adds when its run contradicts the rule: how many processes
-    shared how many cores, and how busy the machine already was."""
-    parts = [f"{ranks} ranks shared {load.cores} cores"]
+    shared how many cores, and how busy the machine already was. Ranks no more than the
+    cores still share them: each rank's communication runs in threads of its own (gloo's,
+    DDP's reducer), beside the notebook's kernel and the system, so the sentence says that
+    instead of "2 ranks shared 2 cores", which a student reads as a core each."""
+    if ranks > load.cores:
+        parts = [f"{ranks} ranks shared {load.cores} cores"]
+    else:
+        parts = [f"{ranks} ranks and their communication threads shared {load.cores} cores"]
     if load.busy:
         parts.append(f"and {load.text()}" if load.others == load.others else
                      f"and other programs kept the machine busy ({load.text()})")

@@ -43,9 +43,12 @@ def test_busy_reads_other_programs_not_the_load_average() -> None:
     hogged = Load(3.9, 2, others=1.7)
     assert hogged.busy
     said = why_not(hogged, 2)
-    assert said.startswith("2 ranks shared 2 cores and other programs used 1.7 of 2 cores")
+    assert said.startswith("2 ranks and their communication threads shared 2 cores and other "
+                           "programs used 1.7 of 2 cores")
     assert said.endswith(NOT_DEDICATED)
-    assert why_not(quiet_after_our_ranks, 2).startswith("2 ranks shared 2 cores: ")
+    assert why_not(quiet_after_our_ranks, 2).startswith(
+        "2 ranks and their communication threads shared 2 cores: ")
+    assert why_not(quiet_after_our_ranks, 4).startswith("4 ranks shared 2 cores: ")
     assert Load(1.5, 2).busy and not Load(0.5, 2).busy  # not read: the load average decides
     assert Load(float("nan"), 2).text() == "2 cores"
 
