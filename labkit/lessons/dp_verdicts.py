@@ -117,6 +117,19 @@ def overlap_premise(run: Any) -> str:
             f"ranks; this machine has {cores}{busy}")
 
 
+def replayed_step_ratio(sweep: Mapping[float, Sequence[Any]]) -> float | None:
+    """The verdict's big / small step ratio on the runs replayed on dedicated cores; None
+    where a run cannot be replayed."""
+    from labkit.lessons.replayed import replayed
+
+    small, big = bucket_pair(sweep)
+    k = len(sweep[small])
+    copies = [replayed(r) for r in list(sweep[small]) + list(sweep[big])]
+    if any(c is None for c in copies):
+        return None
+    return step_ratio(copies[k:], copies[:k])
+
+
 def bucket_replays(sweep: Mapping[float, Sequence[Any]], verdicts: Sequence[Verdict]) -> list[str]:
     """For each bucket verdict that is not "holds": its quantity on the runs replayed on
     dedicated cores, beside what this machine measured."""

@@ -236,6 +236,13 @@ def test_the_calls_account_names_slow_calls_whatever_their_size(quiet: None) -> 
     assert "2 of the 8 calls in 2 steps took 4.0-4.0 ms, more than 3x theirs, all at 2.05 KB" \
         in text, text
     assert "The fit took each size's median call, which leaves such calls out" in text, text
+    assert "they are all of the excess and more" in text, text  # the other calls ran under
+    fast = [(0.1, 40), (0.1, 2048), (0.2, 2**20), (2.5, 2048)]  # one slow, yet under the fit in sum
+    calls[:] = fast
+    text = dp_lesson.calls_text(run(2, True), fit)
+    assert "the other calls ran under the fit and made up for them" in text, text
+    assert "excess" not in text, text  # lesson 01 printed "100% of the excess" of a 0.1 ms one
+    calls[:] = calm
     assert dp_lesson.calls_text(run(2, False), fit) == ""
     said = dp_lesson.scaling_text({1: run(1, False), 2: run(2, True)}, {1: 0.005, 2: 0.008}, fit)
     assert "contradicted by this run" in said and "its 4 all-reduces a step" in said

@@ -437,6 +437,47 @@ def test_lesson01_the_bucket_sweep_is_judged_over_its_repeats(
     assert "replay" not in text
 
 
+def test_lesson01_a_small_bucket_still_slower_on_its_replay_says_what_its_calls_cost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the runs replayed with a core per rank still give the small buckets the longer
+    step (lesson 01 printed 0.55 beside "overlap pays when communication has hardware of its
+    own"), the sentence sets the small buckets' all-reduces a step beside the big bucket's
+    instead of blaming the shared cores alone; with no replay it keeps the cores' sentence."""
+    from labkit.lessons import dp_verdicts, machine
+    from labkit.lessons.dp_lesson import bucket_text
+
+    monkeypatch.setattr("labkit.base.devices.cpu_count", lambda: 2)
+    monkeypatch.setattr(machine, "load_now", lambda fresh=False: machine.Load(0.5, 2, 0.0))
+
+    def runs(steps_ms: list[float], hidden: float, calls_ms: list[float]) -> list[Any]:
+        out = []
+        for t in steps_ms:
+            events = []
+            for s in range(3):
+                start = s * 100 * MS
+                events.append(Event(0, Lane.STEP, Op.STEP, start, int(t * MS), step=s))
+                for ms in calls_ms:
+                    events.append(Event(0, Lane.COMM, Op.ALL_REDUCE, start, int(ms * MS),
+                                        step=s, bytes=2**20))
+            out.append(SimpleNamespace(step_time_s=t / 1e3, timeline=Timeline(events, 2),
+                                       metrics={"overlap_fraction": hidden},
+                                       config=SimpleNamespace(world_size=2)))
+        return out
+
+    sweep = {0.25: runs([30, 31, 30], 0.3, [1.0] * 12), 1.0: runs([24, 25, 24], 0.3, [3.0] * 4),
+             4.0: runs([12, 13, 12], 0.0, [5.0]), 25.0: runs([12, 12, 13], 0.0, [5.0])}
+    monkeypatch.setattr(dp_verdicts, "replayed_step_ratio", lambda sweep: 0.55)
+    text = bucket_text(sweep)
+    assert "-- inconclusive" in text or "-- contradicted" in text, text
+    assert "replayed with a core per rank (from this run's own message times) the 1 MB step " \
+        "is still the longer (0.55): its 4 all-reduces took 12.0 ms a step, one 25 MB " \
+        "bucket's 5.0 ms" in text, text
+    assert "overlap pays when communication has hardware" not in text
+    monkeypatch.setattr(dp_verdicts, "replayed_step_ratio", lambda sweep: None)
+    assert "take turns on the same cores, so what is hidden is not always saved: overlap " \
+        "pays when communication has hardware of its own" in bucket_text(sweep)
+
+
 def test_lesson09_balance_on_one_run_each_is_judged_only_on_a_quiet_machine(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """One run each carries a quiet machine's noise; beside two hogs the ratio read 1.43
