@@ -132,6 +132,12 @@ def test_zero_bubble_says_whether_i_and_w_were_halves_and_judges_the_pipeline_ti
                                            Op.BACKWARD_WEIGHT: 5})
     text = pipeline_text.zero_bubble_text(one_f, even)
     assert "(about halves)" in text and "shorten the pipeline" in text and "-- holds" in text
+    # the bubbles printed are those of the runs the table shows (the shortest pipeline of
+    # each), not the least bubble of another repeat (lesson 03: table 0.229, sentence 0.19)
+    for r, b in zip(one_f, (0.23, 0.19, 0.20)):
+        r.metrics["bubble_fraction"] = b
+    text = pipeline_text.zero_bubble_text(one_f, even)
+    assert "(the shortest pipeline of each): 1F1B 0.20, zero bubble 0.20" in text, text
 
 
 def _balanced(stage_ms: list[float], bounds: list[int], step_s: float) -> SimpleNamespace:
