@@ -37,10 +37,12 @@ from __future__ import annotations
 from labkit.theory.activations import (
     GPT_3B,
     TransformerShape,
+    cross_entropy_saved_bytes,
     layer_activation_bytes,
     layer_norm_activation_bytes,
     mlp_activation_bytes,
     mlp_saved_tensors,
+    mlp_step_activation_bytes,
     model_activation_bytes,
     transformer_activation_bytes,
 )
@@ -186,6 +188,7 @@ __all__ = [
     "chunk_owner",
     "combine_bytes",
     "counts_bytes",
+    "cross_entropy_saved_bytes",
     "daly_interval",
     "deepspeed_plan",
     "dispatch_bytes",
@@ -218,6 +221,7 @@ __all__ = [
     "mlp_activation_bytes",
     "mlp_params",
     "mlp_saved_tensors",
+    "mlp_step_activation_bytes",
     "model_activation_bytes",
     "moe_params",
     "naive_allreduce_bytes",

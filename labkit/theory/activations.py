@@ -27,8 +27,9 @@ so the busiest GPU holds ``L`` layers' worth however many stages (their section 
 ``model_activation_bytes`` therefore ignores the pipeline degree. Embedding and output
 layers (a few s*b*h values) are left out, as in the paper's per-layer tables.
 
-The MLP analogue (``mlp_activation_bytes``) is exact for labkit's own Linear+ReLU model:
-lesson 05 measures it with saved-tensor hooks.
+The MLP analogue (``mlp_activation_bytes``) is exact for labkit's own Linear+ReLU model, and
+``mlp_step_activation_bytes`` for its whole training step (the loss's saves and a
+checkpointed input's fp32 included): lesson 05 measures it with saved-tensor hooks.
 """
 
 from __future__ import annotations
@@ -196,6 +197,32 @@ def _check_widths(widths: object) -> list[int]:
             "e.g. widths=[784, 256, 10]")
     return [check_int(f"widths[{i}]", w, 1, "widths=[784, 256, 10]")
             for i, w in enumerate(widths)]
+
+
+def cross_entropy_saved_bytes(batch: int, classes: int) -> float:
+    """What cross-entropy keeps for its backward over ``batch`` samples of ``classes``:
+    its log-softmax output in fp32 (autocast runs the loss in fp32 whatever the logits),
+    the int64 targets, and ``nll_loss``'s total weight, one fp32 scalar."""
+    check_int("batch", batch, 1, "batch=64")
+    check_int("classes", classes, 1, "classes=10")
+    return float(batch * classes * 4 + batch * 8 + 4)
+
+
+def mlp_step_activation_bytes(batch: int, widths: list[int], bytes_per_value: int = 4,
+                              checkpointing: bool = False, final_relu: bool = True,
+                              segment: int = 1) -> float:
+    """All a training step of labkit's MLP classifier keeps for its backward, to the byte:
+    the layers' saves (``mlp_activation_bytes``), the loss's (``cross_entropy_saved_bytes``,
+    ``widths[-1]`` classes), and, at 16 bits with checkpointing, the network input's other
+    half: checkpoint keeps its first block's input as it came in, fp32, and autocast casts
+    it to 16 bits only inside the block (without checkpointing the first Linear keeps the
+    16-bit cast). Lesson 05 measures it with saved-tensor hooks."""
+    layers = mlp_activation_bytes(batch, widths, bytes_per_value, checkpointing, final_relu,
+                                  segment)
+    sizes = _check_widths(widths)
+    fp32_input = batch * sizes[0] * (4 - bytes_per_value) if checkpointing and \
+        bytes_per_value < 4 else 0
+    return layers + fp32_input + cross_entropy_saved_bytes(batch, sizes[-1])
 
 
 def mlp_activation_bytes(batch: int, widths: list[int], bytes_per_value: int = 4,

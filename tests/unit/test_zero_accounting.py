@@ -34,6 +34,27 @@ def test_saved_activations_of_an_mlp_match_the_formula() -> None:
     assert saved.bytes == mlp_activation_bytes(16, [32, 64, 48, 10], 4, final_relu=False)
 
 
+def test_a_whole_step_of_an_mlp_classifier_matches_the_step_formula() -> None:
+    """The layers' saves and cross-entropy's (fp32 log-probabilities, int64 targets, one fp32
+    scalar), in fp32; labkit's own bf16 and checkpointed ZeRO runs, whose 16-bit weights and
+    checkpointed input a plain torch model does not reproduce, are checked to the byte in
+    tests/distributed/test_zero.py and lesson 05's claims."""
+    from labkit.theory import cross_entropy_saved_bytes, mlp_step_activation_bytes
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 48), nn.ReLU(),
+                        nn.Linear(48, 10))
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    with acc.SavedActivations(net.parameters()) as saved:
+        nn.functional.cross_entropy(net(x), y)
+    assert saved.bytes == mlp_step_activation_bytes(16, [32, 64, 48, 10], 4, final_relu=False)
+    assert cross_entropy_saved_bytes(16, 10) == 16 * 10 * 4 + 16 * 8 + 4
+    assert mlp_step_activation_bytes(16, [32, 64, 48, 10], 2, checkpointing=True,
+                                     final_relu=False) \
+        == mlp_activation_bytes(16, [32, 64, 48, 10], 2, checkpointing=True, final_relu=False) \
+        + 16 * 32 * 2 + cross_entropy_saved_bytes(16, 10)  # the input's other 2 bytes
+
+
 def test_comm_per_step_skips_the_first_step_and_applies_ring_factors() -> None:
     def ev(op: Op, step: int, nbytes: int) -> Event:
         return Event(rank=0, lane=Lane.COMM, op=op, start_ns=0, dur_ns=1, step=step,

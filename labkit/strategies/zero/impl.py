@@ -83,7 +83,8 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
         return acc.storage_bytes(kept)
 
     def fill_record(self) -> None:
-        from labkit.theory import mlp_activation_bytes
+        from labkit.theory import mlp_activation_bytes, mlp_step_activation_bytes
+        from labkit.train.data.base import Task
 
         mine = self.model_state_bytes()
         opts, n, layers = self.cfg.options, self.ctx.world_size, self.model.units
@@ -105,7 +106,10 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
         rec.saved_activations = self.saved[-1]
         rec.padding_elements = full_pad
         if self.cfg.model.kind != "gpt":  # the formula counts an MLP's saved tensors
-            rec.predicted_activation_bytes = mlp_activation_bytes(
+            # with the loss's, where the task's loss is the classifier's cross-entropy
+            whole = type(self.task).loss is Task.loss
+            rec.predicted_activation_bytes = (
+                mlp_step_activation_bytes if whole else mlp_activation_bytes)(
                 self.cfg.batch_size, widths, elt, opts.checkpointing, final_relu=False,
                 segment=opts.checkpoint_segment)
         acc.fill_prediction(rec, pred, acc.comm_per_step(self.ctx.events(), n), n)

@@ -33,6 +33,10 @@ def lesson_05(ns: dict[str, Any]) -> None:
 
     judged([recompute_verdict(ns["mp"])], ns["said_precision"], label="recompute")
     act = {k: r.metrics["saved_activation_bytes"][0] for k, r in ns["mp"].items()}
+    for r in [*ns["mp"].values(), ns["seed_run"]]:  # counted to the byte, the loss included
+        m = r.metrics
+        assert m["saved_activation_bytes"] == [m["predicted_activation_bytes"]] * len(
+            m["saved_activation_bytes"]), m
     assert act["bf16"] <= 0.55 * act["fp32"] and act["bf16+ckpt"] <= 0.75 * act["bf16"], act
     capacity = 24e9 * ns["psi"] / 3e9
     per_rank = [sum(v for k, v in r.items() if k in ("params", "grads", "optimizer"))
