@@ -8,6 +8,7 @@ memory and the equality with one process do not depend on it. Figures live in
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 from typing import Any
 
@@ -265,10 +266,13 @@ def project_rows(runs: dict[int, RunResult]) -> list[dict[str, Any]]:
     rows = []
     for n, r in sorted(runs.items()):
         m = r.metrics
-        # both shares of the same thing: one step (first skipped), mean over ranks, from the
-        # timeline; what is left of the step is waiting (idle, the optimizer, Python)
+        # both shares of the same steps (all but the first; compute and exposed comm a mean
+        # over ranks) over those steps' mean span, so they add up to at most 1 (over the
+        # median step, a run with one slow step read 0.47 + 0.65); what is left of the step
+        # is waiting (idle, the optimizer, Python)
         split = step_split_ms(r)
-        step_ms = r.step_time_s * 1e3 or 1.0
+        spans = r.timeline.window().step_times_s()
+        step_ms = (statistics.fmean(spans) if spans else r.step_time_s) * 1e3 or 1.0
         rows.append({"ranks": n, "samples_per_s": m["samples_per_s"],
                      "speedup": m["samples_per_s"] / one,
                      "compute_share": split["compute_ms"] / step_ms,

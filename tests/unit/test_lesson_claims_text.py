@@ -411,6 +411,23 @@ def test_lesson09_shares_are_of_the_same_step_and_never_add_past_one() -> None:
     assert rows[1]["compute_share"] == pytest.approx(0.6)
     assert rows[1]["comm_share"] == pytest.approx(0.2)
     assert all(r["compute_share"] + r["comm_share"] <= 1.0 for r in rows)
+    # one slow step (a 22 ms all-reduce in a 30 ms step): over the median step (10 ms) the
+    # shares read 0.60 + 0.87 (lesson 09 printed 0.465 + 0.648); over the same steps' mean
+    slow = run(2, 6.0, 2.0)
+    events = [e for e in slow.timeline.events if e.step != 2]
+    for r in range(2):
+        t = 3 * 10 * MS
+        events += [Event(r, Lane.COMPUTE, Op.FORWARD, t, 6 * MS, step=3),
+                   Event(r, Lane.COMM, Op.ALL_REDUCE, t + 6 * MS, 22 * MS, step=3),
+                   Event(r, Lane.STEP, Op.STEP, t, 30 * MS, step=3),
+                   Event(r, Lane.COMPUTE, Op.FORWARD, 2 * 10 * MS, 6 * MS, step=2),
+                   Event(r, Lane.COMM, Op.ALL_REDUCE, 2 * 10 * MS + 6 * MS, 2 * MS, step=2),
+                   Event(r, Lane.STEP, Op.STEP, 2 * 10 * MS, 10 * MS, step=2)]
+    tl = Timeline(events, 2)
+    slow = SimpleNamespace(timeline=tl, step_time_s=tl.median_step_s(), metrics=slow.metrics)
+    row = project_rows({1: run(1, 9.0, 0.0), 2: slow})[1]
+    assert row["compute_share"] + row["comm_share"] <= 1.0, row
+    assert row["comm_share"] == pytest.approx((2 + 2 + 22) / 3 / ((10 + 10 + 30) / 3))
 
 
 def test_lesson01_the_bucket_sweep_is_judged_over_its_repeats(
