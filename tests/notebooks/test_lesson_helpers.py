@@ -285,6 +285,25 @@ def test_the_price_sentence_reads_the_loss_figures_last_point() -> None:
     assert "final loss BSP 2.0000, ASP 2.0000" in async_ps.price_text(exp)
 
 
+def test_a_final_loss_gap_inside_the_curves_own_movement_is_not_called_a_price() -> None:
+    """Lesson 11 printed "ASP ended 0.001 higher in loss than BSP" (1.2839 against 1.2834)
+    under a markdown cell that calls a higher ASP loss the rule: a gap smaller than BSP's own
+    curve moved over its last point says the final loss does not show the price; a real gap
+    still says how much higher."""
+    from labkit.visuals.ps import loss_curve
+
+    exp = _race(2.0, 1.0)
+    bsp, asp = (exp.runs[n].metrics for n in ("bsp, straggler", "asp, straggler"))
+    bsp["loss_vs_time"] = [[i * 0.1, 2.4 - 0.02 * i] for i in range(24)]
+    last = loss_curve(bsp)[1]
+    moved = abs(last[-1] - last[-2])
+    asp["loss_vs_time"] = [[i * 0.1, last[-1] + moved / 2] for i in range(24)]
+    text = async_ps.price_text(exp)
+    assert "the final loss does not show the price here" in text and "higher" not in text, text
+    asp["loss_vs_time"] = [[i * 0.1, last[-1] + 0.3] for i in range(24)]
+    assert "ASP ended 0.300 higher in loss than BSP" in async_ps.price_text(exp)
+
+
 def _contended(cpu_ms: float, wall_ms: float, steps: int = 3, idle: str | None = None) -> SimpleNamespace:
     """Two ranks, each step compute (``cpu_ms`` of CPU in ``wall_ms`` of wall time: the rest
     waited for a core) then a blocking all-reduce of 1 ms; ``idle``: rank 1 then sleeps in a
