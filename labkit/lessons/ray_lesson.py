@@ -196,12 +196,27 @@ def launchers_text(ours: Any, via_ray: Any) -> str:
     if v is not None:
         out.append(v.sentence())
         if not v.holds:
-            out.append("Ray's own processes (its raylet, its object store and the train "
-                       "controller) stay alive beside the ranks and take turns on the same cores, "
-                       "and a step of a few ms feels every such turn")
+            out.append(f"Ray's own processes (its raylet, its object store and the train "
+                       f"controller, and the actors Ray Train starts beside its workers) stay "
+                       f"alive beside the ranks and take turns on the same cores, and a step of "
+                       f"{ours.step_time_s * 1e3:.0f} ms feels every such turn")
             out.append(again("Ray Train's step / labkit's", lambda a, b: step_ratio(a, b).value,
                              [via_ray, ours], v.sample.value))
+            mine, theirs = compute_cpu_ms(ours), compute_cpu_ms(via_ray)
+            if theirs > 1.5 * mine:  # not only waiting: the same spans used more CPU
+                out.append(f"not only turns: Ray Train's ranks spent {theirs:.1f} ms of CPU a "
+                           f"step in their compute spans against labkit's {mine:.1f} ms, so the "
+                           f"replay, which keeps each span's CPU time, keeps that difference too")
     return "\n".join(out)
+
+
+def compute_cpu_ms(run: Any) -> float:
+    """CPU milliseconds a rank spent in compute spans per step (steps after the first, mean
+    over ranks): what a step cost its cores, without the waits."""
+    tl = run.timeline.window()
+    spans = [e for e in tl.events if e.lane.value == "compute" and e.cpu_ns is not None]
+    ranks, steps = max(len(tl.ranks), 1), max(len(tl.steps()), 1)
+    return sum(e.cpu_ns for e in spans) / 1e6 / ranks / steps
 
 
 def _descendants(root: int) -> set[int]:

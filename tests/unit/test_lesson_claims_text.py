@@ -364,10 +364,13 @@ def test_every_printed_difference_from_one_process_cites_the_labs_rounding() -> 
     assert "the trained weights' below rounding's 1e-05" in tp_text.tp_text(_tp(0.02))
 
 
-def _launched(step_ms: list[float], wall_s: float) -> SimpleNamespace:
+def _launched(step_ms: list[float], wall_s: float, cpu_ms: float | None = None) -> SimpleNamespace:
     t, events = 0, []
     for s, ms in enumerate(step_ms):
         events.append(Event(0, Lane.STEP, Op.STEP, t, int(ms * MS), step=s))
+        if cpu_ms is not None:  # one compute span a step, its thread's CPU time
+            events.append(Event(0, Lane.COMPUTE, Op.FORWARD, t, int(ms * MS), step=s,
+                                cpu_ns=int(cpu_ms * MS)))
         t += int(ms * MS)
     timeline = Timeline(events, 1)
     return SimpleNamespace(timeline=timeline, wall_s=wall_s, params_sha256="ab" * 32,
@@ -387,6 +390,13 @@ def test_lesson12_steps_eight_times_apart_are_not_called_the_same() -> None:
     assert "contradicted by this run" in text and "take turns on the same cores" in text
     same = launchers_text(ours, _launched([30.0] + [3.1, 3.0, 3.0, 3.1], 12.0))
     assert "step by step 1.03 +- 0.03" in same and "-- holds" in same
+    assert "not only turns" not in text  # no CPU times: nothing said about them
+    # lesson 12 replayed Ray Train's ranks on dedicated cores at 2.0x labkit's: their compute
+    # spans used more CPU, which the sentence about turns on the cores did not explain
+    ours, slow = _launched([9.0, 3.0, 3.1, 2.9], 0.3, 2.0), _launched([40.0, 24, 25, 23], 12.0, 5.0)
+    assert "not only turns: Ray Train's ranks spent 5.0 ms of CPU a step in their compute " \
+        "spans against labkit's 2.0 ms" in launchers_text(ours, slow)
+    assert "not only turns" not in launchers_text(ours, _launched([40.0, 24, 25, 23], 12.0, 2.5))
 
 
 def test_lesson09_shares_are_of_the_same_step_and_never_add_past_one() -> None:
