@@ -112,11 +112,31 @@ def test_the_race_sentence_follows_the_run() -> None:
     assert f"{RATE} (the formula: ((W-1)F+1)/W = 2.50x): ASP / BSP gradients per second " \
            "2.40 +- 0.24" in text and text.count("-- holds") == 2
     text = async_ps.race_text(_race(0.73, 0.75))
-    assert "BSP reached loss 2.1 first" in text and "-- holds" in text  # the rate only
+    # 0.02 s apart where the curves are read every 0.37 s: together, not "BSP first"
+    assert "reached loss 2.1 together, within one gradient's interval (0.38 s" in text, text
+    assert "-- holds" in text  # the rate only
     assert "BSP's time to the target / ASP's 0.97 +- 0.10, the rule wants above 1.00 -- " \
            "inconclusive on this machine" in text
     assert "3 ranks shared 2 cores" in text and "load average 3.0 on 2 cores" in text
     assert "no dedicated-core replay of this ratio" in text
+
+
+def test_a_lead_shorter_than_the_curves_resolution_is_not_called_first() -> None:
+    """Lesson 11's equal workers printed "BSP reached loss 2.1 first (BSP 0.35 s, ASP 0.36 s,
+    SSP 0.36 s)": curves read once a gradient cannot order times closer than that. A lead of
+    several gradients' intervals still names who was first."""
+    def falling(to_2_at_s: float) -> list[list[float]]:  # a point every 0.03 s
+        return [[i * 0.03, 2.3 - 0.3 * i * 0.03 / to_2_at_s] for i in range(40)]
+
+    exp = _race(2.0, 1.0)
+    exp.runs["bsp, straggler"].metrics["loss_vs_time"] = falling(0.45)  # 2.1 at 0.39 s
+    exp.runs["asp, straggler"].metrics["loss_vs_time"] = falling(0.36)  # 2.1 at 0.42 s
+    text = async_ps.race_text(exp)
+    assert "with the straggler: reached loss 2.1 together, within one gradient's interval " \
+        "(0.03 s; BSP 0.39 s, ASP 0.42 s)" in text, text
+    exp.runs["bsp, straggler"].metrics["loss_vs_time"] = falling(0.35)  # 2.1 at 0.33 s
+    exp.runs["asp, straggler"].metrics["loss_vs_time"] = falling(0.6)  # 2.1 at 0.57 s
+    assert "with the straggler: BSP reached loss 2.1 first" in async_ps.race_text(exp)
 
 
 def test_sharing_cores_silences_only_the_oversubscription_warning() -> None:
