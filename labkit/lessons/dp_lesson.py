@@ -206,20 +206,16 @@ def _why_not_shorter(sweep: Mapping[float, Sequence[Any]]) -> str:
     n_small = comm(sweep[small][0])[0]
     ms_small = statistics.median(comm(r)[1] for r in sweep[small])
     ms_big = statistics.median(comm(r)[1] for r in sweep[big])
+    pays = ("Overlap pays when what it hides outweighs what the extra messages cost, and "
+            "communication has hardware of its own (a free core, a GPU's copy engine)")
+    still = (f"{turns}; and replayed with a core per rank (from this run's own message times) "
+             f"the {small:g} MB step is still the longer ({again:.2f})")
     if ms_small <= ms_big:
-        return (f"{turns}; and replayed with a core per rank (from this run's own message "
-                f"times) the {small:g} MB step is still the longer ({again:.2f}), so taking "
-                f"turns on the cores is not the whole story here. Overlap pays when what it "
-                f"hides outweighs what the extra messages cost, and communication has hardware "
-                f"of its own (a free core, a GPU's copy engine)")
-    return (f"{turns}; and replayed with a core per rank (from this run's own message times) "
-            f"the {small:g} MB step is still the longer ({again:.2f}): its {n_small:.0f} "
-            f"all-reduces took {ms_small:.1f} ms a step, one {big:g} MB bucket's "
-            f"{ms_big:.1f} ms, and what the small buckets hid did not make up the difference "
-            f"(each message pays the wire's latency, and here they also waited for the "
-            f"backward's core). Overlap pays when what it hides outweighs what the extra "
-            f"messages cost, and communication has hardware of its own (a free core, a GPU's "
-            f"copy engine)")
+        return f"{still}, so taking turns on the cores is not the whole story here. {pays}"
+    return (f"{still}: its {n_small:.0f} all-reduces took {ms_small:.1f} ms a step, one "
+            f"{big:g} MB bucket's {ms_big:.1f} ms, and what the small buckets hid did not make "
+            f"up the difference (each message pays the wire's latency, and here they also "
+            f"waited for the backward's core). {pays}")
 
 
 def duplicates_text(cases: Mapping[str, Sequence[Mapping[str, Any]]],

@@ -213,10 +213,11 @@ def launchers_text(ours: Any, via_ray: Any) -> str:
 def compute_cpu_ms(run: Any) -> float:
     """CPU milliseconds a rank spent in compute spans per step (steps after the first, mean
     over ranks): what a step cost its cores, without the waits."""
+    from labkit.base.events import Lane
+
     tl = run.timeline.window()
-    spans = [e for e in tl.events if e.lane.value == "compute" and e.cpu_ns is not None]
-    ranks, steps = max(len(tl.ranks), 1), max(len(tl.steps()), 1)
-    return sum(e.cpu_ns for e in spans) / 1e6 / ranks / steps
+    cpu_ns = sum(e.cpu_ns for e in tl.events if e.lane is Lane.COMPUTE and e.cpu_ns is not None)
+    return cpu_ns / 1e6 / max(len(tl.ranks), 1) / max(len(tl.steps()), 1)
 
 
 def _descendants(root: int) -> set[int]:
