@@ -44,6 +44,11 @@ def _guarded(check: Callable[..., list[Row]], *args: Any) -> list[Row]:
     return rows
 
 
+SIZING = ("the GPU's fp32 matmul peak, to size the GPU rows (labkit calibrate --device cuda: "
+          "about a minute the first time, cached after)")
+"""What the self-test says before measuring the GPU it sizes its runs for."""
+
+
 def _gpu_peak() -> float:
     """The fp32 matmul peak of one GPU (``labkit calibrate --device cuda``), for sizing."""
     from labkit.analysis.calibrate import calibrate
@@ -92,6 +97,8 @@ def run_selftest(on_row: Callable[[Row], None] | None = None,
 
     gpus = devices.gpu_count()
     backend = "nccl" if gpus >= WORLD_SIZE else "gloo"
+    if gpus:  # on a fresh GPU server this is the longest silent wait (87 s on the H200)
+        starting(SIZING)
     sizes = gpu_sizes(_gpu_peak()) if gpus else cpu_sizes()
     rank_sizes = sizes if backend == "nccl" else cpu_sizes()
     report = SelftestReport(rows=[], machine=machine(backend, WORLD_SIZE, gpus))

@@ -19,11 +19,14 @@ def test_one_rank_ddp_trains_without_exchanging_anything(no_leftover_ranks):
     assert res.timeline.select(op=labkit.Op.ALL_REDUCE) == []
     assert res.metrics["buckets"] == 0 and len(res.losses) == 5
     # every step's compute is on the timeline, with its CPU time, though backward is timed
-    # without the per-parameter hooks (nothing waits inside a bare model's backward)
+    # without the per-parameter hooks (nothing waits inside a bare model's backward); on a
+    # GPU (NCCL) the spans are CUDA events, which carry no CPU time (seen on the H200)
+    on_cpu = res.backend == "gloo"
     for op in (labkit.Op.FORWARD, labkit.Op.BACKWARD, labkit.Op.OPTIMIZER, labkit.Op.STEP):
         spans = res.timeline.select(op=op)
         assert [e.step for e in spans] == list(range(5)), (op, spans)
-        assert all((e.cpu_ns is not None) == (op is not labkit.Op.STEP) for e in spans), op
+        assert all((e.cpu_ns is not None) == (on_cpu and op is not labkit.Op.STEP)
+                   for e in spans), op
     assert res.timeline.select(op=labkit.Op.WAIT) == []
     # they are timed as one chain (``Tracer.chain``): each edge one reading, inside the step
     for step in range(5):
@@ -31,7 +34,7 @@ def test_one_rank_ddp_trains_without_exchanging_anything(no_leftover_ranks):
             labkit.Op.FORWARD, labkit.Op.BACKWARD, labkit.Op.OPTIMIZER, labkit.Op.STEP))
         assert fwd.end_ns == bwd.start_ns and bwd.end_ns == opt.start_ns, step
         assert whole.start_ns <= fwd.start_ns and opt.end_ns <= whole.end_ns, step
-        assert all(e.cpu_ns <= e.dur_ns for e in (fwd, bwd, opt)), step
+        assert not on_cpu or all(e.cpu_ns <= e.dur_ns for e in (fwd, bwd, opt)), step
 
 
 def test_compression_still_wraps_one_rank(no_leftover_ranks):

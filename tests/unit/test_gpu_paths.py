@@ -473,7 +473,10 @@ def test_selftest_with_one_gpu_runs_every_row_one_gpu_can(monkeypatch):
     monkeypatch.setattr(gpu, "nvidia_smi_topo", lambda: "\tGPU0\tCPU Affinity\nGPU0\t X \t0-15\n")
     monkeypatch.setattr(calibrate, "calibrate", lambda device="cpu", **kw: {
         "peak_flops_per_s": 700e12 if kw.get("dtype") == "bf16" else 50e12, "measured_at": 0.0})
-    report = runner.run_selftest()
+    started: list[str] = []
+    report = runner.run_selftest(on_start=started.append)
+    # the GPU's sizing calibration (87 s on a fresh H200, silent before) is announced first
+    assert started[0] == runner.SIZING and "calibrate --device cuda" in started[0]
     rows = {r.key: r for r in report.rows}
     assert [(p.world_size, p.backend) for p in pools] == [(2, "gloo"), (1, "nccl")]
     assert [k for k, r in rows.items() if r.status != "pass"] == [], report.markdown()
@@ -547,3 +550,86 @@ def test_powersgd_on_cpu_ranks_of_a_gpu_machine_sees_no_cuda(monkeypatch):
     assert powerSGD_hook.torch is torch
     with traced_torch_hooks(object(), StepRef(), on_cpu=False):  # GPU ranks keep CUDA
         assert powerSGD_hook.torch.cuda.is_available() is True
+
+
+@pytest.fixture
+def meta_default_device():
+    """The default device of a ZeRO rank on a GPU (``set_default_device(cuda)``), with the
+    meta device standing in for the GPU: whatever lands there was made without a device."""
+    import torch
+
+    torch.set_default_device("meta")
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
+
+
+@pytest.mark.parametrize("kind", ["gpt", "mlp", "digits"])
+def test_the_data_is_made_on_the_cpu_whatever_the_default_device(meta_default_device, kind):
+    """On the H200 every ZeRO run of the GPT died checking its reference: the ZeRO rank makes
+    its GPU the default device, the text data (``torch.tensor(ids)``, ``torch.arange``) was
+    made there, and the one-process reference on the CPU read it ("index is on cuda:0,
+    different from other tensors on cpu"). The data is made on the CPU; the loop moves each
+    batch to the rank's device."""
+    from labkit.train.data import text
+    from labkit.train.models import task_for
+
+    text.tokens.cache_clear()  # the corpus is cached: make it again under this default device
+    try:
+        config = RunConfig(strategy="ddp", model=kind, steps=1)
+        x, y = task_for(config).batch(0, 4)
+        assert (x.device.type, y.device.type) == ("cpu", "cpu"), kind
+    finally:
+        text.tokens.cache_clear()
+
+
+class _OneRankComm:
+    """A data-parallel group of one for ``ShardedModel`` outside a run (nothing to send)."""
+
+    world_size, rank = 1, 0
+
+    class tracer:  # the attribute the units record their spans on
+        @staticmethod
+        def detail(*_a, **_k):
+            import contextlib
+
+            return contextlib.nullcontext()
+
+
+def test_sharded_units_keep_their_buffers_on_the_device_they_are_given():
+    """The hybrid engine (pipeline, 3D, MoE on one GPU) moved its stage to the GPU and then
+    sharded it with the CPU as the default device: every unit's buffers stayed on the CPU
+    and the first forward on the H200 failed. ``ShardedModel(device=...)`` names the device;
+    here the meta device stands in for the GPU, the default device staying the CPU."""
+    import torch
+
+    from labkit.train.models.gpt import build_gpt
+    from labkit.train.parallel.zero import ShardedModel
+
+    gpt = build_gpt(64, 32, 2, 4, 16, seed=0).to("meta")
+    for stage in (0, 1, 2, 3):
+        sharded = ShardedModel(gpt if stage == 0 else build_gpt(64, 32, 2, 4, 16, 0).to("meta"),
+                               stage=stage, comm=_OneRankComm(), device="meta")
+        held = [t for u in sharded.units for t in (u.full, u.param_shard, u.grad, u.master)
+                if isinstance(t, torch.Tensor)]
+        assert held and {t.device.type for t in held} == {"meta"}, stage
+        if stage < 3:  # stages 0-2 hold the parameters whole: run the forward on them
+            out = sharded(torch.zeros(2, 16, dtype=torch.long, device="meta"))
+            assert out.device.type == "meta" and out.shape == (2, 16, 64)
+
+
+@pytest.mark.parametrize("path", ["labkit/strategies/zero/impl.py",
+                                  "labkit/strategies/hybrid/impl.py"])
+def test_rank_code_shards_its_model_on_the_ranks_device(path):
+    """Every ``ShardedModel`` a strategy builds names the rank's device (see above)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / path).read_text())
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and getattr(node.func, "id", None) == "ShardedModel"]
+    assert calls, f"{path} builds no ShardedModel"
+    for call in calls:
+        device = [k.value for k in call.keywords if k.arg == "device"]
+        assert device and ast.unparse(device[0]) == "ctx.device", (path, call.lineno)

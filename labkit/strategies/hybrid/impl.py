@@ -119,7 +119,7 @@ class HybridLoop(TrainLoop[HybridMetrics]):
         self.full_names = dict(stage.full_names)
         plain = self.experts.local if self.experts is not None else []
         self.sharded = ShardedModel(stage, stage=o.zero_stage, comm=ctx.dp_comm,  # 4.
-                                    defer=True, exclude=plain)
+                                    defer=True, exclude=plain, device=ctx.device)
         extra = self.experts.params if self.experts is not None else []
         super().__init__(ctx, self.sharded, full_model=full,
                          params=[*self.sharded.masters, *extra], clock=False, stats=stats,

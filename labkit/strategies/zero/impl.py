@@ -39,7 +39,7 @@ class ZeroLoop(TrainLoop[ZeroMetrics]):
         full = build_model(ctx.config)
         stats = model_stats(full)
         model = ShardedModel(  # one unit per parameter-owning module; only the shards stay
-            full, stage=opts.stage, comm=ctx.dp_comm, pad=opts.pad,
+            full, stage=opts.stage, comm=ctx.dp_comm, pad=opts.pad, device=ctx.device,
             dtype=torch.bfloat16 if self.bf16 else torch.float32,
             layout=layout_of(full) if opts.checkpointing else None,
             checkpoint_segment=opts.checkpoint_segment if opts.checkpointing else 0)

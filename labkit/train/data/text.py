@@ -55,7 +55,8 @@ def vocabulary(vocab_size: int | None) -> tuple[str, ...]:
 
 @functools.cache
 def tokens(vocab_size: int | None) -> torch.Tensor:
-    """The whole corpus as token ids (int64)."""
+    """The whole corpus as token ids (int64), on the CPU (the data is made there whatever the
+    default device; the loop moves each batch to the rank's device)."""
     vocab = vocabulary(vocab_size)
     index = {t: i for i, t in enumerate(vocab)}
     if vocab_size is None:
@@ -63,7 +64,7 @@ def tokens(vocab_size: int | None) -> torch.Tensor:
         ids = [index.get(ch, unknown) for ch in corpus()]
     else:
         ids = [index.get(piece, 0) for piece in _PIECE.findall(corpus())]
-    return torch.tensor(ids, dtype=torch.int64)
+    return torch.tensor(ids, dtype=torch.int64, device="cpu")
 
 
 def vocab_size_of(vocab_size: int | None) -> int:
@@ -76,8 +77,8 @@ class TextTask(Task):
     def __init__(self, seed: int, seq_len: int, vocab_size: int | None = None):
         ids = tokens(vocab_size)
         n = (ids.numel() - 1) // seq_len
-        starts = torch.arange(n) * seq_len
-        window = starts[:, None] + torch.arange(seq_len + 1)
+        starts = torch.arange(n, device="cpu") * seq_len
+        window = starts[:, None] + torch.arange(seq_len + 1, device="cpu")
         chunks = ids[window]
         self.x, self.y = chunks[:, :-1].contiguous(), chunks[:, 1:].contiguous()
         self.seed = seed

@@ -171,12 +171,14 @@ class ShardedModel(ShardedUnits):
     uses of the previous step whose backward never ran). ``exclude``: modules whose own
     parameters stay plain ``nn.Parameter``s, outside every unit (the caller reduces and
     updates them; expert parallelism's experts, which differ across the data ranks).
+    ``device``: where every unit keeps its buffers (the rank's device; default: the default
+    device while the model is sharded).
     """
 
     def __init__(self, module: nn.Module, *, stage: int, comm: Comm, pad: bool = True,
                  dtype: torch.dtype = torch.float32, defer: bool = False,
                  layout: Layout | None = None, checkpoint_segment: int = 0,
-                 exclude: Sequence[nn.Module] = ()):
+                 exclude: Sequence[nn.Module] = (), device: torch.device | str | None = None):
         self.module, self.meter, self._step = module, Meter(), 0
         self.layout, self.segment = layout, checkpoint_segment
         if checkpoint_segment and layout is None:
@@ -188,7 +190,7 @@ class ShardedModel(ShardedUnits):
         self.loose = LooseParams()
         places, paths = _holders(module)
         kw = {"stage": stage, "dtype": dtype, "pad": pad, "comm": comm, "meter": self.meter,
-              "defer": defer}
+              "defer": defer, "device": device}
         done: set[int] = set()
         left_out = {id(m) for m in exclude}  # their parameters stay plain (e.g. sharded experts)
         modules = [(path, mod, list(mod.named_parameters(recurse=False)))

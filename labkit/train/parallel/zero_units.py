@@ -67,7 +67,7 @@ class FlatUnit:
 
     def __init__(self, index: int, tensors: list[torch.Tensor], *, stage: int,
                  dtype: torch.dtype, pad: bool, comm: Comm, meter: Meter, defer: bool = False,
-                 trainable: bool = True):
+                 trainable: bool = True, device: torch.device | str | None = None):
         self.index, self.stage, self.dtype, self.comm, self.meter = index, stage, dtype, comm, meter
         self.trainable = trainable
         self.pending = 0
@@ -84,11 +84,12 @@ class FlatUnit:
         self.padded = self.numel if stage == 0 or not pad else math.ceil(self.numel / n) * n
         self.shard = self.padded // n
         self.lo, self.hi = rank * self.shard, (rank + 1) * self.shard
-        # every buffer on the rank's device (the default device while the unit is built: the
-        # model itself may have been initialised on the CPU), named explicitly from then on:
-        # ``torch.set_default_device`` is thread-local, and on a GPU backward hooks run on
-        # autograd's device thread, where a bare torch.zeros lands on the CPU (NCCL refuses it)
-        self.device = torch.get_default_device()
+        # every buffer on the rank's device (``device``; else the default device while the
+        # unit is built: the model itself may have been initialised on the CPU), named
+        # explicitly from then on: ``torch.set_default_device`` is thread-local, and on a GPU
+        # backward hooks run on autograd's device thread, where a bare torch.zeros lands on
+        # the CPU (NCCL refuses it)
+        self.device = torch.device(device) if device is not None else torch.get_default_device()
         full32 = torch.zeros(self.padded, device=self.device)
         if tensors:
             full32[:self.numel] = torch.cat([t.detach().reshape(-1).float() for t in tensors])
