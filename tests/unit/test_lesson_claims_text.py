@@ -389,7 +389,7 @@ def test_lesson12_steps_eight_times_apart_are_not_called_the_same() -> None:
     assert "Ray Train took 40x labkit's time" in text and "(same sha256)" in text
     assert "contradicted by this run" in text and "take turns on the same cores" in text
     same = launchers_text(ours, _launched([30.0] + [3.1, 3.0, 3.0, 3.1], 12.0))
-    assert "step by step 1.03 +- 0.03" in same and "-- holds" in same
+    assert "quartile by quartile 1.02 +- 0.01" in same and "-- holds" in same
     assert "not only turns" not in text  # no CPU times: nothing said about them
     # lesson 12 replayed Ray Train's ranks on dedicated cores at 2.0x labkit's: their compute
     # spans used more CPU, which the sentence about turns on the cores did not explain
@@ -397,6 +397,23 @@ def test_lesson12_steps_eight_times_apart_are_not_called_the_same() -> None:
     assert "not only turns: Ray Train's ranks spent 5.0 ms of CPU a step in their compute " \
         "spans against labkit's 2.0 ms" in launchers_text(ours, slow)
     assert "not only turns" not in launchers_text(ours, _launched([40.0, 24, 25, 23], 12.0, 2.5))
+
+
+def test_lesson12_compares_the_runs_not_the_jitter_of_single_steps() -> None:
+    """The two runs ran one after the other: their steps pair by number only. Quiet, with Ray
+    Train's helpers settled, both ran 2.5-3.4 ms steps, yet pair by pair the ratio read
+    0.95 +- 0.78 and 1.31 +- 1.27: one step's jitter against another's. The same steps, in
+    another order, are the same run: quartile by quartile they read 1.00 and the verdict
+    holds; a run whose every quartile is twice as long is still contradicted."""
+    from labkit.lessons.ray_lesson import launchers_verdict
+
+    ours = _launched([9.0] + [2.5, 3.4] * 5, 0.3)
+    shuffled = _launched([40.0] + [3.4, 2.5] * 5, 12.0)
+    v = launchers_verdict(ours, shuffled)
+    assert v.holds and v.sample.value == pytest.approx(1.0) and v.sample.noise == 0.0
+    doubled = _launched([40.0] + [5.0, 6.8] * 5, 12.0)
+    assert launchers_verdict(ours, doubled).sample.value == pytest.approx(2.0)
+    assert not launchers_verdict(ours, doubled).holds
 
 
 def test_lesson09_shares_are_of_the_same_step_and_never_add_past_one() -> None:

@@ -144,3 +144,42 @@ def test_a_start_sweeps_the_session_dirs_of_killed_drivers_only(fake_ray, tmp_pa
         if session._state["owner"] is not None:
             session._state["owner"].close()
     assert rundirs.is_dead(tmp_path)
+
+
+def test_ranks_step_only_once_rays_helpers_have_settled(monkeypatch):
+    """Ray Train 2 starts actors beside the workers of every fit (a ``DatasetManager`` that
+    imports Ray Data, a ``PreemptionWatcher``): on 2 cores each took half a core for about
+    6 s just as the ranks began to step, and lesson 12's 3 ms steps ran 2-5x as long as
+    labkit's. A rank now waits while any ``ray::`` process of its own Ray session but the
+    train workers is busy (at most ``limit_s``), and the preemption watcher, of no use on one
+    machine, is off. Another session's busy helper (another notebook's Ray) is not waited for."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from labkit.launchers.ray import launcher, session
+
+    assert session.ONE_MACHINE_TRAIN == {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
+    monkeypatch.setenv(session.SESSION_ENV, "lkray-this-test")
+
+    def spin(title: str, mark: str) -> subprocess.Popen:
+        env = {**os.environ, session.SESSION_ENV: mark}
+        return subprocess.Popen(["bash", "-c", f'exec -a "{title}" {sys.executable} -c '
+                                 f'"while True: pass"'], env=env)
+
+    busy = spin("ray::DatasetManager.__init__", "lkray-this-test")
+    others = [spin("ray::RayTrainWorker", "lkray-this-test"),  # the ranks themselves
+              spin("ray::DatasetManager", "lkray-another-notebook")]
+    try:
+        time.sleep(0.3)
+        names = [" ".join(p.cmdline()) for p in launcher.ray_helpers()]
+        assert [n.split()[0] for n in names] == ["ray::DatasetManager.__init__"], names
+        assert launcher.settle_helpers(limit_s=1.2) >= 1.2  # still busy: waited it all
+        busy.kill()
+        busy.wait()
+        assert launcher.settle_helpers(limit_s=5.0) < 2.0  # nothing of ours busy now
+    finally:
+        for p in [busy, *others]:
+            p.kill()
+            p.wait()

@@ -13,7 +13,8 @@ same timeline. The steps:
    env:// rendezvous (``TorchConfig(backend, timeout_s)``); every worker then runs the rank
    on that group (``run_rank(existing_group=True)``), with a watchdog that reports the rank's
    stack and stops it if it outlives the run's timeout. The run's clock starts when the last
-   worker has started: on a busy machine starting them takes minutes (``START_LIMIT_S``);
+   worker has started: on a busy machine starting them takes minutes (``START_LIMIT_S``); each
+   worker first waits for the actors Ray Train starts beside it to settle (``settle_helpers``);
 3. each rank posts its ``RankReport`` (or its error) to the inbox; the driver combines the
    reports with ``labkit.launchers.results.collect`` into the usual ``RunResult``;
 4. a failure comes back as ``RunFailed`` naming the rank, chosen like the supervisor does:
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import io
+import math
 import os
 import shutil
 import tempfile
@@ -41,7 +43,7 @@ from typing import Any
 from labkit.base.errors import RankFailure, RunFailed, RunTimeout
 from labkit.config.run import RunConfig
 from labkit.launchers import rundirs
-from labkit.launchers.ray.session import ensure_ray, guard_removes
+from labkit.launchers.ray.session import SESSION_ENV, ensure_ray, guard_removes
 from labkit.launchers.verdict import waits_in_torch
 from labkit.rank.job import RunJob
 
@@ -135,6 +137,62 @@ def _watchdog(timeout_s: float, rank: int, world_size: int, inbox: Any, status: 
     return cancelled
 
 
+SETTLE_LIMIT_S = 30.0
+"""The longest a rank waits for Ray's helper processes to settle before its first step."""
+SETTLE_BUSY = 0.25
+"""A helper using more than this share of a core over ``SETTLE_WINDOW_S`` is still busy."""
+SETTLE_WINDOW_S = 0.5
+
+
+def ray_helpers() -> list[Any]:
+    """This node's Ray processes that are neither a train worker nor this one: the actors Ray
+    Train starts beside the workers (its controller, a ``DatasetManager`` for every fit,
+    datasets or not), idle workers Ray starts ahead, and the lab's own actors; of this Ray
+    session only, where labkit started it (another notebook's Ray is not this run's)."""
+    import psutil
+
+    mark = os.environ.get(SESSION_ENV)  # this session's processes only (a Ray we started)
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or ())
+        if p.info["pid"] == os.getpid() or not cmd.startswith("ray::") \
+                or "RayTrainWorker" in cmd:
+            continue
+        try:
+            if mark and p.environ().get(SESSION_ENV) != mark:
+                continue
+        except (psutil.Error, OSError):
+            continue
+        out.append(p)
+    return out
+
+
+def _cpu_s(p: Any) -> float:
+    try:
+        t = p.cpu_times()
+        return float(t.user + t.system)
+    except Exception:  # noqa: BLE001 -- gone (or not ours to read): it uses no core
+        return float("inf")
+
+
+def settle_helpers(limit_s: float = SETTLE_LIMIT_S) -> float:
+    """Wait until no Ray helper process (``ray_helpers``) uses more than ``SETTLE_BUSY`` of a
+    core, at most ``limit_s``; the seconds waited. Ray Train 2 starts a ``DatasetManager``
+    actor for every fit, which imports Ray Data: measured here, it took half a core for about
+    6 s just as the ranks began to step, and a 3 ms step on 2 cores ran 2-5x as long beside it
+    (docs/benchmarks.md). Its start-up is Ray's, not the run's: the ranks step after it."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < limit_s:
+        procs = ray_helpers()
+        before = [_cpu_s(p) for p in procs]
+        time.sleep(SETTLE_WINDOW_S)
+        after = [_cpu_s(p) for p in procs]
+        if not any(math.isfinite(a - b) and a - b > SETTLE_BUSY * SETTLE_WINDOW_S
+                   for a, b in zip(after, before)):
+            break
+    return time.monotonic() - t0
+
+
 def rank_on_ray(loop_config: dict[str, Any]) -> None:
     """What every Ray Train worker runs (step 2-3 of the module docstring)."""
     import ray
@@ -150,6 +208,7 @@ def rank_on_ray(loop_config: dict[str, Any]) -> None:
     import torch._dynamo
     import torch.nn.parallel  # noqa: F401
 
+    settle_helpers()  # Ray Train's own start-up is not the run's
     ray.get(inbox.started.remote(rank))  # the driver's run clock starts with the last rank
     stop_watchdog = _watchdog(job.timeout_s, rank, ctx.get_world_size(), inbox, status, step)
     try:

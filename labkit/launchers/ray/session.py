@@ -78,6 +78,13 @@ task (Ray Train's controller, a lesson's parameter server) below the browser and
 call: beside two CPU-bound programs at nice 0 on 2 cores, Ray Train's controller got 7 % of a
 core and had not started its ranks after 100 s. At nice 0 Ray's workers share the cores as
 the lab's other ranks do."""
+ONE_MACHINE_TRAIN = {
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+}
+"""Ray Train features a lab on one machine has no use for, off (unless set already). Ray
+Train 2 starts a ``PreemptionWatcher`` actor beside the workers of every fit, to notice spot
+nodes being taken back; measured here it took half a core for 6 s while the ranks stepped
+(docs/benchmarks.md), and a laptop has no node to lose."""
 SAY_START_AFTER_S = 2.0
 """A start still going after this many seconds says so (``labkit.base.progress.waiting``)."""
 STARTING = "its scheduler, object store and workers; 5-30 s, longer on a busy machine"
@@ -114,7 +121,7 @@ def ensure_ray(num_cpus: int | None = None) -> Any:
     if address:
         ray.init(address=address, namespace="labkit", log_to_driver=False)
         return ray
-    for var, value in BUSY_MACHINE_LIMITS.items():
+    for var, value in {**BUSY_MACHINE_LIMITS, **ONE_MACHINE_TRAIN}.items():
         os.environ.setdefault(var, value)
     rundirs.sweep(_session_root(), prefix=PREFIX)  # 7.
     with waiting(f"starting Ray ({STARTING})", after_s=SAY_START_AFTER_S):

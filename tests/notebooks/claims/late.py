@@ -103,7 +103,12 @@ def lesson_12(ns: dict[str, Any]) -> None:
     assert ns["ours"].params_sha256 == ns["via_ray"].params_sha256
     from labkit.lessons.ray_lesson import launchers_verdict, tasks_verdict
 
-    judged([launchers_verdict(ns["ours"], ns["via_ray"])], ns["launched"], label="launchers")
+    # Ray Train's helper actors no longer step beside the ranks (settle_helpers, the watcher
+    # off), but 10 steps of 3 ms are a 30 ms window, two runs apart: quiet-ish pairs read
+    # 1.14, 1.11 (holds), 1.48 (inconclusive), 2.67 and 2.84 (contradicted), and labkit's own
+    # run 0.59 of Ray's once (2026-11-30, docs/benchmarks.md)
+    launchers = launchers_verdict(ns["ours"], ns["via_ray"])
+    judged([launchers], ns["launched"], label="launchers", may_miss_quiet=[launchers])
     judged([tasks_verdict(ns["elapsed"], len(ns["results"]))], ns["tasks_said"], label=None)
     mech, w = ns["mech"], ns["w"]
     assert mech.weights_sha256(w) == ns["labkits"].params_sha256, "the page's actor != labkit's ps"
