@@ -147,16 +147,19 @@ SETTLE_WINDOW_S = 0.5
 def ray_helpers() -> list[Any]:
     """This node's Ray processes that are neither a train worker nor this one: the actors Ray
     Train starts beside the workers (its controller, a ``DatasetManager`` for every fit,
-    datasets or not), idle workers Ray starts ahead, and the lab's own actors; of this Ray
-    session only, where labkit started it (another notebook's Ray is not this run's)."""
+    datasets or not), workers Ray is still starting or keeps idle, and the lab's own actors;
+    of this Ray session only, where labkit started it (another notebook's Ray is not this
+    run's)."""
     import psutil
 
     mark = os.environ.get(SESSION_ENV)  # this session's processes only (a Ray we started)
     out = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or ())
-        if p.info["pid"] == os.getpid() or not cmd.startswith("ray::") \
-                or "RayTrainWorker" in cmd:
+        # a worker Ray is still starting is "python .../default_worker.py ..." until it
+        # names itself (``ray::IDLE``, then its actor): the DatasetManager is busiest then
+        helper = cmd.startswith("ray::") or "ray/_private/workers/default_worker.py" in cmd
+        if p.info["pid"] == os.getpid() or not helper or "RayTrainWorker" in cmd:
             continue
         try:
             if mark and p.environ().get(SESSION_ENV) != mark:

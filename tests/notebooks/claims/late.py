@@ -104,9 +104,9 @@ def lesson_12(ns: dict[str, Any]) -> None:
     from labkit.lessons.ray_lesson import launchers_verdict, tasks_verdict
 
     # Ray Train's helper actors no longer step beside the ranks (settle_helpers, the watcher
-    # off), but 10 steps of 3 ms are a 30 ms window, two runs apart: quiet-ish pairs read
-    # 1.14, 1.11 (holds), 1.48 (inconclusive), 2.67 and 2.84 (contradicted), and labkit's own
-    # run 0.59 of Ray's once (2026-11-30, docs/benchmarks.md)
+    # off), but 10 steps of 3 ms are a 30 ms window, two runs apart: at load 1.2-1.6 pairs
+    # read 1.14, 1.11, 1.03 and the lesson 0.82 (holds), 2.23-2.84 (contradicted), and
+    # labkit's own run the slower 0.54-0.66 (2026-11-30, docs/benchmarks.md)
     launchers = launchers_verdict(ns["ours"], ns["via_ray"])
     judged([launchers], ns["launched"], label="launchers", may_miss_quiet=[launchers])
     judged([tasks_verdict(ns["elapsed"], len(ns["results"]))], ns["tasks_said"], label=None)
