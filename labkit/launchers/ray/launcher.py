@@ -145,36 +145,37 @@ SETTLE_WINDOW_S = 0.5
 
 
 def ray_helpers() -> list[Any]:
-    """This node's Ray processes that are neither a train worker nor this one: the actors Ray
-    Train starts beside the workers (its controller, a ``DatasetManager`` for every fit,
-    datasets or not), workers Ray is still starting or keeps idle, and the lab's own actors;
-    of this Ray session only, where labkit started it (another notebook's Ray is not this
-    run's)."""
+    """This Ray session's processes (``guard.session_processes``; every Ray process where the
+    session is not labkit's) but the train workers and this one: the actors Ray Train starts
+    beside the workers (its controller, a ``DatasetManager`` for every fit, datasets or not),
+    workers Ray is still starting (``python .../default_worker.py`` until they name
+    themselves ``ray::...``: the DatasetManager is busiest then) or keeps idle, Ray's own
+    daemons and the lab's actors. Another notebook's Ray is not this run's."""
     import psutil
 
-    mark = os.environ.get(SESSION_ENV)  # this session's processes only (a Ray we started)
+    from labkit.launchers.ray.guard import session_processes
+    from labkit.launchers.ray.session import ray_processes
+
+    mark = os.environ.get(SESSION_ENV)
+    pids = session_processes(mark) if mark else [pid for pid, _ in ray_processes()]
     out = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        cmd = " ".join(p.info["cmdline"] or ())
-        # a worker Ray is still starting is "python .../default_worker.py ..." until it
-        # names itself (``ray::IDLE``, then its actor): the DatasetManager is busiest then
-        helper = cmd.startswith("ray::") or "ray/_private/workers/default_worker.py" in cmd
-        if p.info["pid"] == os.getpid() or not helper or "RayTrainWorker" in cmd:
-            continue
+    for pid in pids:
         try:
-            if mark and p.environ().get(SESSION_ENV) != mark:
-                continue
-        except (psutil.Error, OSError):
+            p = psutil.Process(pid)
+            if pid != os.getpid() and "RayTrainWorker" not in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:  # gone since the listing, or not ours to read
             continue
-        out.append(p)
     return out
 
 
 def _cpu_s(p: Any) -> float:
+    import psutil
+
     try:
         t = p.cpu_times()
         return float(t.user + t.system)
-    except Exception:  # noqa: BLE001 -- gone (or not ours to read): it uses no core
+    except psutil.Error:  # gone (or not ours to read): it uses no core
         return float("inf")
 
 
