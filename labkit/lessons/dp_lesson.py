@@ -33,11 +33,21 @@ def step_split_ms(result: Any, steps: Sequence[int] | None = None) -> dict[str, 
 def weak_scaling(reuse: Mapping[int, Any] | None = None, sizes: Sequence[int] = (1, 2, 4),
                  **run_kwargs: Any) -> dict[int, Any]:
     """The same run (``run_kwargs``: strategy, steps, model, ...) on each world size, the
-    batch per rank fixed; ``reuse`` holds runs already made (world size -> RunResult)."""
+    batch per rank fixed; ``reuse`` holds runs already made (world size -> RunResult).
+
+    Weak scaling gives every rank the same work and the same hardware, so every size runs
+    with the torch threads a rank has when the most ranks that fit on the cores share them
+    (``threads_per_rank``, unless given): on 2 cores the 1-rank run computes on one thread,
+    as each of the 2 ranks does. Left to its default, the lone rank took both cores, and two
+    OpenMP threads on a shared machine now and then waited on each other for whole time
+    slices: its step once measured 191 ms against 6 ms, and the prediction built on it."""
     from labkit.api import run
+    from labkit.base.devices import default_threads_per_rank
 
     out = dict(reuse or {})
     run_kwargs.setdefault("progress", False)
+    run_kwargs.setdefault("threads_per_rank",
+                          default_threads_per_rank(min(max(sizes), cpu_count())))
     with sharing_cores():
         for n in each([n for n in sizes if n not in out], "weak scaling",
                       name=lambda n: f"{n} rank(s)"):
@@ -65,14 +75,16 @@ def calls_text(run: Any, fit: Any, rank: int = 0) -> str:
     calls = [(e.dur_ns / 1e9, e.bytes or 0) for e in tl.select(rank=rank, op=Op.ALL_REDUCE)]
     if not calls or n < 2:
         return ""
-    want = [fit.predict(b, n) for _, b in calls]
+    want = [fit.predict_mean(b, n) for _, b in calls]
     got_ms, want_ms = sum(t for t, _ in calls) * 1e3 / steps, sum(want) * 1e3 / steps
+    stall = fit.stall_s * 1e3
     ratios = sorted(t / w for (t, _), w in zip(calls, want))
     slow = [(t, b, w) for (t, b), w in zip(calls, want) if t > SLOW_CALL * w]
     median = ratios[len(ratios) // 2]
+    with_stall = f" and its mean stall ({stall:.2f} ms a call)" if stall > 0 else ""
     text = (f"  its {len(calls) // steps} all-reduces a step took {got_ms:.1f} ms against "
-            f"{want_ms:.1f} ms that section 2's fit predicts for their bytes; the median call "
-            f"took {median:.1f}x its prediction")
+            f"{want_ms:.1f} ms that section 2's fit predicts for their bytes{with_stall}; "
+            f"the median call took {median:.1f}x its prediction")
     if not slow:
         return text
     over = sum(t for t, _ in calls) - sum(want)
@@ -88,8 +100,10 @@ def calls_text(run: Any, fit: Any, rank: int = 0) -> str:
                "they are all of the excess and more: the other calls ran under the fit. "
                if over > 0 else "the other calls ran under the fit and made up for them. ")
             + (
-                "The fit took each size's median call, which leaves such calls out; a step "
-                "pays every call." if median <= TYPICAL else
+                ("The fit's line took each size's median call, and its stall term the "
+                 "benchmark's calls on average: these calls stalled longer than those did."
+                 if stall > 0 else "The fit took each size's median call, which leaves such "
+                 "calls out; a step pays every call.") if median <= TYPICAL else
                 f"Even the median call took {median:.1f}x: calls amid a step ran slower than "
                 f"the benchmark's back-to-back calls, and its fit, from each size's median "
                 f"call, leaves the slowest out; a step pays every call."))
@@ -121,8 +135,8 @@ def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float],
         grown = part["compute_ms"] / max(one["compute_ms"], 1e-9)
         parts = (f"compute {part['compute_ms']:.1f} ms per rank "
                  f"({grown:.{1 if grown >= 0.1 else 2}f}x one rank's), "
-                 f"exposed communication {part['exposed_ms']:.1f} ms (the wire needs "
-                 f"{wire:.1f})")
+                 f"exposed communication {part['exposed_ms']:.1f} ms (the fit predicts "
+                 f"{wire:.1f}{', stalls included' if fit is not None and fit.stall_s else ''})")
         # below the prediction: the parts and the calls say which term the model overcharged
         lines.append(f"{line}: the prediction is above the run; {parts}; the 1-rank step it "
                      f"starts from computed {one['compute_ms']:.1f} ms" if got < want else

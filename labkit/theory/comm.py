@@ -142,11 +142,21 @@ class AlphaBeta:
     bandwidth_Bps: float  # per-direction bandwidth, bytes per second
     world_size: int = 2  # ranks in the ring the fit came from
     r_squared: float | None = None  # goodness of fit, when fitted
+    stall_s: float = 0.0
+    """What one call took on average beyond the line, seconds: the benchmark's mean call
+    minus the line fitted to its median calls (``labkit.strategies.collectives.bench``).
+    The line is the wire; a sum of many calls also pays the calls that stalled (a waiting
+    thread woken late), which the median leaves out. 0 for an assumed link."""
 
     def predict(self, size_bytes: float, world_size: int | None = None) -> float:
         """Predicted ring all-reduce time (s) of ``size_bytes`` on ``world_size`` ranks."""
         n = self.world_size if world_size is None else world_size
         return ring_allreduce_time(size_bytes, n, self.alpha_s, self.bandwidth_Bps)
+
+    def predict_mean(self, size_bytes: float, world_size: int | None = None) -> float:
+        """The mean call's time (s): the line plus ``stall_s``, what each of many calls
+        costs on average (a step of k all-reduces pays k of these)."""
+        return self.predict(size_bytes, world_size) + self.stall_s
 
 
 def fit_alpha_beta(sizes_bytes: Sequence[float], times_s: Sequence[float],

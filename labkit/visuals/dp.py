@@ -163,9 +163,10 @@ def predict_scaling(step_time_1: float, grad_bytes: int, fit: AlphaBeta,
                     messages: int = 1) -> dict[int, float]:
     """Weak-scaling step time on n ranks: one rank's step + the exposed ring all-reduce of
     ``grad_bytes``, sent as ``messages`` all-reduces (each pays the latency: ddp-naive sends
-    one per parameter tensor)."""
+    one per parameter tensor), each the fit's mean call (``AlphaBeta.predict_mean``: its
+    line, plus the stall a call showed on average where the fit measured one)."""
     def comm(n: int) -> float:
-        return (messages * fit.predict(grad_bytes / messages, n)) if n > 1 else 0.0
+        return (messages * fit.predict_mean(grad_bytes / messages, n)) if n > 1 else 0.0
 
     return {n: step_time_1 + (1 - overlap) * comm(n) for n in world_sizes}
 

@@ -92,9 +92,11 @@ def test_allreduce_bench_cli_json_contract() -> None:
         assert row["algbw_gbps"] == pytest.approx(row["bytes"] / row["time_s"] / 1e9)
         assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * 2 * 1 / 2)
         assert 0 < row["fastest_s"] <= row["time_s"]  # the fastest call, never above the median
+        assert row["mean_s"] >= row["fastest_s"]  # the mean call, never below the fastest
     for ab in (m["alpha_beta"], m["alpha_beta_fastest"]):  # the fastest calls' line too
         if ab is not None:  # None only if noise made the times not grow with size
             assert len(ab["predicted_time_s"]) == 3 and ab["bandwidth_gbps"] > 0
+            assert ab["stall_s"] >= 0
 
 
 def test_common_mistakes_show_up_in_real_runs() -> None:

@@ -263,6 +263,12 @@ def test_the_calls_account_names_slow_calls_whatever_their_size(quiet: None) -> 
     assert "the other calls ran under the fit and made up for them" in text, text
     assert "excess" not in text, text  # lesson 01 printed "100% of the excess" of a 0.1 ms one
     calls[:] = calm
+    stalled = AlphaBeta(alpha_s=3e-4, bandwidth_Bps=1e9, stall_s=5e-4)  # the bench's mean call
+    text = dp_lesson.calls_text(run(2, True), stalled)
+    want = sum(stalled.predict(b, 2) + 5e-4 for _, b in calm) * 1e3
+    assert f"against {want:.1f} ms that section 2's fit predicts for their bytes and its mean " \
+        f"stall (0.50 ms a call)" in text, text  # each call charged the stall too
+    assert "its stall term the benchmark's calls on average: these calls stalled longer" in text
     assert dp_lesson.calls_text(run(2, False), fit) == ""
     said = dp_lesson.scaling_text({1: run(1, False), 2: run(2, True)}, {1: 0.005, 2: 0.008}, fit)
     assert "contradicted by this run" in said and "its 4 all-reduces a step" in said

@@ -15,6 +15,7 @@ from labkit.strategies.collectives.bench import alpha_beta_summary, results_tabl
 from labkit.strategies.collectives.ring import chunk_bounds
 from labkit.strategies.dp import BucketedOptions
 from labkit.strategies.dp.buckets import BucketManager
+from labkit.theory import AlphaBeta
 
 pytestmark = pytest.mark.lesson01
 
@@ -51,6 +52,26 @@ def test_results_table_uses_nccl_tests_definitions() -> None:
     ab = alpha_beta_summary([1e5, 1e6, 1e7], [1e-4 + 1e-6, 1e-4 + 1e-5, 1e-4 + 1e-4], 2)
     assert ab is not None and ab["predicted_time_s"][2] == pytest.approx(2e-4, rel=1e-6)
     assert alpha_beta_summary([1e6], [1e-3], 2) is None
+    assert ab["stall_s"] == 0.0  # no mean calls given: nothing known beyond the line
+
+
+def test_stall_is_the_mean_calls_excess_over_the_median_line() -> None:
+    """Medians on the line t = 1e-4 + x/B; one call in four at each size stalled by 4 ms, so
+    each mean sits 1 ms above its median: the stall a call adds on average is 1 ms. The line
+    (alpha, bandwidth) is the medians' alone, and a mean under the line counts as no stall."""
+    sizes, medians = [1e5, 1e6, 1e7], [1e-4 + 1e-6, 1e-4 + 1e-5, 1e-4 + 1e-4]
+    ab = alpha_beta_summary(sizes, medians, 2, [t + 1e-3 for t in medians])
+    plain = alpha_beta_summary(sizes, medians, 2)
+    assert ab is not None and plain is not None
+    assert ab["stall_s"] == pytest.approx(1e-3, rel=1e-6)
+    assert (ab["alpha_s"], ab["bandwidth_gbps"]) == (plain["alpha_s"], plain["bandwidth_gbps"])
+    under = alpha_beta_summary(sizes, medians, 2, [t * 0.9 for t in medians])
+    assert under is not None and under["stall_s"] == 0.0
+    fit = AlphaBeta(alpha_s=ab["alpha_s"], bandwidth_Bps=ab["bandwidth_gbps"] * 1e9,
+                    stall_s=ab["stall_s"])
+    assert fit.predict_mean(1e6) == pytest.approx(fit.predict(1e6) + 1e-3)
+    assert AlphaBeta(alpha_s=1e-4, bandwidth_Bps=1e9).predict_mean(1e6) == \
+        AlphaBeta(alpha_s=1e-4, bandwidth_Bps=1e9).predict(1e6)  # an assumed link: no stall
 
 
 def test_chunk_bounds_tile_the_tensor() -> None:

@@ -179,6 +179,9 @@ def test_scaling_prediction_and_plot() -> None:
     fit = AlphaBeta(alpha_s=1e-4, bandwidth_Bps=1e9, world_size=2)
     pred = dp.predict_scaling(0.1, 4_000_000, fit, [1, 2, 4])
     assert pred[1] == 0.1 and pred[2] == pytest.approx(0.1 + 2e-4 + 4e-3)
+    stalled = AlphaBeta(alpha_s=1e-4, bandwidth_Bps=1e9, world_size=2, stall_s=1e-3)
+    per_tensor = dp.predict_scaling(0.1, 4_000_000, stalled, [2], messages=10)
+    assert per_tensor[2] == pytest.approx(0.1 + 10 * (2e-4 + 1e-3) + 4e-3)  # each call stalls
     fig = dp.plot_scaling({1: 0.1, 2: 0.11, 4: 0.13}, pred)
     e_ax = fig.axes[1]
     assert e_ax.lines[0].get_ydata()[0] == 1.0

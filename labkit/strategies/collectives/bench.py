@@ -12,6 +12,8 @@ Each row also keeps the size's fastest call (``fastest_s``, the slowest rank's),
 ``alpha_beta_fastest`` is the line fitted to those: a stall on a busy machine only lengthens
 a call, so where the medians fit no line (a small message stalled more than a large one),
 the fastest calls still may (``labkit.lessons.dedicated.fitted_bench`` falls back on it).
+And each row keeps its mean call (``mean_s``): each fit's ``stall_s`` is the mean calls'
+average excess over its line, what a step of many calls pays beyond the wire.
 """
 
 from __future__ import annotations
@@ -40,14 +42,17 @@ def _one_call(ctx: RunContext, impl: str, tensor: torch.Tensor, step: int) -> No
 
 
 def time_allreduce(ctx: RunContext, impl: str, size_bytes: int, iters: int, warmup: int,
-                   step: int = 0) -> tuple[float, float]:
-    """Seconds per all-reduce of ``size_bytes``: the median call and the fastest call, each
-    the slowest rank's.
+                   step: int = 0) -> tuple[float, float, float]:
+    """Seconds per all-reduce of ``size_bytes``: the median call, the fastest call and the
+    mean call, each the slowest rank's.
 
     The median, not the mean: on a shared laptop the scheduler stalls one call now and then
     (a few ms, more than a small message takes), and with a handful of iterations one stall
     would double a size's mean -- enough to make small messages look slower than large ones
     and the alpha-beta fit impossible. nccl-tests reports the mean over far more iterations.
+    The mean is kept beside it: pooled over every size (``alpha_beta_summary``'s
+    ``stall_s``) it says what the stalls add to a call on average, which a step of many
+    calls pays.
     """
     tensor = torch.ones(size_bytes // 4, dtype=torch.float32, device=ctx.device)
     # 1. warm up: first messages pay for connection set-up and page faults
@@ -62,16 +67,17 @@ def time_allreduce(ctx: RunContext, impl: str, size_bytes: int, iters: int, warm
         if ctx.device.type == "cuda":
             torch.cuda.synchronize()
         calls.append(time.perf_counter() - t0)
-    mine = torch.tensor([statistics.median(calls), min(calls)], dtype=torch.float64,
-                        device=ctx.device)
+    mine = torch.tensor([statistics.median(calls), min(calls), statistics.fmean(calls)],
+                        dtype=torch.float64, device=ctx.device)
     ctx.comm.all_reduce(mine, op="max", step=step, name="timing")
-    return float(mine[0].item()), float(mine[1].item())
+    return float(mine[0].item()), float(mine[1].item()), float(mine[2].item())
 
 
 def results_table(sizes: list[int], times: list[float], world_size: int,
-                  fastest: list[float] | None = None) -> list[dict[str, Any]]:
+                  fastest: list[float] | None = None,
+                  means: list[float] | None = None) -> list[dict[str, Any]]:
     """One row per size: bytes, time_s, algbw_gbps, busbw_gbps (nccl-tests definitions), and
-    the fastest call (``fastest_s``) where given."""
+    the fastest and the mean call (``fastest_s``, ``mean_s``) where given."""
     rows = []
     for i, (size, t) in enumerate(zip(sizes, times)):
         alg = size / t
@@ -79,21 +85,28 @@ def results_table(sizes: list[int], times: list[float], world_size: int,
                      "busbw_gbps": busbw(alg, world_size, "all_reduce") / 1e9})
         if fastest is not None:
             rows[-1]["fastest_s"] = fastest[i]
+        if means is not None:
+            rows[-1]["mean_s"] = means[i]
     return rows
 
 
-def alpha_beta_summary(sizes: list[int], times: list[float], world_size: int
-                       ) -> dict[str, Any] | None:
-    """Fitted latency and bandwidth plus the predicted time of every size (None if unfittable)."""
+def alpha_beta_summary(sizes: list[int], times: list[float], world_size: int,
+                       means: list[float] | None = None) -> dict[str, Any] | None:
+    """Fitted latency and bandwidth plus the predicted time of every size (None if
+    unfittable); with every size's mean call (``means``), ``stall_s``: the mean calls'
+    average excess over the fitted line (0 where they sit under it), what a stall adds to a
+    call on average (``AlphaBeta.stall_s``)."""
     if world_size < 2 or len(set(sizes)) < 2:
         return None
     try:
         fit = fit_alpha_beta(sizes, times, world_size)
     except ConfigError:
         return None
+    stall = (max(0.0, statistics.fmean(m - fit.predict(s) for s, m in zip(sizes, means)))
+             if means else 0.0)
     return {"alpha_s": fit.alpha_s, "bandwidth_gbps": fit.bandwidth_Bps / 1e9,
             "r_squared": fit.r_squared, "world_size": world_size,
-            "predicted_time_s": [fit.predict(s) for s in sizes]}
+            "predicted_time_s": [fit.predict(s) for s in sizes], "stall_s": stall}
 
 
 def train(ctx: RunContext) -> RankOutput:
@@ -102,15 +115,18 @@ def train(ctx: RunContext) -> RankOutput:
     sizes = list(opts.sizes_bytes)
     if opts.impl == "hierarchical":
         ctx.node_comms()  # every rank builds the node groups here, before any timing
-    times, fastest = [], []
+    times, fastest, means = [], [], []
     for i, size in enumerate(sizes):
         with ctx.step(i):
-            median, fast = time_allreduce(ctx, opts.impl, size, opts.iters, opts.warmup, step=i)
+            median, fast, mean = time_allreduce(ctx, opts.impl, size, opts.iters, opts.warmup,
+                                                step=i)
         times.append(median)
         fastest.append(fast)
+        means.append(mean)
     out = RankOutput()
     out.metrics.update(impl=opts.impl, ranks_per_node=ctx.node_size,
-                       results=results_table(sizes, times, ctx.world_size, fastest),
-                       alpha_beta=alpha_beta_summary(sizes, times, ctx.world_size),
-                       alpha_beta_fastest=alpha_beta_summary(sizes, fastest, ctx.world_size))
+                       results=results_table(sizes, times, ctx.world_size, fastest, means),
+                       alpha_beta=alpha_beta_summary(sizes, times, ctx.world_size, means),
+                       alpha_beta_fastest=alpha_beta_summary(sizes, fastest, ctx.world_size,
+                                                             means))
     return out
