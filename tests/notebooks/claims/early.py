@@ -62,8 +62,8 @@ def lesson_01(ns: dict[str, Any]) -> None:
            may_miss_quiet=list(weak.values()))  # 5 of 5 runs missed on 2026-11-29 (27.9-
     # 33.3 ms against bands topping at 14.3-20.2): the ten calls a step took 20.5-23.9 ms
     # against 6.4-8.3 for their bytes, the median call 2-3x the bench's. Each call now also
-    # pays the bench's mean stall: quiet, 1 holds and 3 inconclusive in 4 runs, none
-    # contradicted; its 3 steps' spread is +-12-63 % (docs/benchmarks.md, 2026-11-30)
+    # pays the bench's mean stall: quiet, 2 hold and 6 inconclusive in 8 runs, none
+    # contradicted; its 3 steps' spread is +-10-63 % (docs/benchmarks.md, 2026-11-30)
     two = weak.get(2)  # a 2-rank step above its prediction is explained call by call
     if two is not None and not two.holds and scal[2].step_time_s > predicted[2]:
         assert "all-reduces a step took" in ns["said_scaling"], ns["said_scaling"]
