@@ -219,6 +219,34 @@ def test_weak_scaling_sentences_split_what_left_the_model(quiet: None) -> None:
     assert "the 1-rank step it starts from computed 4.0 ms" in issue  # the prediction's base
 
 
+def test_weak_scaling_gives_every_size_the_threads_of_a_rank(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every world size runs on the threads a rank has when the most ranks that fit share the
+    cores (2 cores, sizes 1, 2, 4: one thread each, the lone rank too); a size already run
+    is reused, and threads given by the caller win."""
+    import labkit.api
+
+    asked: list[tuple[int, int]] = []
+
+    def fake_run(world_size: int, threads_per_rank: int, **_: object) -> str:
+        asked.append((world_size, threads_per_rank))
+        return f"run {world_size}"
+
+    monkeypatch.setattr(labkit.api, "run", fake_run)
+    monkeypatch.setattr(dp_lesson, "cpu_count", lambda: 2)
+    monkeypatch.setattr("labkit.base.devices.cpu_count", lambda: 2)
+    out = dp_lesson.weak_scaling({2: "reused"}, strategy="ddp-naive")
+    assert out == {1: "run 1", 2: "reused", 4: "run 4"} and asked == [(1, 1), (4, 1)]
+    asked.clear()
+    dp_lesson.weak_scaling(sizes=(1, 2), threads_per_rank=2)
+    assert asked == [(1, 2), (2, 2)]
+    monkeypatch.setattr(dp_lesson, "cpu_count", lambda: 8)
+    monkeypatch.setattr("labkit.base.devices.cpu_count", lambda: 8)
+    asked.clear()
+    dp_lesson.weak_scaling(sizes=(1, 2, 4))
+    assert asked == [(1, 2), (2, 2), (4, 2)]  # 4 ranks on 8 cores: 2 threads each
+
+
 def test_the_calls_account_names_slow_calls_whatever_their_size(quiet: None) -> None:
     """A 2-rank step whose all-reduces include slow small ones (as quiet runs here showed:
     a 40 B call taking 3 ms where the fit says 0.3): the account sums the calls against the
