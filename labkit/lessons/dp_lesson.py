@@ -105,8 +105,10 @@ def calls_text(run: Any, fit: Any, rank: int = 0) -> str:
                  if stall > 0 else "The fit took each size's median call, which leaves such "
                  "calls out; a step pays every call.") if median <= TYPICAL else
                 f"Even the median call took {median:.1f}x: calls amid a step ran slower than "
-                f"the benchmark's back-to-back calls, and its fit, from each size's median "
-                f"call, leaves the slowest out; a step pays every call."))
+                f"the benchmark's back-to-back calls"
+                + (", its average stall included." if stall > 0 else
+                   ", and its fit, from each size's median call, leaves the slowest out; a "
+                   "step pays every call.")))
 
 
 def scaling_text(runs: Mapping[int, Any], predicted: Mapping[int, float],

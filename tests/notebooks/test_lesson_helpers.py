@@ -297,6 +297,11 @@ def test_the_calls_account_names_slow_calls_whatever_their_size(quiet: None) -> 
     assert f"against {want:.1f} ms that section 2's fit predicts for their bytes and its mean " \
         f"stall (0.50 ms a call)" in text, text  # each call charged the stall too
     assert "its stall term the benchmark's calls on average: these calls stalled longer" in text
+    calls[:] = [(3.0, 40), (0.4, 2048), (0.6, 2**20), (4.0, 2048)]  # the typical call slow too
+    text = dp_lesson.calls_text(run(2, True), stalled)
+    assert text.endswith("ran slower than the benchmark's back-to-back calls, its average "
+                         "stall included."), text
+    calls[:] = calm
     assert dp_lesson.calls_text(run(2, False), fit) == ""
     said = dp_lesson.scaling_text({1: run(1, False), 2: run(2, True)}, {1: 0.005, 2: 0.008}, fit)
     assert "contradicted by this run" in said and "its 4 all-reduces a step" in said
