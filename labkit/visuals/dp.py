@@ -178,7 +178,8 @@ def plot_scaling(measured: Mapping[int, float], predicted: Mapping[int, float]) 
     ns = sorted(measured)
     t1m, t1p = measured[ns[0]], predicted[ns[0]]
     t_ax.plot(ns, [measured[n] * 1e3 for n in ns], "o-", label="measured")
-    t_ax.plot(ns, [predicted[n] * 1e3 for n in ns], "s--", label="predicted (alpha-beta)")
+    t_ax.plot(ns, [predicted[n] * 1e3 for n in ns], "s--",
+              label="predicted (alpha-beta, plus each call's mean stall)")
     e_ax.plot(ns, [t1m / measured[n] for n in ns], "o-", label="measured")
     e_ax.plot(ns, [t1p / predicted[n] for n in ns], "s--", label="predicted")
     e_ax.axhline(1.0, color="#999", lw=0.8)
