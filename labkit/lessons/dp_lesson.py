@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from labkit.base.devices import cpu_count
+from labkit.base.devices import cpu_count, default_threads_per_rank
 from labkit.base.progress import each
 from labkit.lessons.machine import sharing_cores
 
@@ -42,7 +42,6 @@ def weak_scaling(reuse: Mapping[int, Any] | None = None, sizes: Sequence[int] = 
     OpenMP threads on a shared machine now and then waited on each other for whole time
     slices: its step once measured 191 ms against 6 ms, and the prediction built on it."""
     from labkit.api import run
-    from labkit.base.devices import default_threads_per_rank
 
     out = dict(reuse or {})
     run_kwargs.setdefault("progress", False)
