@@ -101,7 +101,7 @@ def _selftest(args: argparse.Namespace) -> int:
 
 
 def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
-    from labkit.analysis.calibrate import ROUNDS, TRIES, cache_dir, calibrate
+    from labkit.analysis.calibrate import MAX_CALL_S, ROUNDS, TRIES, cache_dir, calibrate
 
     print(f"labkit calibrate: timing torch.mm on square sizes, best of {ROUNDS} rounds each "
           f"(up to {TRIES} tries while the machine is busy; 10-60 s)", file=sys.stderr, flush=True)
@@ -123,6 +123,10 @@ def _calibrate_command(args: argparse.Namespace, _extra: list[str]) -> int:
     print(f"{result['name']}: peak {gflops:.1f} GFLOP/s {args.dtype} matmul (best of "
           f"{len(result['rates'])} shapes: {result['shape']}, {result.get('threads') or 1} "
           f"threads); cached in {cache_dir() / 'peak_flops.json'} as the denominator of MFU")
+    if result.get("skipped"):
+        print(f"left out, one matmul of each taking over {MAX_CALL_S:g} s at that rate: "
+              + ", ".join(f"{shape} (about {secs:.0f} s)"
+                          for shape, secs in result["skipped"].items()))
     return 0
 
 

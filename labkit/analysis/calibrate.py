@@ -10,10 +10,15 @@ the run's own precision (labkit trains in fp32). A peak measured too low makes M
    per rank) threads: one process with T threads stands for the T cores the ranks share.
    On a GPU, one GPU; a run's peak is that times its GPU ranks.
 2. *The best of several sizes.* Square matrices from 256 to 3072 (a 1024 x 1024 matmul
-   reached only 54 GFLOP/s on the 2-core machine where 2048-3072 reach 85-124) and the
-   model's own GEMM shapes (m, k, n: forward, input and weight gradients of each layer),
-   best of three rounds each. A shape measured once is kept, so a new model measures only
-   its new shapes.
+   reached only 54 GFLOP/s on the 2-core machine where 2048-3072 reach 85-124), and where a
+   run beat them, the model's own GEMM shapes (m, k, n: forward, input and weight gradients
+   of each layer; ``labkit.analysis.throughput``), best of three rounds each. A shape
+   measured once is kept, so a new model measures only its new shapes. Shapes go smallest
+   first, and one whose single matmul would take more than ``MAX_CALL_S`` at the best rate
+   seen so far is left out (``skipped``, with that time): on a CPU without bf16
+   instructions (AVX2 only) a bf16 matmul runs near 1 GFLOP/s, so a 3072-cube bf16 matmul
+   takes about a minute, and the calibration before a bf16 run would outlive its own time
+   limit, store nothing and start again at the next run.
 3. *A busy machine is detected, and never lowers the peak.* During the measurement the CPU
    time of *other* processes is read from ``/proc/stat`` (minus this process's own), and
    the spread of the repeats of the best shape is checked: busy means others used more
@@ -59,6 +64,10 @@ GPU_SQUARE = (2048, 4096, 8192)
 ROUNDS = 3
 TRIES = 3
 """How many times ``labkit calibrate`` measures a busy machine before refusing."""
+MAX_CALL_S = 2.0
+"""The longest one matmul of a calibration may take, estimated from the best rate measured
+before it (smaller shapes, or the cached peak): a larger shape is left out. fp32 is never
+near it on a 2-core laptop (3072 cubed at 100 GFLOP/s: 0.6 s)."""
 MAX_SPREAD = 0.20
 """Repeats of the best shape further apart than this (share of the best) mean noise."""
 Shape = tuple[int, int, int]
@@ -99,9 +108,13 @@ def busy_reason(others: float, spread: float, cores: int) -> str | None:
 # ---- 1-2. the measurement (in a fresh process) ---------------------------------------------
 def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape] | None = None,
             rounds: int = ROUNDS, seconds: float = 0.1, dtype: str = "fp32",
-            on_shape: Callable[[str], None] | None = None) -> dict[str, Any]:
+            on_shape: Callable[[str], None] | None = None, known_rate: float = 0.0,
+            max_call_s: float = MAX_CALL_S) -> dict[str, Any]:
     """Best-of-``rounds`` FLOP/s of every shape (m, k, n) in ``dtype`` (fp32 or bf16), and
-    how busy the machine was; ``on_shape`` hears each shape (``"MxKxN"``) once measured."""
+    how busy the machine was; ``on_shape`` hears each shape (``"MxKxN"``) once done.
+    Smallest shapes first; a shape whose one matmul would take over ``max_call_s`` at the
+    best rate so far (or ``known_rate``, a cached peak) is left out: ``skipped`` holds its
+    estimated seconds a call."""
     import torch
 
     dt = torch.bfloat16 if dtype == "bf16" else torch.float32
@@ -112,8 +125,15 @@ def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape]
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     rates: dict[str, float] = {}
     spreads: dict[str, float] = {}
+    skipped: dict[str, float] = {}
     before = cpu_sample(tree=False)  # the measurement runs in this process's threads
-    for m, k, n in shapes or []:
+    for m, k, n in sorted(shapes or [], key=lambda s: s[0] * s[1] * s[2]):
+        best = max([known_rate, *rates.values()])
+        if best > 0 and 2 * m * k * n / best > max_call_s:
+            skipped[f"{m}x{k}x{n}"] = 2 * m * k * n / best
+            if on_shape is not None:
+                on_shape(f"{m}x{k}x{n}")
+            continue
         a, b = torch.randn(m, k, device=dev, dtype=dt), torch.randn(k, n, device=dev, dtype=dt)
         seen = []  # the first round pays the warm-up (allocator, threads, cuBLAS): best-of
         for _ in range(rounds):
@@ -129,7 +149,7 @@ def measure(device: str = "cpu", threads: int | None = None, shapes: list[Shape]
             on_shape(f"{m}x{k}x{n}")
     others = others_cores(before, cpu_sample(tree=False)) if dev.type == "cpu" else 0.0
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else platform.processor()
-    return {"rates": rates, "spreads": spreads, "others_cores": others,
+    return {"rates": rates, "spreads": spreads, "skipped": skipped, "others_cores": others,
             "load": os.getloadavg()[0], "device": device, "name": name or platform.machine(),
             "threads": torch.get_num_threads() if dev.type == "cpu" else None,
             "dtype": "bfloat16" if dtype == "bf16" else "float32", "measured_at": time.time()}
@@ -180,13 +200,14 @@ PROGRESS_TAG = "labkit-calibrate-shape "
 
 
 def _run_measurement(device: str, threads: int, shapes: list[Shape], timeout_s: float,
-                     dtype: str = "fp32", on_shape: Callable[[str], None] | None = None
-                     ) -> dict[str, Any] | None:
+                     dtype: str = "fp32", on_shape: Callable[[str], None] | None = None,
+                     known_rate: float = 0.0) -> dict[str, Any] | None:
     """Measure ``shapes`` in a fresh process (None if it failed or outlived ``timeout_s``);
-    ``on_shape`` hears each shape as that process finishes it."""
+    ``on_shape`` hears each shape as that process finishes it; ``known_rate``: ``measure``'s."""
     spec = ";".join(f"{m},{k},{n}" for m, k, n in shapes)
     cmd = [sys.executable, "-m", "labkit.analysis.calibrate", "--device", device, "--threads",
-           str(threads), "--shapes", spec, "--dtype", dtype, "--json", "--progress"]
+           str(threads), "--shapes", spec, "--dtype", dtype, "--json", "--progress",
+           "--known-rate", repr(float(known_rate))]
     try:
         with tempfile.TemporaryFile("w+") as out, \
                 subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True) as proc:
@@ -218,8 +239,10 @@ def merge(old: dict[str, Any] | None, fresh: dict[str, Any]) -> dict[str, Any]:
     for shape, rate in fresh["rates"].items():
         if rate >= rates.get(shape, 0.0):
             rates[shape], spreads[shape] = rate, fresh.get("spreads", {}).get(shape, 0.0)
+    skipped = {s: t for s, t in {**old.get("skipped", {}), **fresh.get("skipped", {})}.items()
+               if s not in rates}  # a shape measured once is no longer left out
     quiet = not fresh.get("busy") or not old.get("busy")
-    return {**fresh, "rates": rates, "spreads": spreads,
+    return {**fresh, "rates": rates, "spreads": spreads, "skipped": skipped,
             "busy": None if quiet else fresh.get("busy")}
 
 
@@ -242,8 +265,11 @@ def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shap
         if old is not None and old.get("busy") and \
                 os.getloadavg()[0] < 0.5 * devices.cpu_count():
             refresh = True  # measured on a busy machine only, and it is quiet now
-        have = set() if refresh or old is None else set(old.get("rates", {}))
+        have = set() if refresh or old is None else \
+            set(old.get("rates", {})) | set(old.get("skipped", {}))
         missing = [s for s in wanted if f"{s[0]}x{s[1]}x{s[2]}" not in have]
+        # the cached peak tells a fresh process which shapes would take too long a call
+        known = summarize(old)["peak_flops_per_s"] if old is not None else 0.0
         if not missing:
             return summarize(old) if old is not None else None
         fresh: dict[str, Any] | None = None
@@ -256,7 +282,7 @@ def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shap
                     time.sleep(2.0)
                     shown.restart(f"{what}, try {attempt + 1} of {tries}")
                 fresh = _run_measurement(device, threads, missing, timeout_s, dtype,
-                                         on_shape=shown.step)
+                                         on_shape=shown.step, known_rate=known)
                 if fresh is None:
                     return summarize(old) if old is not None else None
                 fresh["busy"] = judge(fresh)
@@ -284,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
     p.add_argument("--shapes", default="", help="M,K,N;M,K,N... (default: the square sizes)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--known-rate", type=float, default=0.0,
+                   help="FLOP/s already measured here: shapes whose one matmul would take "
+                        f"over {MAX_CALL_S:g} s at it are left out")
     p.add_argument("--progress", action="store_true",
                    help=f"a line '{PROGRESS_TAG}MxKxN' on stderr as each shape is measured")
     args = p.parse_args(argv)
@@ -293,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         print(PROGRESS_TAG + shape, file=sys.stderr, flush=True)
 
     result = measure(args.device, args.threads, shapes or square(args.device),  # type: ignore[arg-type]
-                     dtype=args.dtype, on_shape=tell if args.progress else None)
+                     dtype=args.dtype, on_shape=tell if args.progress else None,
+                     known_rate=args.known_rate)
     peak = summarize(result)
     print(json.dumps(result) if args.json else
           f"{result['name']}: {peak['peak_flops_per_s'] / 1e9:.1f} GFLOP/s {args.dtype} matmul "

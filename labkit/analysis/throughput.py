@@ -7,8 +7,12 @@ FLOP/s (``labkit.analysis.calibrate``). Model FLOPs count the work of the model 
 recomputation, so MFU compares strategies fairly.
 
 The peak is the one the run could use: the best fp32 matmul rate with the threads its ranks
-use together (CPU), or one GPU per rank (NCCL), over square sizes and the model's own GEMM
-shapes (``gemm_shapes``). The metrics say which peak it was: ``peak_flops_per_s``,
+use together (CPU), or one GPU per rank (NCCL), over square sizes, measured once per machine
+and cached; the model's own GEMM shapes (``gemm_shapes``) are measured too only where the run
+went faster than that. A skinny model matmul seldom beats the squares, and measuring every
+new model's shapes cost each new batch size, width or world size a calibration of its own
+(about 5 s of a fresh process and 7 CPU-seconds each here): one pass of the lessons on a
+fresh 2-core machine measured 154 model shapes. The metrics say which peak it was: ``peak_flops_per_s``,
 ``peak_source``, ``peak_age_s`` (and ``peak_shape``, ``peak_threads``, ``peak_busy``).
 A model rate above the peak cannot be: the peak was measured too low (a busy machine), so
 it is measured again (``peak_source`` says so); if the model still beats it, ``mfu`` is left
@@ -80,9 +84,13 @@ def mfu_fields(achieved: float, backend: str, world_size: int, threads: int,
     ``peak_source`` says. Where even the new peak is below the run, ``mfu_note`` replaces
     ``mfu``: no warning, since lessons 03 and 10 showed red boxes for an MFU they never
     print (a busy machine measures its peak low)."""
-    peak = machine_peak(backend, world_size, threads, shapes, dtype=dtype, progress=progress)
+    peak = machine_peak(backend, world_size, threads, [], dtype=dtype, progress=progress)
     if not peak or peak["peak_flops_per_s"] <= 0:
         return {}
+    if achieved > peak["peak_flops_per_s"] and shapes:  # the model's own shapes may beat it
+        own = machine_peak(backend, world_size, threads, shapes, dtype=dtype, progress=progress)
+        if own and own["peak_flops_per_s"] > 0:
+            peak = own
     what = f"{dtype} torch.mm, best of {len(peak.get('rates') or {})} shapes"
     source = f"{what}, " + ("measured now" if peak.get("fresh") else "cached") + \
         (" (on a busy machine)" if peak.get("busy") else "")

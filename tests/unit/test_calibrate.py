@@ -27,21 +27,31 @@ def _measured(rates: dict[str, float], others: float = 0.0, spread: float = 0.0,
             "dtype": "float32", "measured_at": time.time()}
 
 
+class _Asked(list):  # type: ignore[type-arg]
+    """The shapes each measurement was asked for, and (``known``) the peak it was told."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.known: list[float] = []
+
+
 @pytest.fixture
 def fake_machine(tmp_path, monkeypatch):
     """A private cache and a measurement that returns what the test queues (no torch)."""
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
     queue: list[dict[str, Any]] = []
-    asked: list[list[tuple[int, int, int]]] = []
+    asked = _Asked()
 
-    def run(device, threads, shapes, timeout_s, dtype="fp32", on_shape=None):
+    def run(device, threads, shapes, timeout_s, dtype="fp32", on_shape=None, known_rate=0.0):
         asked.append(list(shapes))
+        asked.known.append(known_rate)
         for m, k, n in shapes:  # what the measuring process says as it goes
             if on_shape is not None:
                 on_shape(f"{m}x{k}x{n}")
         out = queue.pop(0)
         spread = next(iter(out["spreads"].values()), 0.0)
-        names = [f"{m}x{k}x{n}" for m, k, n in shapes]
+        skipped = out.get("skipped", {})
+        names = [f"{m}x{k}x{n}" for m, k, n in shapes if f"{m}x{k}x{n}" not in skipped]
         return {**out, "rates": {s: out["rates"].get(s, 1e9) for s in names},
                 "spreads": {s: spread for s in names}}
 
@@ -127,6 +137,29 @@ def test_a_model_faster_than_its_peak_recalibrates_and_never_reports_mfu_above_1
     assert "measured again" in out["peak_source"] and "peak_age_s" in out
 
 
+def test_the_models_own_shapes_are_measured_only_when_it_beat_the_squares(monkeypatch) -> None:
+    """Every new batch size or width has new GEMM shapes: a run below the squares' cached
+    peak asks for no shape of its own (no calibration), one above it asks for its shapes
+    (not a whole new measurement) before anything is measured again."""
+    asked: list[tuple[list[Any], bool]] = []
+    rates = {"squares": 100e9, "own": 130e9}
+
+    def fake_peak(backend, world_size, threads, shapes, refresh=False, dtype="fp32",
+                  progress=None):
+        asked.append((list(shapes), refresh))
+        best = rates["own"] if shapes else rates["squares"]
+        return {"peak_flops_per_s": best, "rates": {"x": best}}
+
+    monkeypatch.setattr(tp, "machine_peak", fake_peak)
+    model = [(64, 128, 384)]
+    slow = tp.mfu_fields(60e9, "gloo", 2, 1, model)
+    assert asked == [([], False)] and slow["mfu"] == pytest.approx(0.6)
+    asked.clear()
+    fast = tp.mfu_fields(120e9, "gloo", 2, 1, model)  # a skinny shape beat the squares
+    assert asked == [([], False), (model, False)]
+    assert fast["mfu"] == pytest.approx(120 / 130) and "measured again" not in fast["peak_source"]
+
+
 def test_a_model_faster_than_even_a_new_peak_gets_no_mfu(monkeypatch) -> None:
     monkeypatch.setattr(tp, "machine_peak", lambda *a, **k: {"peak_flops_per_s": 50e9,
                                                              "rates": {"a": 50e9}})
@@ -150,6 +183,38 @@ def test_a_bf16_peak_is_its_own_entry_and_never_feeds_the_fp32_one(fake_machine)
     assert len(asked) == 2  # two keys, two measurements
     with pytest.raises(ValueError, match="dtype 'fp16' must be one of fp32, bf16"):
         cal.calibrate("cpu", dtype="fp16")
+
+
+def test_a_shape_whose_one_matmul_would_take_too_long_is_left_out() -> None:
+    """Smallest first; a shape is left out when one matmul of it would outlast the limit at
+    the best rate measured before it (a real, tiny measurement: the limit makes it so)."""
+    out = cal.measure("cpu", 1, [(64, 64, 64), (8, 8, 8)], rounds=1, seconds=0.001,
+                      max_call_s=1e-12)
+    assert list(out["rates"]) == ["8x8x8"]  # the smallest is measured: no rate to judge by
+    est = out["skipped"]["64x64x64"]
+    assert est == pytest.approx(2 * 64 ** 3 / out["rates"]["8x8x8"])
+    known = cal.measure("cpu", 1, [(8, 8, 8), (16, 16, 16)], rounds=1, seconds=0.001,
+                        known_rate=1.0, max_call_s=1e-3)  # 1 FLOP/s: every call too long
+    assert known["rates"] == {} and set(known["skipped"]) == {"8x8x8", "16x16x16"}
+
+
+def test_a_left_out_shape_is_cached_as_such_and_not_measured_at_every_run(fake_machine):
+    """The CPU without bf16 instructions: 3072-cube bf16 would take a minute a call, so the
+    measurement leaves it out; the next bf16 run asks for nothing more, and a new shape is
+    measured knowing the cached peak (to leave out what would take too long)."""
+    queue, asked = fake_machine
+    queue.append({**_measured({"256x256x256": 1.3e9, "512x512x512": 1.2e9}),
+                  "skipped": {"2048x2048x2048": 14.0, "3072x3072x3072": 48.0}})
+    first = cal.calibrate("cpu", threads=2, dtype="bf16")
+    assert first["peak_flops_per_s"] == 1.3e9 and set(first["skipped"]) == \
+        {"2048x2048x2048", "3072x3072x3072"}
+    assert cal.calibrate("cpu", threads=2, dtype="bf16").get("fresh") is None  # nothing asked
+    queue.append(_measured({"32x32x32": 0.5e9}))
+    cal.calibrate("cpu", threads=2, dtype="bf16", shapes=[(32, 32, 32)])
+    assert asked[1] == [(32, 32, 32)] and asked.known == [0.0, 1.3e9]
+    merged = cal.merge(cal._load()[cal._key("cpu", 2, "bf16")],
+                       _measured({"2048x2048x2048": 1.1e9}))  # measured later, by refresh
+    assert "2048x2048x2048" not in merged["skipped"] and "3072x3072x3072" in merged["skipped"]
 
 
 # ---- progress (issue 39, item 3): on stderr, never in --json output -----------------------
