@@ -48,8 +48,7 @@ def _hog() -> None:
 def wire() -> AlphaBeta:
     b = labkit.run(strategy="allreduce-bench", world_size=2, progress=False,
                    options={"impl": "builtin", "sizes": ["4KB", "256KB", "4MB"], "iters": 6})
-    ab = b.metrics["alpha_beta"]
-    return AlphaBeta(alpha_s=ab["alpha_s"], bandwidth_Bps=ab["bandwidth_gbps"] * 1e9)
+    return AlphaBeta.from_bench(b.metrics["alpha_beta"], stalls=False)
 
 
 def main() -> None:

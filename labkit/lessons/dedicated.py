@@ -79,9 +79,7 @@ def machine_wire(world_size: int = 2, runner: Any = None) -> AlphaBeta:
 
         run = runner.run if runner is not None else labkit.run
         ab = fitted_bench(run, "builtin", world_size=world_size).metrics["alpha_beta"]
-        _WIRES[world_size] = AlphaBeta(alpha_s=ab["alpha_s"],
-                                       bandwidth_Bps=ab["bandwidth_gbps"] * 1e9,
-                                       world_size=world_size)
+        _WIRES[world_size] = AlphaBeta.from_bench(ab, stalls=False)
     return _WIRES[world_size]
 
 

@@ -13,8 +13,9 @@ Units: bytes, seconds, bytes per second (Bps) throughout.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from labkit.base.errors import ConfigError
 from labkit.theory.batch import check_choice, check_int, check_number
@@ -147,6 +148,15 @@ class AlphaBeta:
     minus the line fitted to its median calls (``labkit.strategies.collectives.bench``).
     The line is the wire; a sum of many calls also pays the calls that stalled (a waiting
     thread woken late), which the median leaves out. 0 for an assumed link."""
+
+    @classmethod
+    def from_bench(cls, fit: Mapping[str, Any], *, stalls: bool = True) -> AlphaBeta:
+        """The link an ``allreduce-bench`` run fitted: its ``alpha_beta`` (or
+        ``alpha_beta_fastest``) metrics. ``stalls=False`` leaves ``stall_s`` at 0: the line
+        alone, the wire a replay on dedicated cores charges."""
+        return cls(alpha_s=fit["alpha_s"], bandwidth_Bps=fit["bandwidth_gbps"] * 1e9,
+                   world_size=fit.get("world_size", 2), r_squared=fit.get("r_squared"),
+                   stall_s=fit.get("stall_s", 0.0) if stalls else 0.0)
 
     def predict(self, size_bytes: float, world_size: int | None = None) -> float:
         """Predicted ring all-reduce time (s) of ``size_bytes`` on ``world_size`` ranks."""

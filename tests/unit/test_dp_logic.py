@@ -67,9 +67,12 @@ def test_stall_is_the_mean_calls_excess_over_the_median_line() -> None:
     assert (ab["alpha_s"], ab["bandwidth_gbps"]) == (plain["alpha_s"], plain["bandwidth_gbps"])
     under = alpha_beta_summary(sizes, medians, 2, [t * 0.9 for t in medians])
     assert under is not None and under["stall_s"] == 0.0
-    fit = AlphaBeta(alpha_s=ab["alpha_s"], bandwidth_Bps=ab["bandwidth_gbps"] * 1e9,
-                    stall_s=ab["stall_s"])
+    fit = AlphaBeta.from_bench(ab)
+    assert fit.predict(1e6) == pytest.approx(medians[1], rel=1e-6)  # the medians' line
     assert fit.predict_mean(1e6) == pytest.approx(fit.predict(1e6) + 1e-3)
+    assert (fit.world_size, fit.r_squared) == (2, ab["r_squared"])
+    line = AlphaBeta.from_bench(ab, stalls=False)  # the wire a dedicated-core replay charges
+    assert line.stall_s == 0.0 and line.predict(1e6) == fit.predict(1e6)
     assert AlphaBeta(alpha_s=1e-4, bandwidth_Bps=1e9).predict_mean(1e6) == \
         AlphaBeta(alpha_s=1e-4, bandwidth_Bps=1e9).predict(1e6)  # an assumed link: no stall
 
