@@ -62,12 +62,25 @@ def run_pipeline(schedule: str = "1f1b", stages: int = 2, microbatches: int = 4,
                **run_kwargs)
 
 
+def warm_ranks(stages: int) -> Any:
+    """The kernel's pool of ``stages`` warm ranks (``labkit.pool``), which the lesson's
+    repeats run on: each run then costs its steps, not a start-up. Measured quiet
+    (GPipe, m = 8, batch 512, three runs each): a fresh run 2.45-2.59 s, with steps of
+    0.46-0.68 s; on warm ranks 1.65-1.71 s, steps 0.42-0.47 s, and the bubble 0.15-0.18
+    against 0.19-0.21 (a warm rank's allocator and threads are ready)."""
+    from labkit.launchers.pool import pool
+
+    return pool(stages)
+
+
 def repeat_pipeline(variants: Mapping[Any, Mapping[str, Any]], repeats: int = 3,
                     show: bool = True, **common: Any) -> dict[Any, list[RunResult]]:
     """Every variant (``run_pipeline``'s keyword arguments, over ``common``) run alternated
     ``repeats`` times (``labkit.lessons.measure.alternate``): a busy moment hits every
     variant alike, and the sentences judge the repeats, never one run. ``show`` prints a
-    line per run (a lesson's progress). Returns each variant's runs, in order."""
+    line per run (a lesson's progress). The runs go to ``warm_ranks`` unless ``common``
+    names a ``runner`` (or the variants differ in ``stages``). Returns each variant's runs,
+    in order."""
     from labkit.lessons.measure import alternate
 
     def line(name: Any, round_: int, bubble: float) -> None:
@@ -75,6 +88,9 @@ def repeat_pipeline(variants: Mapping[Any, Mapping[str, Any]], repeats: int = 3,
             print(f"  {name}: run {round_ + 1} of {repeats}, bubble {bubble:.2f}", flush=True)
 
     common.setdefault("batch_size", TIMED_BATCH)
+    stages = {kw.get("stages", common.get("stages", 2)) for kw in variants.values()}
+    if "runner" not in common and len(stages) == 1:  # one pool holds one world size
+        common["runner"] = warm_ranks(stages.pop())
     _, results = alternate({name: partial(run_pipeline, **{**common, **kw})
                             for name, kw in variants.items()}, repeats,
                            measure=lambda r: r.metrics["bubble_fraction"], on_run=line,
@@ -105,9 +121,12 @@ def balance_repeats(layer_costs: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 4, 4), sta
                     microbatches: int = 8, repeats: int = 3, **kwargs: Any
                     ) -> dict[str, list[RunResult]]:
     """``balance_demo``'s two splits alternated ``repeats`` times (``labkit.lessons.measure``:
-    a busy moment hits both splits alike), every repeat kept, by label."""
+    a busy moment hits both splits alike) on ``warm_ranks`` (unless ``kwargs`` names a
+    ``runner``), every repeat kept, by label."""
     from labkit.lessons.measure import alternate
 
+    if "runner" not in kwargs:
+        kwargs["runner"] = warm_ranks(stages)
     _, runs = alternate({label: partial(balance_demo, layer_costs, stages, microbatches,
                                         only=label, **kwargs)
                          for label in ("by layer count", "by measured cost")},
