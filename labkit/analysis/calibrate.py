@@ -268,10 +268,10 @@ def calibrate(device: str = "cpu", threads: int | None = None, shapes: list[Shap
         have = set() if refresh or old is None else \
             set(old.get("rates", {})) | set(old.get("skipped", {}))
         missing = [s for s in wanted if f"{s[0]}x{s[1]}x{s[2]}" not in have]
-        # the cached peak tells a fresh process which shapes would take too long a call
-        known = summarize(old)["peak_flops_per_s"] if old is not None else 0.0
         if not missing:
             return summarize(old) if old is not None else None
+        # the cached peak tells a fresh process which shapes would take too long a call
+        known = summarize(old)["peak_flops_per_s"] if old is not None else 0.0
         fresh: dict[str, Any] | None = None
         what = _what(device, threads, dtype)
         with Progress(what, len(missing), unit="shape", enabled=progress) as shown:
