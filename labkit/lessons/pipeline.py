@@ -65,9 +65,9 @@ def run_pipeline(schedule: str = "1f1b", stages: int = 2, microbatches: int = 4,
 def warm_ranks(stages: int) -> Any:
     """The kernel's pool of ``stages`` warm ranks (``labkit.pool``), which the lesson's
     repeats run on: each run then costs its steps, not a start-up. Measured quiet
-    (GPipe, m = 8, batch 512, three runs each): a fresh run 2.45-2.59 s, with steps of
-    0.46-0.68 s; on warm ranks 1.65-1.71 s, steps 0.42-0.47 s, and the bubble 0.15-0.18
-    against 0.19-0.21 (a warm rank's allocator and threads are ready)."""
+    (GPipe, m = 8, batch 512, three runs each, in one sitting): a fresh run 2.45-2.59 s
+    after the first, steps 0.46-0.73 s, bubble 0.19-0.25; on warm ranks 1.65-1.71 s after
+    the first (2.40 s, which starts them), steps 0.42-0.64 s, bubble 0.15-0.20."""
     from labkit.launchers.pool import pool
 
     return pool(stages)
