@@ -14,11 +14,15 @@ ROOT_FLAG := $(shell [ "$$(id -u)" = "0" ] && echo --allow-root)
 
 .PHONY: lab test setup clean-course exercises layers
 
+# jupyter-events pulls in rfc3987-syntax (jsonschema[format-nongpl]), which builds ~35
+# Earley parsers whenever jsonschema is imported: 2.4 s of CPU in every Ray worker, nbgrader
+# command and Jupyter server on a 2-core laptop; nothing here checks IRIs (docs/developing.md)
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip uninstall --quiet --yes rfc3987-syntax
 	touch $@
 
 setup: $(VENV)/.installed

@@ -13,6 +13,7 @@ What the machine *has* is this report; whether each lesson *shows its point* her
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import sys
@@ -23,6 +24,15 @@ from typing import Any
 
 from labkit.base import devices
 from labkit.launchers import forkserver
+
+SLOW_IMPORT_NOTE = (
+    "rfc3987-syntax is installed (jupyter-events brings it, through jsonschema's format-nongpl "
+    "extra): it builds about 35 parsers whenever jsonschema is imported, 2.7 s of CPU on a "
+    "2-core laptop, in every one of Ray's processes (a Ray run starts about ten), each nbgrader "
+    "command and each Jupyter server. Nothing in Jupyter, Ray or nbgrader checks IRIs with it: "
+    "`pip uninstall rfc3987-syntax` (`make lab` does) took a 2-step Ray run on such a laptop "
+    "from 82 s to 43 s")
+"""Said when ``rfc3987_syntax`` can be imported (docs/benchmarks.md, "Ray's start")."""
 
 
 def _version(dist_name: str) -> str | None:
@@ -156,6 +166,8 @@ def doctor(clean: bool = False) -> DoctorReport:
             gpus.append({"index": i, "name": props.name, "memory_gb": props.total_memory / 1e9})
     else:
         notes.append("torch is missing: run `make lab` or `pip install torch==2.13.0`")
+    if importlib.util.find_spec("rfc3987_syntax") is not None:
+        notes.append(SLOW_IMPORT_NOTE)
     cores = devices.cpu_count()
     if gpus:
         sizes = [n for n in (1, 2, 4, 8) if n <= len(gpus)]

@@ -62,6 +62,22 @@ def test_doctor_reports_cores_backends_and_packages():
     assert "jupyterlab" in rep.packages and "CPU cores" in str(rep)
 
 
+def test_doctor_names_the_parsers_every_jsonschema_import_builds(monkeypatch):
+    """rfc3987-syntax installed (as jupyter-events brings it) is named with its cost and the
+    command that removes it; absent (as ``make setup`` leaves it), nothing is said."""
+    import importlib.util
+
+    from labkit import doctor as doctor_module
+
+    real = importlib.util.find_spec
+    for installed in (True, False):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, _i=installed: (
+            (real("json") if _i else None) if name == "rfc3987_syntax" else real(name, *a)))
+        notes = doctor_module.doctor().notes
+        assert (doctor_module.SLOW_IMPORT_NOTE in notes) is installed
+    assert "pip uninstall rfc3987-syntax" in doctor_module.SLOW_IMPORT_NOTE
+
+
 def test_doctor_clean_removes_a_dead_runs_directory_and_leaves_a_live_one(tmp_path,
                                                                         monkeypatch):
     """A run directory whose lock nobody holds (its kernel was killed) goes; a held one stays."""
