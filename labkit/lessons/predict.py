@@ -25,8 +25,9 @@ def reveal(guess: Any, *, predicted: float, measured: float, what: str, unit: st
     """The guess beside the prediction and the measurement. ``close`` is the relative gap
     (share of the prediction) under which a guess counts as right; ``measured_by`` names who
     measured (a published run, e.g. "Meta's run (Llama 3 paper, Table 4)")."""
-    head = (f"{what}: the formula predicts {_fmt(predicted, unit)}, {measured_by} measured "
-            f"{_fmt(measured, unit)}")
+    found = (f"measured {_fmt(measured, unit)}" if math.isfinite(measured) else
+             "found none in the range it measured")
+    head = f"{what}: the formula predicts {_fmt(predicted, unit)}, {measured_by} {found}"
     if guess is None:
         return head + " (you left the guess empty: type a number in the prompt and run it again)"
     if isinstance(guess, bool) or not isinstance(guess, Real) or not math.isfinite(float(guess)):
@@ -36,5 +37,7 @@ def reveal(guess: Any, *, predicted: float, measured: float, what: str, unit: st
     gap = abs(g - predicted) / scale
     verdict = ("right on the formula" if gap <= close else
                f"{'above' if g > predicted else 'below'} the formula by {gap:.0%}")
+    if not math.isfinite(measured):
+        return f"{head}; you guessed {_fmt(g, unit)}: {verdict}"
     nearer = "the measurement" if abs(g - measured) < abs(g - predicted) else "the formula"
     return f"{head}; you guessed {_fmt(g, unit)}: {verdict}, nearer {nearer}"

@@ -11,7 +11,12 @@ import pytest
 from labkit.analysis.timeline import Timeline
 from labkit.base.events import Event, Lane, Op
 from labkit.lessons.dp_lesson import launched_in_backward, overlap_text
-from labkit.lessons.dp_roofline import Roofline, roofline_text
+from labkit.lessons.dp_roofline import (
+    Roofline,
+    roofline_text,
+    roofline_verdicts,
+    smallest_batch_text,
+)
 
 pytestmark = pytest.mark.lesson01
 MS = 1e-3
@@ -54,6 +59,36 @@ def test_verdicts_hold_for_a_clean_roofline() -> None:
     assert "at batch 4" in text and text.count("-- holds") == 3
     assert _roof([5.0]).flops_per_s() == pytest.approx(6 * 200_000 / (0.1 * MS))
     assert math.isnan(Roofline([4, 8], [[1.0, 1.0]], [[1.0, 1.0]], 10, 2).formula_crossover(1e9))
+
+
+def test_a_cpu_whose_floor_outlasts_the_all_reduce_is_compute_bound_at_every_batch() -> None:
+    """A 2-core laptop's numbers (floor 2.8 ms, 0.078 ms a sample, all-reduce 2.0 ms): the
+    floor + slope model holds at batch 4, the smallest batch is said to be compute-bound with
+    its noise, and no crossover is predicted or measured -- nothing reads "contradicted"."""
+    batches = [4, 32, 256, 1024]
+    compute = [[(2.8 + 0.078 * b) * f * MS for b in batches] for f in (1.0, 1.02, 0.99)]
+    allreduce = [[a * MS] * 4 for a in (2.0, 2.1, 1.95)]
+    r = Roofline(batches, compute, allreduce, params=810_000, world_size=2)
+    model, above, flat = roofline_verdicts(r)
+    assert model.holds and above.holds and flat.holds
+    assert math.isnan(r.floor_crossover()) and math.isnan(r.crossover())
+    text = roofline_text(r)
+    assert "compute outlasts the all-reduce" in text and "no batch is communication-bound" in text
+    assert "compute = floor 2.80 ms" in text and "contradicted" not in text
+
+
+def test_the_floor_model_predicts_the_crossover_and_can_miss() -> None:
+    """Floor 1 ms, 0.1 ms a sample, all-reduce 5 ms: the floor puts the crossover at
+    (5 - 1) / 0.1 = 40 samples. Batch 4 at three times the line's compute contradicts it."""
+    r = _roof([5.0, 5.0])
+    assert r.floor_fit() == [pytest.approx((1 * MS, 0.1 * MS))] * 2
+    assert r.floor_crossover() == pytest.approx(40)
+    assert "about 40 samples per rank" in smallest_batch_text(r)
+    assert "communication-bound" in smallest_batch_text(r)
+    slow = _roof([5.0, 5.0])
+    for row in slow.compute:
+        row[0] *= 3
+    assert roofline_verdicts(slow)[0].word == "contradicted"
 
 
 def _trace(launch_ms: list[float], backward_end_ms: float) -> Timeline:

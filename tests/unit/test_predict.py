@@ -26,3 +26,10 @@ def test_a_guess_is_set_beside_the_formula_and_the_run():
 def test_an_empty_or_odd_guess_still_reveals_both_numbers(guess, said):
     text = reveal(guess, predicted=2.0, measured=2.5, what="x", unit="ms")
     assert said in text and "predicts 2 ms" in text and "measured 2.5 ms" in text
+
+
+def test_a_run_that_found_no_value_says_so_instead_of_nan():
+    """Lesson 01's crossover below its smallest batch: no "nan", and no "nearer" to it."""
+    text = reveal(30, predicted=41.5, measured=float("nan"), what="crossover")
+    assert "your run found none in the range it measured" in text and "nan" not in text
+    assert text.endswith("below the formula by 28%")
