@@ -6,14 +6,21 @@ FLOP/s (``labkit.analysis.calibrate``). Model FLOPs count the work of the model 
 (``labkit.theory.training_flops``: 6 N + 12 L h s per token, PaLM's appendix B), never
 recomputation, so MFU compares strategies fairly.
 
-The peak is the one the run could use: the best fp32 matmul rate with the threads its ranks
-use together (CPU), or one GPU per rank (NCCL), over square sizes, measured once per machine
-and cached; the model's own GEMM shapes (``gemm_shapes``) are measured too only where the run
+The peak is the one the run could use: the best matmul rate of one rank -- its threads (CPU)
+or its GPU (NCCL) -- times the ranks that can run at once (all of them on GPUs; on a CPU as
+many as its cores hold at that many threads each), over square sizes, measured once per
+machine and cached. One rank's rate times the ranks, not one process with all their threads:
+torch's bf16 matmul on a CPU without AVX-512 BF16 runs on one thread whatever it is given
+(2 threads: 1.35 GFLOP/s, 1 thread: 1.35, on the AVX2 host of docs/benchmarks.md), so a
+2-thread peak was one core's, and two 1-thread ranks "beat" it and paid a new calibration on
+every run. For fp32 the two agree (72 GFLOP/s on 1 thread, 146 on 2, there). The model's
+own GEMM shapes (``gemm_shapes``) are measured too only where the run
 went faster than that. A skinny model matmul seldom beats the squares, and measuring every
 new model's shapes cost each new batch size, width or world size a calibration of its own
 (about 5 s of a fresh process and 7 CPU-seconds each here): one pass of the lessons on a
 fresh 2-core machine measured 154 model shapes. The metrics say which peak it was: ``peak_flops_per_s``,
-``peak_source``, ``peak_age_s`` (and ``peak_shape``, ``peak_threads``, ``peak_busy``).
+``peak_source``, ``peak_age_s`` (and ``peak_shape``, ``peak_threads`` of one rank,
+``peak_processes`` the ranks it was multiplied by, ``peak_busy``).
 A model rate above the peak cannot be: the peak was measured too low (a busy machine), so
 it is measured again (``peak_source`` says so); if the model still beats it, ``mfu`` is left
 out and ``mfu_note`` says why, rather than reporting MFU above 1. Neither is a warning: a run
@@ -63,17 +70,22 @@ def machine_peak(backend: str, world_size: int, threads: int, shapes: list[Shape
         one = calibrate("cuda", shapes=shapes, refresh=refresh, dtype=dtype, progress=progress)
         if not one:
             return None
-        return {**one, "peak_flops_per_s": one["peak_flops_per_s"] * world_size}
-    total = max(1, min(devices.cpu_count(), world_size * threads))
-    return calibrate("cpu", threads=total, shapes=shapes, refresh=refresh, dtype=dtype,
-                     progress=progress)
+        return {**one, "peak_flops_per_s": one["peak_flops_per_s"] * world_size,
+                "processes": world_size}
+    per_rank = max(1, min(devices.cpu_count(), threads))
+    at_once = max(1, min(world_size, devices.cpu_count() // per_rank))
+    one = calibrate("cpu", threads=per_rank, shapes=shapes, refresh=refresh, dtype=dtype,
+                    progress=progress)
+    if not one:
+        return None
+    return {**one, "peak_flops_per_s": one["peak_flops_per_s"] * at_once, "processes": at_once}
 
 
 def _peak_fields(peak: dict[str, Any], source: str) -> dict[str, Any]:
     return {"peak_flops_per_s": peak["peak_flops_per_s"], "peak_source": source,
             "peak_age_s": max(0.0, time.time() - peak.get("measured_at", time.time())),
             "peak_shape": peak.get("shape"), "peak_threads": peak.get("threads"),
-            "peak_busy": peak.get("busy")}
+            "peak_processes": peak.get("processes", 1), "peak_busy": peak.get("busy")}
 
 
 def mfu_fields(achieved: float, backend: str, world_size: int, threads: int,
@@ -92,6 +104,8 @@ def mfu_fields(achieved: float, backend: str, world_size: int, threads: int,
         if own and own["peak_flops_per_s"] > 0:
             peak = own
     what = f"{dtype} torch.mm, best of {len(peak.get('rates') or {})} shapes"
+    if peak.get("processes", 1) > 1:
+        what += f", x {peak['processes']} ranks"
     source = f"{what}, " + ("measured now" if peak.get("fresh") else "cached") + \
         (" (on a busy machine)" if peak.get("busy") else "")
     low = peak["peak_flops_per_s"]

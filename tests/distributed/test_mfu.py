@@ -27,7 +27,7 @@ def test_a_peak_cached_too_low_is_measured_again_and_mfu_stays_at_most_1(tmp_pat
     warning (the new peak explains the run), and reports an MFU in
     (0, 1] with the peak it used and where that came from."""
     monkeypatch.setenv("LABKIT_CACHE", str(tmp_path))
-    threads = min(cal.devices.cpu_count(), 2)  # two ranks, one thread each
+    threads = 1  # two ranks, one thread each: one rank's peak, times the ranks
     config = RunConfig(strategy="ddp", world_size=2, steps=4, model=GPT, threads_per_rank=1,
                        timeout_s=120)
     every = [f"{m}x{k}x{n}" for m, k, n in cal.square("cpu") + gemm_shapes(config, 2)]
@@ -45,6 +45,7 @@ def test_a_peak_cached_too_low_is_measured_again_and_mfu_stays_at_most_1(tmp_pat
     assert m["peak_flops_per_s"] > 1e9 and "measured again" in m["peak_source"], m
     assert 0 < m["mfu"] <= 1, m
     assert m["peak_threads"] == threads and m["peak_age_s"] < 600
+    assert m["peak_processes"] == min(cal.devices.cpu_count(), 2)
 
 
 def test_calibrate_beside_two_cpu_hogs_refuses_and_names_the_load(tmp_path, monkeypatch,

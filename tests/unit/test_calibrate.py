@@ -160,6 +160,34 @@ def test_the_models_own_shapes_are_measured_only_when_it_beat_the_squares(monkey
     assert fast["mfu"] == pytest.approx(120 / 130) and "measured again" not in fast["peak_source"]
 
 
+@pytest.mark.parametrize("world, threads, measured_at, times", [
+    (2, 1, 1, 2),  # two 1-thread ranks on 2 cores: one thread's peak, twice
+    (4, 1, 1, 2),  # four on 2 cores: two run at once
+    (1, 2, 2, 1),  # one rank on both cores
+    (2, 2, 2, 1),  # two 2-thread ranks on 2 cores take turns
+])
+def test_a_cpu_peak_is_one_ranks_times_the_ranks_the_cores_hold(monkeypatch, world, threads,
+                                                                 measured_at, times) -> None:
+    """One rank's matmul rate at its own threads, times the ranks that run at once: bf16 on an
+    AVX2 CPU runs one thread whatever it is given, so one process with every rank's threads
+    measured one core's rate, which two ranks then beat on every run."""
+    from labkit.analysis import calibrate as cal_module
+
+    asked: list[int] = []
+
+    def fake_calibrate(device, threads=None, **kw):
+        asked.append(threads)
+        return {"peak_flops_per_s": 10e9, "rates": {"x": 10e9}, "threads": threads}
+
+    monkeypatch.setattr(cal_module, "calibrate", fake_calibrate)
+    monkeypatch.setattr(tp.devices, "cpu_count", lambda: 2)
+    peak = tp.machine_peak("gloo", world, threads, [], dtype="bf16")
+    assert asked == [measured_at] and peak is not None
+    assert peak["peak_flops_per_s"] == times * 10e9 and peak["processes"] == times
+    fields = tp._peak_fields(peak, "src")
+    assert fields["peak_threads"] == measured_at and fields["peak_processes"] == times
+
+
 def test_a_model_faster_than_even_a_new_peak_gets_no_mfu(monkeypatch) -> None:
     monkeypatch.setattr(tp, "machine_peak", lambda *a, **k: {"peak_flops_per_s": 50e9,
                                                              "rates": {"a": 50e9}})
