@@ -62,35 +62,90 @@ def precision_text(runs: Mapping[str, Any]) -> str:
              f"checkpointing kept {act[nck] / act[n16]:.2f} of {n16}'s (predicted "
              f"{rck.metrics['predicted_activation_bytes'] / r16.metrics['predicted_activation_bytes']:.2f})"]
     lines.append(f"step: {n16} {step[n16]:.1f} ms, {nck} {step[nck]:.1f} ms")
+    speed = bf16_speed_text(r32, r16, n32, n16)
+    if speed:
+        lines.append(speed)
     verdict = recompute_verdict(runs)
     lines.append(verdict.sentence())
-    if verdict.holds:
-        lines.append(f"the recomputed forward cost {step[nck] - step[n16]:.1f} ms per step")
-    else:
+    (f16, k16), (fck, kck) = forward_s(r16), forward_s(rck)
+    lines.append(f"the trace: {kck:g} forward spans a step with checkpointing against {k16:g} "
+                 f"without, {fck * 1e3:.1f} ms of forward against {f16 * 1e3:.1f} ms; the step "
+                 f"{step[nck] - step[n16]:+.1f} ms (one run each, where backward and the "
+                 "wire vary too)")
+    if not verdict.holds:
         from labkit.lessons.replayed import again
 
         load = load_now()
-        lines.append("  " + again(RECOMPUTE, lambda a, b: a.step_time_s / b.step_time_s,
+        lines.append("  " + again(RECOMPUTE, lambda a, b: forward_s(a)[0] / forward_s(b)[0],
                                   [rck, r16], verdict.sample.value))
-        lines.append("one forward of this small model is a few ms, less than step times vary "
-                     "between runs on a shared machine" + (f" ({load.text()})" if load.busy
-                                                           else "")
+        lines.append("one run of each, timed on a shared machine"
+                     + (f" ({load.text()})" if load.busy else "")
                      + "; the bytes above do not depend on that")
     return "\n".join(lines)
 
 
-RECOMPUTE = "checkpointed step / plain bf16 step"
+def _peak_per_rank(run: Any) -> float | None:
+    m = run.metrics
+    peak = m.get("peak_flops_per_s")
+    return float(peak) / max(1, int(m.get("peak_processes") or 1)) if peak else None
+
+
+def bf16_speed_text(r32: Any, r16: Any, n32: str = "fp32", n16: str = "bf16") -> str:
+    """bf16's step beside fp32's, and the two matmul peaks per rank each run divided by
+    (``labkit.analysis.throughput``): on a CPU without bf16 units (AVX-512 BF16, AMX) torch's
+    bf16 matmul is about 50-100x slower than fp32's (measured on an AVX2 host: 1.35 against
+    72 GFLOP/s on one thread), so mixed precision there costs time and saves only memory.
+    Empty where a run has no peak."""
+    p32, p16 = _peak_per_rank(r32), _peak_per_rank(r16)
+    if not p32 or not p16:
+        return ""
+    rate = p16 / p32
+    head = (f"{n16}'s step took {r16.step_time_s / r32.step_time_s:.2f}x {n32}'s; this "
+            f"machine's matmul peak per rank: bf16 {p16 / 1e9:.3g} GFLOP/s, fp32 "
+            f"{p32 / 1e9:.3g} ({rate:.2g}x)")
+    if rate < 0.5:
+        return (f"{head}: a CPU without bf16 units (AVX-512 BF16, AMX) runs each bf16 matmul "
+                "on a slow path, so here mixed precision saves memory and costs time; a GPU's "
+                "tensor cores run bf16 far faster than fp32 (an A100: 312 TFLOP/s against "
+                "19.5), which is why training uses it there")
+    if rate > 1.5:
+        return f"{head}: bf16 matmuls run faster than fp32 ones here, as on a GPU's tensor cores"
+    return f"{head}: about fp32's rate here, so bf16 saves memory and bandwidth, not matmul time"
+
+
+RECOMPUTE = "forward time per step, checkpointed / plain bf16"
+
+
+def forward_s(run: Any) -> tuple[float, float]:
+    """(seconds, spans) of forward in one step, the recompute inside backward included: the
+    median over every rank and step but the first of the FORWARD spans' summed time, and of
+    their count. Read from the trace, so backward's and the wire's noise are not in it."""
+    import statistics
+
+    from labkit.base.events import Op
+
+    tl = run.timeline.window()
+    per = [tl.select(rank=r, op=Op.FORWARD, step=s) for r in tl.ranks for s in tl.steps()]
+    per = [spans for spans in per if spans]
+    if not per:
+        raise ValueError("the run's trace has no forward spans")
+    return (statistics.median(sum(e.dur_ns for e in spans) / 1e9 for spans in per),
+            statistics.median(len(spans) for spans in per))
 
 
 def recompute_verdict(runs: Mapping[str, Any]) -> Verdict:
-    """Checkpointing pays a second forward: the checkpointed step over the plain bf16 one
-    (the second and third of ``runs``), above 1 (one run each: ``one_run_ratio``)."""
+    """Checkpointing runs the forward again inside backward: the forward time per step of the
+    checkpointed run over the plain bf16 one (the third and second of ``runs``), above 1 (one
+    run each: ``one_run_ratio``). The forward, not the step: on a CPU without bf16 units the
+    bf16 backward took 7-9x the forward (docs/benchmarks.md), so a second forward was 6 % of
+    the step, inside what two single runs' steps differ by, while the trace's forward time
+    doubled."""
     from labkit.analysis.claims import Claim, judge
     from labkit.lessons.measure import one_run_ratio
 
     (_, r16), (_, rck) = list(runs.items())[1:3]
-    return judge(one_run_ratio(rck.step_time_s / r16.step_time_s),
-                 Claim.above(1.0, "checkpointing pays a second forward, so its step is longer"),
+    return judge(one_run_ratio(forward_s(rck)[0] / forward_s(r16)[0]),
+                 Claim.above(1.0, "checkpointing runs the forward again inside backward"),
                  RECOMPUTE, fmt=".2f")
 
 

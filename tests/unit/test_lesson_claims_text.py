@@ -226,27 +226,54 @@ def test_zero_stages_are_set_against_ddp_measured_and_predicted() -> None:
     assert "no fewer bytes" in flat
 
 
-def _act(saved: float, predicted: float, step_ms: float) -> SimpleNamespace:
-    return SimpleNamespace(step_time_s=step_ms / 1e3, timeline=Timeline([], 2), metrics={
+def _act(saved: float, predicted: float, step_ms: float, forward_ms: float = 10.0,
+         spans: int = 3) -> SimpleNamespace:
+    """A run of 3 steps on 2 ranks whose trace holds ``spans`` forward spans a step, adding up
+    to ``forward_ms``."""
+    ns, each = 1_000_000, int(forward_ms * 1e6 / spans)
+    events = [Event(r, Lane.STEP, Op.STEP, s * 100 * ns, int(step_ms * ns), step=s)
+              for r in (0, 1) for s in range(3)]
+    events += [Event(r, Lane.COMPUTE, Op.FORWARD, s * 100 * ns + i * each, each, step=s)
+               for r in (0, 1) for s in range(3) for i in range(spans)]
+    return SimpleNamespace(step_time_s=step_ms / 1e3, timeline=Timeline(events, 2), metrics={
         "saved_activation_bytes": [saved], "predicted_activation_bytes": predicted})
 
 
 def test_precision_says_what_checkpointing_saved_and_what_it_cost() -> None:
-    """bf16 halves, checkpointing keeps about half of bf16's; a checkpointed step 1.4x longer
-    holds the recompute rule (a verdict), a faster one contradicts it, with its replay or why
-    there is none, and is explained."""
+    """bf16 halves, checkpointing keeps about half of bf16's; a checkpointed run whose trace
+    shows 1.6x the forward time holds the recompute rule (a verdict, on the forward, not the
+    step that backward's noise swamps), one with less forward contradicts it, with its replay
+    or why there is none."""
     runs = {"fp32": _act(1000, 1000, 60), "bf16": _act(500, 500, 30),
-            "bf16+ckpt": _act(260, 250, 35)}
+            "bf16+ckpt": _act(260, 250, 31, forward_ms=16, spans=5)}
     text = zero_text.precision_text(runs)
     assert "bf16 saved 0.50 of fp32's" in text and "kept 0.52 of bf16's (predicted 0.50)" in text
-    runs["bf16+ckpt"] = _act(260, 250, 42)
-    text = zero_text.precision_text(runs)
-    assert "checkpointed step / plain bf16 step 1.40" in text and "-- holds" in text
-    assert "recomputed forward cost 12.0 ms" in text
-    runs["bf16+ckpt"] = _act(260, 250, 25)
+    assert "forward time per step, checkpointed / plain bf16 1.60" in text and "-- holds" in text
+    assert "the trace: 5 forward spans a step with checkpointing against 3 without, 16.0 ms " \
+        "of forward against 10.0 ms; the step +1.0 ms" in text
+    runs["bf16+ckpt"] = _act(260, 250, 25, forward_ms=8)
     said = zero_text.precision_text(runs)
     assert "contradicted by this run" in said and "holds" not in said
-    assert "no dedicated-core replay" in said
+    assert "no dedicated-core replay" in said and "one run of each" in said
+
+
+def test_bf16_speed_is_set_beside_the_two_matmul_peaks_per_rank() -> None:
+    """An AVX2 CPU (bf16 5.62 GFLOP/s on 2 ranks, fp32 144): bf16's longer step is explained
+    by the slow bf16 matmul; a GPU-like machine (bf16 15x) and an even one read differently;
+    a run without a peak adds nothing."""
+    def run(step_ms: float, peak: float | None, ranks: int = 2) -> SimpleNamespace:
+        r = _act(500, 500, step_ms)
+        if peak:
+            r.metrics |= {"peak_flops_per_s": peak, "peak_processes": ranks}
+        return r
+
+    runs = {"fp32": run(53, 144e9), "bf16": run(227, 5.62e9), "bf16+ckpt": run(240, 5.62e9)}
+    text = zero_text.precision_text(runs)
+    assert "bf16's step took 4.28x fp32's" in text
+    assert "bf16 2.81 GFLOP/s, fp32 72 (0.039x)" in text and "costs time" in text
+    assert "faster than fp32 ones" in zero_text.bf16_speed_text(run(20, 20e12), run(10, 300e12))
+    assert "not matmul time" in zero_text.bf16_speed_text(run(20, 1e12), run(20, 1e12))
+    assert zero_text.bf16_speed_text(run(20, None), run(10, 1e12)) == ""
 
 
 def test_the_fit_is_judged_over_repeats_and_a_miss_is_named() -> None:
