@@ -191,6 +191,11 @@ def roofline_sweep(pool: Any, batches: Sequence[int] = BATCHES, repeats: int = 4
                     int(per_rank[0]["params"]), len(per_rank))
 
 
+def _side(r: Roofline, i: int) -> Sample:
+    """All-reduce / compute at batch ``i``: the alternated repeats' ratios."""
+    return Sample.ratio([row[i] for row in r.allreduce], [row[i] for row in r.compute])
+
+
 def roofline_verdicts(r: Roofline) -> list[Verdict]:
     """The model judged at both ends of the sweep and in between: compute at the smallest
     batch is the floor plus its samples' work, as the line through the next two batches puts
@@ -206,19 +211,13 @@ def roofline_verdicts(r: Roofline) -> list[Verdict]:
                                              f"work (the line through batches {r.batches[1]} "
                                              f"and {r.batches[2]})"),
                          f"compute at batch {r.batches[lo]} / the line's", fmt=".2f"))
-    ratio = Sample.ratio([row[hi] for row in r.allreduce], [row[hi] for row in r.compute])
-    out.append(judge(ratio, Claim.below(1.0, "above the crossover compute takes longer than "
+    out.append(judge(_side(r, hi), Claim.below(1.0, "above the crossover compute takes longer than "
                                              "the all-reduce"),
                      f"all-reduce / compute at batch {r.batches[hi]}", fmt=".2f"))
     out.append(judge(Sample.ratio([row[hi] for row in r.allreduce], [row[lo] for row in r.allreduce]),
                      Claim.within_factor(1.0, 2.0, "the all-reduce does not grow with the batch"),
                      f"all-reduce at batch {r.batches[hi]} / at batch {r.batches[lo]}", fmt=".2f"))
     return out
-
-
-def _side(r: Roofline, i: int) -> Sample:
-    """All-reduce / compute at batch ``i``: the alternated repeats' ratios."""
-    return Sample.ratio([row[i] for row in r.allreduce], [row[i] for row in r.compute])
 
 
 def _bound(r: Roofline, i: int) -> str:
