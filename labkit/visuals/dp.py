@@ -213,13 +213,21 @@ def plot_bucket_sweep(caps_mb: Sequence[float], step_s: Sequence[float],
 
 
 def plot_roofline(batches: Sequence[int], compute_s: Sequence[float], allreduce_s: Sequence[float],
-                  crossover: float | None = None) -> Figure:
+                  crossover: float | None = None,
+                  model: tuple[float, float] | None = None) -> Figure:
     """Compute and all-reduce time per step against the batch per rank (log-log): compute
-    grows with the batch, the all-reduce does not; the crossover marked where measured."""
+    grows with the batch, the all-reduce does not; the crossover marked where measured, and
+    ``model`` = (floor s, s per sample), the fitted compute line, dotted
+    (``labkit.lessons.dp_roofline.Roofline.floor_model``)."""
     fig, axes = _fig(1, 1, (7, 3.5))
     ax = axes[0, 0]
     ax.plot(batches, compute_s, "o-", color="#F28E2B", label="compute (forward + backward)")
     ax.plot(batches, allreduce_s, "s-", color="#E15759", label="all-reduce of the gradients")
+    if model is not None and all(math.isfinite(v) for v in model):
+        floor, per_sample = model
+        xs = [batches[0] * (batches[-1] / batches[0]) ** (i / 40) for i in range(41)]
+        ax.plot(xs, [floor + x * per_sample for x in xs], ":", color="#F28E2B",
+                label=f"floor {floor * 1e3:.2f} ms + {per_sample * 1e3:.3f} ms a sample")
     if crossover is not None and math.isfinite(crossover):
         ax.axvline(crossover, color="grey", ls="--", lw=1,
                    label=f"crossover ~ {crossover:.0f} samples")

@@ -213,3 +213,15 @@ def test_duplicates_show_the_mistake_beside_the_correct_case_with_a_legend() -> 
     labels = [t.get_text() for t in top.get_legend().get_texts()]
     assert labels == ["loaded by this rank only", "loaded by another rank too"]
     assert [t.get_text() for t in bottom.get_xticklabels()] == ["0", "1", "2", "3"]
+
+
+def test_the_roofline_draws_the_fitted_floor_line_when_given() -> None:
+    """Measured compute and all-reduce, and the floor + slope dotted through the batch range."""
+    plain = dp.plot_roofline([4, 32, 256, 1024], [3e-3, 5e-3, 23e-3, 93e-3], [2e-3] * 4, 11.0)
+    with_model = dp.plot_roofline([4, 32, 256, 1024], [3e-3, 5e-3, 23e-3, 93e-3], [2e-3] * 4,
+                                  11.0, model=(2.8e-3, 0.078e-3))
+    assert len(with_model.axes[0].lines) == len(plain.axes[0].lines) + 1
+    line = with_model.axes[0].lines[2]
+    assert line.get_label() == "floor 2.80 ms + 0.078 ms a sample"
+    assert line.get_ydata()[0] == pytest.approx(2.8e-3 + 4 * 0.078e-3)
+    assert line.get_xdata()[-1] == pytest.approx(1024)
