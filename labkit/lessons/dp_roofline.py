@@ -205,12 +205,18 @@ def roofline_verdicts(r: Roofline) -> list[Verdict]:
     out = []
     fits = r.floor_fit()
     if fits:
-        predicted = [floor + r.batches[lo] * per_sample for floor, per_sample in fits]
-        out.append(judge(Sample.ratio([row[lo] for row in r.compute], predicted),
-                         Claim.within_factor(1.0, 1.5, "compute is a floor plus the samples' "
-                                             f"work (the line through batches {r.batches[1]} "
-                                             f"and {r.batches[2]})"),
-                         f"compute at batch {r.batches[lo]} / the line's", fmt=".2f"))
+        pairs = [(row[lo], floor + r.batches[lo] * per_sample)
+                 for row, (floor, per_sample) in zip(r.compute, fits)]
+        kept = [(m, p) for m, p in pairs if p > 0]  # a line a loaded repeat tipped below 0
+        claim = Claim.within_factor(1.0, 1.5, "compute is a floor plus the samples' work (the "
+                                    f"line through batches {r.batches[1]} and {r.batches[2]})")
+        what = f"compute at batch {r.batches[lo]} / the line's"
+        if kept:
+            out.append(judge(Sample.ratio([m for m, _ in kept], [p for _, p in kept]), claim,
+                             what, fmt=".2f", premise="" if len(kept) == len(pairs) else (
+                                 f"{len(pairs) - len(kept)} of {len(pairs)} repeats' lines "
+                                 f"fell below zero at batch {r.batches[lo]}: their compute "
+                                 "at the larger batches waited for a core")))
     out.append(judge(_side(r, hi), Claim.below(1.0, "above the crossover compute takes longer than "
                                              "the all-reduce"),
                      f"all-reduce / compute at batch {r.batches[hi]}", fmt=".2f"))

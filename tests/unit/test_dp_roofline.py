@@ -106,3 +106,14 @@ def test_overlap_is_counted_from_launch_order() -> None:
     assert "rank 0 2 of 3 -- the first bucket went on the wire" in overlap_text(
         _trace([10, 20, 60], 50), {"yours": 0})
     assert "nothing could overlap" in overlap_text(_trace([60, 70], 50), {"naive": 0})
+
+
+def test_a_line_a_loaded_repeat_tipped_below_zero_is_left_out_and_said() -> None:
+    """Beside two hogs one repeat's batch-256 compute waited for a core: its line through 32
+    and 256 falls below zero at batch 4. That repeat is left out of the ratio and the
+    verdict is inconclusive, saying why -- never a negative ratio read as contradicted."""
+    r = _roof([5.0, 5.0, 5.0])
+    r.compute[1][2] = 100 * MS  # batch 256 at 100 ms, batch 32 at 4.2: the line's floor < 0
+    floor = roofline_verdicts(r)[0]
+    assert floor.word == "inconclusive" and floor.sample.value == pytest.approx(1.0)
+    assert "1 of 3 repeats' lines fell below zero at batch 4" in floor.sentence()
