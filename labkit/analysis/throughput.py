@@ -66,16 +66,14 @@ def machine_peak(backend: str, world_size: int, threads: int, shapes: list[Shape
     not cached yet is measured now, with ``progress`` as the run's (``RunConfig.progress``)."""
     from labkit.analysis.calibrate import calibrate
 
-    if backend == "nccl":
+    if backend == "nccl":  # one GPU per rank
         one = calibrate("cuda", shapes=shapes, refresh=refresh, dtype=dtype, progress=progress)
-        if not one:
-            return None
-        return {**one, "peak_flops_per_s": one["peak_flops_per_s"] * world_size,
-                "processes": world_size}
-    per_rank = max(1, min(devices.cpu_count(), threads))
-    at_once = max(1, min(world_size, devices.cpu_count() // per_rank))
-    one = calibrate("cpu", threads=per_rank, shapes=shapes, refresh=refresh, dtype=dtype,
-                    progress=progress)
+        at_once = world_size
+    else:  # one rank's threads, as many ranks as the cores hold at once
+        per_rank = max(1, min(devices.cpu_count(), threads))
+        at_once = max(1, min(world_size, devices.cpu_count() // per_rank))
+        one = calibrate("cpu", threads=per_rank, shapes=shapes, refresh=refresh, dtype=dtype,
+                        progress=progress)
     if not one:
         return None
     return {**one, "peak_flops_per_s": one["peak_flops_per_s"] * at_once, "processes": at_once}
