@@ -118,6 +118,8 @@ class Verdict:
 
     def _band(self) -> str:
         s, f = self.sample, self.fmt
+        if math.isnan(s.value):
+            return "not measured"
         if math.isnan(s.noise):
             return f"{s.value:{f}} (one run: noise not measured)"
         return f"{s.value:{f}} +- {s.noise:{f}}"

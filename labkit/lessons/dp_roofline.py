@@ -211,12 +211,12 @@ def roofline_verdicts(r: Roofline) -> list[Verdict]:
         claim = Claim.within_factor(1.0, 1.5, "compute is a floor plus the samples' work (the "
                                     f"line through batches {r.batches[1]} and {r.batches[2]})")
         what = f"compute at batch {r.batches[lo]} / the line's"
-        if kept:
-            out.append(judge(Sample.ratio([m for m, _ in kept], [p for _, p in kept]), claim,
-                             what, fmt=".2f", premise="" if len(kept) == len(pairs) else (
-                                 f"{len(pairs) - len(kept)} of {len(pairs)} repeats' lines "
-                                 f"fell below zero at batch {r.batches[lo]}: their compute "
-                                 "at the larger batches waited for a core")))
+        ratio = (Sample.ratio([m for m, _ in kept], [p for _, p in kept]) if kept
+                 else Sample(math.nan, math.nan))
+        out.append(judge(ratio, claim, what, fmt=".2f", premise="" if len(kept) == len(pairs)
+                         else (f"{len(pairs) - len(kept)} of {len(pairs)} repeats' lines fell "
+                               f"below zero at batch {r.batches[lo]}: their compute at the "
+                               "larger batches waited for a core")))
     out.append(judge(_side(r, hi), Claim.below(1.0, "above the crossover compute takes longer than "
                                              "the all-reduce"),
                      f"all-reduce / compute at batch {r.batches[hi]}", fmt=".2f"))

@@ -117,3 +117,14 @@ def test_a_line_a_loaded_repeat_tipped_below_zero_is_left_out_and_said() -> None
     floor = roofline_verdicts(r)[0]
     assert floor.word == "inconclusive" and floor.sample.value == pytest.approx(1.0)
     assert "1 of 3 repeats' lines fell below zero at batch 4" in floor.sentence()
+
+
+def test_every_repeats_line_below_zero_still_gives_the_three_verdicts() -> None:
+    """A sweep whose every repeat tipped its line below zero: the floor's verdict is there,
+    inconclusive and saying why, so a lesson reading three verdicts never breaks."""
+    r = _roof([5.0, 5.0])
+    for row in r.compute:
+        row[2] = 100 * MS
+    floor, above, flat = roofline_verdicts(r)
+    assert floor.word == "inconclusive" and "2 of 2 repeats' lines fell below zero" in \
+        floor.sentence() and "the line's not measured" in floor.sentence()
