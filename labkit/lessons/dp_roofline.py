@@ -144,9 +144,12 @@ class Roofline:
 
     def floor_model(self) -> tuple[float, float, float]:
         """(floor s, s per sample, all-reduce s at the smallest batch), each the median over
-        the repeats (``floor_fit``): the three numbers the floor's crossover is made of, as
-        the lesson prints them; nans without a fit."""
-        fits = self.floor_fit()
+        the repeats (``floor_fit``) whose line stays above zero at the smallest batch (a
+        loaded repeat's may not; ``roofline_verdicts`` leaves those out too): the three
+        numbers the floor's crossover is made of, as the lesson prints them; nans without a
+        fit."""
+        b0 = self.batches[0]
+        fits = [(f, s) for f, s in self.floor_fit() if f + b0 * s > 0]  # as the verdict keeps
         if not fits:
             return math.nan, math.nan, math.nan
         return (statistics.median(f for f, _ in fits), statistics.median(s for _, s in fits),

@@ -117,6 +117,7 @@ def test_a_line_a_loaded_repeat_tipped_below_zero_is_left_out_and_said() -> None
     floor = roofline_verdicts(r)[0]
     assert floor.word == "inconclusive" and floor.sample.value == pytest.approx(1.0)
     assert "1 of 3 repeats' lines fell below zero at batch 4" in floor.sentence()
+    assert r.floor_model()[0] == pytest.approx(1 * MS)  # the text reads the kept repeats too
 
 
 def test_every_repeats_line_below_zero_still_gives_the_three_verdicts() -> None:
