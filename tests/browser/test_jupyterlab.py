@@ -224,6 +224,23 @@ def _wait_kernel_ready(lab: Lab, name: str, timeout_s: float = 90) -> None:
     raise AssertionError(f"the kernel of {name} did not start within {timeout_s:.0f} s")
 
 
+def _wait_widgets_settled(page: Any, deadline: float) -> None:
+    """Until no saved widget view is loading or shows a passing error.
+
+    JupyterLab's widget manager (jupyterlab_widgets 3.0) restores a reopened notebook twice:
+    once from the kernel and the notebook's saved state, and once more, kernel only, when the
+    kernel's connection comes up. When the second finishes first, each saved view reads
+    "Error displaying widget: model not found" until the first one ends and draws it again,
+    a second or two later on a loaded machine (one CI run caught lesson 08's quiz there).
+    An error still shown at the deadline is a real one, and the look that follows reports it."""
+    busy = ("Loading widget...", "Error displaying widget")
+    while any(page.get_by_text(text).count() for text in busy):
+        if time.monotonic() > deadline:
+            assert not page.get_by_text(busy[0]).count(), "a saved widget view never loaded"
+            return
+        page.wait_for_timeout(250)
+
+
 def _run_all(page: Any) -> None:
     page.locator(".lm-MenuBar-item", has_text="Run").first.click()
     page.locator('.lm-Menu-item[data-command="runmenu:run-all"]').click()
@@ -483,9 +500,7 @@ def test_lesson_renders_in_jupyterlab(lab: Lab, browser: Any, path: Path, tmp_pa
             assert time.monotonic() < deadline, f"{shown.count()} of {len(cells)} cells shown"
             page.wait_for_timeout(250)
         _wait_kernel_ready(lab, path.name)  # saved widget views are restored once it is
-        while page.get_by_text("Loading widget...").count():  # connected
-            assert time.monotonic() < deadline + 60, "a saved widget view never loaded"
-            page.wait_for_timeout(250)
+        _wait_widgets_settled(page, deadline + 60)  # connected
         page.wait_for_timeout(1500)  # let widget views and images finish drawing
         page.screenshot(path=str(SHOTS / f"{stem}.png"))
         problems = _look_at_every_output(page, cells, stem) + _look_at_teaching(page, cells, stem)
