@@ -142,9 +142,41 @@ def sweep_verdicts(runs: Mapping[int, Any]) -> list[Verdict]:
         shrink_verdict(runs)]
 
 
+def stages_text(runs: Mapping[int, Any]) -> str:
+    """The sweep's stages as measured and the bubble they predict at each m.
+
+    The formula assumes equal stages. Each stage's forward + backward a microbatch
+    (``stage_time_ms`` of the run the sweep's line shows, the least bubble of each m) gives
+    the bubble unequal stages leave: the slowest stage paces the pipeline, so a step takes
+    ``sum(c) + (m-1) max(c)`` and the bubble is ``1 - pipeline_speedup(c, m) / p``
+    (``labkit.theory.pipeline_speedup``); equal stages give the formula back. On lesson 03's
+    MLP the last stage also computes the classifier and the loss: 1.07-1.16x the first stage
+    in 15 quiet sweeps, which puts GPipe's m = 4 bubble near 0.22 and m = 8's near 0.14
+    (docs/benchmarks.md). Empty where a run lacks its stages' times."""
+    from labkit.theory import pipeline_speedup
+
+    ms = sorted(runs)
+    shown = {m: least(runs[m]) for m in ms}
+    p = shown[ms[0]].metrics["stages"]
+    costs = {m: list(shown[m].metrics.get("stage_time_ms") or []) for m in ms}
+    if any(len(c) != p or min(c) <= 0 for c in costs.values()):
+        return ""
+    c = costs[ms[-1]]
+    slow, fast = c.index(max(c)), c.index(min(c))
+    why = " (the last stage also computes the classifier and the loss)" if slow == p - 1 else ""
+    uneven = ", ".join(f"m={m} {1 - pipeline_speedup(costs[m], m) / p:.2f}" for m in ms)
+    equal = ", ".join(f"{shown[m].metrics['bubble_fraction_predicted']:.2f}" for m in ms)
+    return (f"your stages' forward + backward a microbatch at m={ms[-1]}: "
+            + ", ".join(f"stage {s} {t:.1f} ms" for s, t in enumerate(c))
+            + f"; stage {slow} took {c[slow] / c[fast]:.2f}x stage {fast}{why}. The slowest "
+            f"stage paces the pipeline: with each m's own stage times, bubble = 1 - m*sum(c) / "
+            f"(p*(sum(c) + (m-1)*max(c))): {uneven} (equal stages, the formula: {equal})")
+
+
 def sweep_text(runs: Mapping[int, Any]) -> str:
     """The measured bubble per microbatch count (GPipe runs, or their repeats, keyed by m)
-    beside the formula, each judged; whether it shrank as m grew; and, where a bubble misses
+    beside the formula, each judged, and beside what the run's own unequal stages predict
+    (``stages_text``); whether it shrank as m grew; and, where a bubble misses
     the formula, the same plan replayed with the run's own action times (CPU time: each rank on a
     core of its own) and free messages."""
     ms = sorted(runs)
@@ -153,6 +185,8 @@ def sweep_text(runs: Mapping[int, Any]) -> str:
     got = {m: min(bubbles(runs[m])) for m in ms}
     lines = ["  ".join(f"m={m}: {got[m]:.2f} (predicted {want[m]:.2f})" for m in ms)
              + f"  (least of {len(_runs(runs[ms[0]]))} runs each)"]
+    if stages := stages_text(runs):
+        lines.append(stages)
     missed = []
     for m in ms:
         v = formula_verdict(runs[m], f"the bubble at m={m}")

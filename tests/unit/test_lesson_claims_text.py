@@ -97,6 +97,32 @@ def test_the_sweep_judges_each_m_against_the_formula_and_replays_a_miss(monkeypa
     assert "cores" in bad
 
 
+def test_the_sweep_says_what_its_unequal_stages_predict() -> None:
+    """Each m's bubble beside what the run's own stage times give when the slowest stage
+    paces the pipeline: a last stage 1.1x the first (lesson 03's MLP, its classifier and loss)
+    puts m = 4 at 0.22 and m = 8 at 0.14 where the formula says 0.20 and 0.11; equal stages
+    give the formula back; runs without stage times print no such line."""
+    def sweep(costs: list[float]) -> dict[int, list[Any]]:
+        out = {}
+        for m, pred in ((1, 0.5), (4, 0.2), (8, 1 / 9)):
+            reps = _reps("gpipe", [pred + 0.01] * 3, pred, microbatches=m)
+            for r in reps:
+                r.metrics["stage_time_ms"] = costs
+            out[m] = reps
+        return out
+
+    text = pipeline_text.sweep_text(sweep([10.0, 11.0]))
+    assert ("your stages' forward + backward a microbatch at m=8: stage 0 10.0 ms, stage 1 "
+            "11.0 ms; stage 1 took 1.10x stage 0 (the last stage also computes the classifier "
+            "and the loss)") in text
+    assert "m=1 0.50, m=4 0.22, m=8 0.14 (equal stages, the formula: 0.50, 0.20, 0.11)" in text
+    assert "m=1 0.50, m=4 0.20, m=8 0.11 (equal stages" in pipeline_text.sweep_text(
+        sweep([10.0, 10.0]))
+    assert "classifier" not in pipeline_text.stages_text(sweep([12.0, 10.0]))
+    assert "your stages'" not in pipeline_text.sweep_text(
+        {m: _reps("gpipe", [0.5], 0.5) for m in (1, 4)})
+
+
 def test_interleaving_counts_its_messages_and_explains_a_bigger_bubble(monkeypatch) -> None:
     """p = 2, v = 2: 3x the messages (v*p - 1 cuts over p - 1); a bubble no smaller than
     1F1B's is blamed on messages measured from the sends (0.8 ms here)."""
