@@ -146,10 +146,11 @@ def stages_text(runs: Mapping[int, Any]) -> str:
     """The sweep's stages as measured and the bubble they predict at each m.
 
     The formula assumes equal stages. Each stage's forward + backward a microbatch
-    (``stage_time_ms`` of the run the sweep's line shows, the least bubble of each m) gives
-    the bubble unequal stages leave: the slowest stage paces the pipeline, so a step takes
-    ``sum(c) + (m-1) max(c)`` and the bubble is ``1 - pipeline_speedup(c, m) / p``
-    (``labkit.theory.pipeline_speedup``); equal stages give the formula back. On lesson 03's
+    (``stage_time_ms`` of the largest m's run the sweep's line shows, its least bubble)
+    gives the bubble unequal stages leave: the slowest stage paces the pipeline, so a step
+    takes ``sum(c) + (m-1) max(c)`` and the bubble is ``1 - pipeline_speedup(c, m) / p``
+    (``labkit.theory.pipeline_speedup``, only the stages' ratios matter); equal stages give
+    the formula back. ``plot_bubble_sweep(..., stage_costs=c)`` draws the same curve. On lesson 03's
     MLP the last stage also computes the classifier and the loss: 1.07-1.16x the first stage
     in 15 quiet sweeps, which puts GPipe's m = 4 bubble near 0.22 and m = 8's near 0.14
     (docs/benchmarks.md). Empty where a run lacks its stages' times."""
@@ -158,19 +159,19 @@ def stages_text(runs: Mapping[int, Any]) -> str:
     ms = sorted(runs)
     shown = {m: least(runs[m]) for m in ms}
     p = shown[ms[0]].metrics["stages"]
-    costs = {m: list(shown[m].metrics.get("stage_time_ms") or []) for m in ms}
-    if any(len(c) != p or min(c) <= 0 for c in costs.values()):
+    c = list(shown[ms[-1]].metrics.get("stage_time_ms") or [])
+    if len(c) != p or min(c) <= 0:
         return ""
-    c = costs[ms[-1]]
     slow, fast = c.index(max(c)), c.index(min(c))
     why = " (the last stage also computes the classifier and the loss)" if slow == p - 1 else ""
-    uneven = ", ".join(f"m={m} {1 - pipeline_speedup(costs[m], m) / p:.2f}" for m in ms)
+    uneven = ", ".join(f"m={m} {1 - pipeline_speedup(c, m) / p:.2f}" for m in ms)
     equal = ", ".join(f"{shown[m].metrics['bubble_fraction_predicted']:.2f}" for m in ms)
     return (f"your stages' forward + backward a microbatch at m={ms[-1]}: "
             + ", ".join(f"stage {s} {t:.1f} ms" for s, t in enumerate(c))
             + f"; stage {slow} took {c[slow] / c[fast]:.2f}x stage {fast}{why}. The slowest "
-            f"stage paces the pipeline: with each m's own stage times, bubble = 1 - m*sum(c) / "
-            f"(p*(sum(c) + (m-1)*max(c))): {uneven} (equal stages, the formula: {equal})")
+            f"stage paces the pipeline: with these stages, bubble = 1 - m*sum(c) / "
+            f"(p*(sum(c) + (m-1)*max(c))): {uneven} (the dotted curve; equal stages, the "
+            f"formula: {equal})")
 
 
 def sweep_text(runs: Mapping[int, Any]) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from labkit.analysis.plots import COLORS, _legend, _units, draw_timeline
+from labkit.base.errors import ConfigError
 from labkit.base.events import Op as Ev
 from labkit.schedules import DEFAULT_COSTS, Op, Plan, simulate
 
@@ -100,18 +101,31 @@ def plot_planned_vs_measured(plan: Plan, timeline: Timeline, step: int | None = 
 
 
 def plot_bubble_sweep(stages: int, measured: Mapping[int, float], *, schedule: str = "gpipe",
-                      virtual: int = 1, max_microbatches: int = 16) -> Figure:
+                      virtual: int = 1, max_microbatches: int = 16,
+                      stage_costs: Sequence[float] | None = None) -> Figure:
     """Bubble fraction (share of total step time) vs microbatches: curve predicted, dots
-    measured. ``measured`` maps microbatches -> the run's ``bubble_fraction``."""
+    measured. ``measured`` maps microbatches -> the run's ``bubble_fraction``.
+    ``stage_costs`` (each stage's time a microbatch, e.g. a run's ``stage_time_ms``) adds,
+    dotted, the bubble those unequal stages give when the slowest sets the pace:
+    ``1 - pipeline_speedup(stage_costs, m) / p`` (GPipe and 1F1B, one chunk per rank)."""
     import matplotlib.pyplot as plt
 
-    from labkit.theory import bubble_fraction
+    from labkit.theory import bubble_fraction, pipeline_speedup
 
     top = max([max_microbatches, *measured])
     ms = list(range(1, top + 1))
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(ms, [bubble_fraction(stages, m, schedule, virtual, "total") for m in ms], "-",
             color="#555", label=f"predicted (p-1)/(m+p-1), p={stages}")
+    if stage_costs is not None:
+        if len(stage_costs) != stages or virtual != 1 or min(stage_costs) <= 0:
+            raise ConfigError(f"stage_costs ({list(stage_costs)!r}) must hold one positive "
+                              f"time per stage ({stages}) of a plan with one chunk per rank "
+                              f"(virtual={virtual}); e.g. "
+                              f"stage_costs=run.metrics['stage_time_ms']")
+        ratio = max(stage_costs) / min(stage_costs)
+        ax.plot(ms, [1 - pipeline_speedup(list(stage_costs), m) / stages for m in ms], ":",
+                color="#555", label=f"your stages (slowest {ratio:.2f}x the fastest) set the pace")
     xs = sorted(measured)
     ax.plot(xs, [measured[m] for m in xs], "o", color=COLORS[Ev.BACKWARD], markersize=8,
             label="measured (idle share of the step, your run)")

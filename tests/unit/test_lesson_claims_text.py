@@ -98,8 +98,8 @@ def test_the_sweep_judges_each_m_against_the_formula_and_replays_a_miss(monkeypa
 
 
 def test_the_sweep_says_what_its_unequal_stages_predict() -> None:
-    """Each m's bubble beside what the run's own stage times give when the slowest stage
-    paces the pipeline: a last stage 1.1x the first (lesson 03's MLP, its classifier and loss)
+    """Each m's bubble beside what the run's stage times (the largest m's) give when the
+    slowest stage paces the pipeline: a last stage 1.1x the first (lesson 03's MLP, its classifier and loss)
     puts m = 4 at 0.22 and m = 8 at 0.14 where the formula says 0.20 and 0.11; equal stages
     give the formula back; runs without stage times print no such line."""
     def sweep(costs: list[float]) -> dict[int, list[Any]]:
@@ -115,8 +115,9 @@ def test_the_sweep_says_what_its_unequal_stages_predict() -> None:
     assert ("your stages' forward + backward a microbatch at m=8: stage 0 10.0 ms, stage 1 "
             "11.0 ms; stage 1 took 1.10x stage 0 (the last stage also computes the classifier "
             "and the loss)") in text
-    assert "m=1 0.50, m=4 0.22, m=8 0.14 (equal stages, the formula: 0.50, 0.20, 0.11)" in text
-    assert "m=1 0.50, m=4 0.20, m=8 0.11 (equal stages" in pipeline_text.sweep_text(
+    assert ("m=1 0.50, m=4 0.22, m=8 0.14 (the dotted curve; equal stages, the formula: 0.50, "
+            "0.20, 0.11)") in text
+    assert "m=1 0.50, m=4 0.20, m=8 0.11 (the dotted curve" in pipeline_text.sweep_text(
         sweep([10.0, 10.0]))
     assert "classifier" not in pipeline_text.stages_text(sweep([12.0, 10.0]))
     assert "your stages'" not in pipeline_text.sweep_text(

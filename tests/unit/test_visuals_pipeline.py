@@ -88,6 +88,24 @@ def test_bubble_sweep_puts_measured_points_on_the_predicted_curve() -> None:
     assert list(dots.get_ydata()) == [0.35, 0.22, 0.12]
 
 
+def test_bubble_sweep_draws_what_unequal_stages_give_dotted() -> None:
+    """A last stage 1.1x the first: the dotted curve reads 0.222 at m = 4 and 0.143 at m = 8
+    (the slowest stage paces the pipeline), above the formula's 0.20 and 0.11; equal stages
+    lie on the formula; a cost list that does not fit the plan is refused, naming it."""
+    from labkit.base.errors import ConfigError
+
+    ax = plot_bubble_sweep(2, {4: 0.23}, max_microbatches=8, stage_costs=[10.0, 11.0]).axes[0]
+    dotted = next(line for line in ax.lines if line.get_linestyle() == ":")
+    assert dotted.get_ydata()[3] == pytest.approx(1 - 4 * 21 / (2 * (21 + 3 * 11)))  # 0.222
+    assert dotted.get_ydata()[7] == pytest.approx(1 - 8 * 21 / (2 * (21 + 7 * 11)))  # 0.143
+    assert "1.10x" in dotted.get_label()
+    even = plot_bubble_sweep(2, {4: 0.2}, max_microbatches=8, stage_costs=[5.0, 5.0]).axes[0]
+    curve, flat, _dots = even.lines
+    assert list(flat.get_ydata()) == pytest.approx(list(curve.get_ydata()))
+    with pytest.raises(ConfigError, match=r"stage_costs \(\[1.0, 2.0, 3.0\]\).*stage \(2\)"):
+        plot_bubble_sweep(2, {4: 0.2}, stage_costs=[1.0, 2.0, 3.0])
+
+
 def test_stage_balance_marks_the_slowest_stage_and_speedup() -> None:
     fig = plot_stage_balance({"by layer count": [2.0, 7.0], "by measured cost": [3.0, 6.0]},
                              {"by layer count": 70.0, "by measured cost": 60.0})
