@@ -142,14 +142,19 @@ class Roofline:
             out.append((comp[1] - b1 * per_sample, per_sample))
         return out
 
+    def floor_kept(self) -> list[tuple[float, tuple[float, float]]]:
+        """(compute at the smallest batch, its line's (floor s, s per sample)) of each repeat
+        whose line stays above zero at the smallest batch: a loaded repeat's compute at 32
+        and 256 can tip it below. What ``floor_model`` and the floor's verdict both read."""
+        b0 = self.batches[0]
+        return [(comp[0], (f, s)) for comp, (f, s) in zip(self.compute, self.floor_fit())
+                if f + b0 * s > 0]
+
     def floor_model(self) -> tuple[float, float, float]:
         """(floor s, s per sample, all-reduce s at the smallest batch), each the median over
-        the repeats (``floor_fit``) whose line stays above zero at the smallest batch (a
-        loaded repeat's may not; ``roofline_verdicts`` leaves those out too): the three
-        numbers the floor's crossover is made of, as the lesson prints them; nans without a
-        fit."""
-        b0 = self.batches[0]
-        fits = [(f, s) for f, s in self.floor_fit() if f + b0 * s > 0]  # as the verdict keeps
+        the repeats ``floor_kept`` keeps: the three numbers the floor's crossover is made of,
+        as the lesson prints them; nans without a fit."""
+        fits = [fit for _, fit in self.floor_kept()]
         if not fits:
             return math.nan, math.nan, math.nan
         return (statistics.median(f for f, _ in fits), statistics.median(s for _, s in fits),
@@ -208,16 +213,15 @@ def roofline_verdicts(r: Roofline) -> list[Verdict]:
     out = []
     fits = r.floor_fit()
     if fits:
-        pairs = [(row[lo], floor + r.batches[lo] * per_sample)
-                 for row, (floor, per_sample) in zip(r.compute, fits)]
-        kept = [(m, p) for m, p in pairs if p > 0]  # a line a loaded repeat tipped below 0
+        kept = [(m, floor + r.batches[lo] * per_sample)
+                for m, (floor, per_sample) in r.floor_kept()]
         claim = Claim.within_factor(1.0, 1.5, "compute is a floor plus the samples' work (the "
                                     f"line through batches {r.batches[1]} and {r.batches[2]})")
         what = f"compute at batch {r.batches[lo]} / the line's"
         ratio = (Sample.ratio([m for m, _ in kept], [p for _, p in kept]) if kept
                  else Sample(math.nan, math.nan))
-        out.append(judge(ratio, claim, what, fmt=".2f", premise="" if len(kept) == len(pairs)
-                         else (f"{len(pairs) - len(kept)} of {len(pairs)} repeats' lines fell "
+        out.append(judge(ratio, claim, what, fmt=".2f", premise="" if len(kept) == len(fits)
+                         else (f"{len(fits) - len(kept)} of {len(fits)} repeats' lines fell "
                                f"below zero at batch {r.batches[lo]}: their compute at the "
                                "larger batches waited for a core")))
     out.append(judge(_side(r, hi), Claim.below(1.0, "above the crossover compute takes longer than "
