@@ -148,13 +148,13 @@ def stages_text(runs: Mapping[int, Any]) -> str:
     The formula assumes equal stages. Each stage's forward + backward a microbatch
     (``stage_time_ms`` of the largest m's run the sweep's line shows, its least bubble)
     gives the bubble unequal stages leave: the slowest stage paces the pipeline, so a step
-    takes ``sum(c) + (m-1) max(c)`` and the bubble is ``1 - pipeline_speedup(c, m) / p``
-    (``labkit.theory.pipeline_speedup``, only the stages' ratios matter); equal stages give
-    the formula back. ``plot_bubble_sweep(..., stage_costs=c)`` draws the same curve. On lesson 03's
-    MLP the last stage also computes the classifier and the loss: 1.07-1.16x the first stage
-    in 15 quiet sweeps, which puts GPipe's m = 4 bubble near 0.22 and m = 8's near 0.14
+    takes ``sum(c) + (m-1) max(c)`` (``labkit.theory.uneven_bubble_fraction``; only the
+    stages' ratios matter), and equal stages give the formula back.
+    ``plot_bubble_sweep(..., stage_costs=c)`` draws the same curve. On lesson 03's MLP the
+    last stage also computes the classifier and the loss: 1.07-1.16x the first stage in 15
+    quiet sweeps, which puts GPipe's m = 4 bubble near 0.22 and m = 8's near 0.14
     (docs/benchmarks.md). Empty where a run lacks its stages' times."""
-    from labkit.theory import pipeline_speedup
+    from labkit.theory import uneven_bubble_fraction
 
     ms = sorted(runs)
     shown = {m: least(runs[m]) for m in ms}
@@ -164,7 +164,7 @@ def stages_text(runs: Mapping[int, Any]) -> str:
         return ""
     slow, fast = c.index(max(c)), c.index(min(c))
     why = " (the last stage also computes the classifier and the loss)" if slow == p - 1 else ""
-    uneven = ", ".join(f"m={m} {1 - pipeline_speedup(c, m) / p:.2f}" for m in ms)
+    uneven = ", ".join(f"m={m} {uneven_bubble_fraction(c, m):.2f}" for m in ms)
     equal = ", ".join(f"{shown[m].metrics['bubble_fraction_predicted']:.2f}" for m in ms)
     return (f"your stages' forward + backward a microbatch at m={ms[-1]}: "
             + ", ".join(f"stage {s} {t:.1f} ms" for s, t in enumerate(c))

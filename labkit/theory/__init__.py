@@ -142,6 +142,7 @@ from labkit.theory.pipeline import (
     pipeline_peak_activations,
     pipeline_speedup,
     stage_balance_speedup,
+    uneven_bubble_fraction,
 )
 from labkit.theory.plan import plan as plan_layouts
 from labkit.theory.plan import predict as predict_layout
@@ -257,6 +258,7 @@ __all__ = [
     "training_flops",
     "transformer_activation_bytes",
     "true_grad_sq",
+    "uneven_bubble_fraction",
     "unmasked_scores_per_rank",
     "warmup_lr",
     "waste_fraction",

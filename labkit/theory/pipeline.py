@@ -174,3 +174,13 @@ def pipeline_speedup(stage_costs: Sequence[float], microbatches: int) -> float:
     m = check_int("microbatches", microbatches, 1, "microbatches=8")
     total = sum(costs)
     return m * total / (total + (m - 1) * max(costs))
+
+
+def uneven_bubble_fraction(stage_costs: Sequence[float], microbatches: int) -> float:
+    """Idle share of a GPipe or 1F1B step whose stages cost ``stage_costs`` a microbatch
+    (forward + backward, any unit): ``1 - pipeline_speedup(stage_costs, m) / p``, i.e.
+    ``1 - m*sum(c) / (p*(sum(c) + (m-1)*max(c)))``: the slowest stage paces the pipeline.
+    Equal stages give ``(p-1)/(m+p-1)`` (``bubble_fraction``); a last stage 1.1x the first
+    gives 0.222 at p = 2, m = 4 where equal ones give 0.200.
+    """
+    return 1.0 - pipeline_speedup(stage_costs, microbatches) / len(stage_costs)

@@ -106,11 +106,11 @@ def plot_bubble_sweep(stages: int, measured: Mapping[int, float], *, schedule: s
     """Bubble fraction (share of total step time) vs microbatches: curve predicted, dots
     measured. ``measured`` maps microbatches -> the run's ``bubble_fraction``.
     ``stage_costs`` (each stage's time a microbatch, e.g. a run's ``stage_time_ms``) adds,
-    dotted, the bubble those unequal stages give when the slowest sets the pace:
-    ``1 - pipeline_speedup(stage_costs, m) / p`` (GPipe and 1F1B, one chunk per rank)."""
+    dotted, the bubble those unequal stages give when the slowest sets the pace
+    (``labkit.theory.uneven_bubble_fraction``; GPipe and 1F1B, one chunk per rank)."""
     import matplotlib.pyplot as plt
 
-    from labkit.theory import bubble_fraction, pipeline_speedup
+    from labkit.theory import bubble_fraction, uneven_bubble_fraction
 
     top = max([max_microbatches, *measured])
     ms = list(range(1, top + 1))
@@ -124,7 +124,7 @@ def plot_bubble_sweep(stages: int, measured: Mapping[int, float], *, schedule: s
                               f"(virtual={virtual}); e.g. "
                               f"stage_costs=run.metrics['stage_time_ms']")
         ratio = max(stage_costs) / min(stage_costs)
-        ax.plot(ms, [1 - pipeline_speedup(list(stage_costs), m) / stages for m in ms], ":",
+        ax.plot(ms, [uneven_bubble_fraction(list(stage_costs), m) for m in ms], ":",
                 color="#555", label=f"your stages (slowest {ratio:.2f}x the fastest) set the pace")
     xs = sorted(measured)
     ax.plot(xs, [measured[m] for m in xs], "o", color=COLORS[Ev.BACKWARD], markersize=8,

@@ -11,6 +11,7 @@ from labkit.theory import (
     pipeline_peak_activations,
     pipeline_speedup,
     stage_balance_speedup,
+    uneven_bubble_fraction,
 )
 
 pytestmark = pytest.mark.lesson03
@@ -63,6 +64,18 @@ def test_pipeline_speedup_balanced_equals_gpipe_and_tends_to_balance_limit() -> 
     assert pipeline_speedup([2.0] * 4, 8) == pytest.approx(ideal_pipeline_speedup(4, 8))
     costs = [0.5, 0.5, 2.5, 0.5]
     assert pipeline_speedup(costs, 10**6) == pytest.approx(stage_balance_speedup(costs), 1e-4)
+
+
+def test_uneven_bubble_is_gpipes_for_equal_stages_and_grows_with_the_slowest() -> None:
+    """Equal stages give GPipe's (p-1)/(m+p-1) whatever their cost; a last stage 1.1x the
+    first (lesson 03's classifier and loss) gives 0.222 at m = 4 and 0.143 at m = 8; a
+    stage list that is not a list of times is refused, naming it."""
+    for p, m in ((2, 4), (4, 8), (3, 1)):
+        assert uneven_bubble_fraction([7.0] * p, m) == pytest.approx(bubble_fraction(p, m))
+    assert uneven_bubble_fraction([10.0, 11.0], 4) == pytest.approx(1 - 84 / 108)
+    assert uneven_bubble_fraction([10.0, 11.0], 8) == pytest.approx(1 - 168 / 196)
+    with pytest.raises(ConfigError, match="stage_costs"):
+        uneven_bubble_fraction([], 4)
 
 
 def test_seed_stage_imbalance_story_1_2x_to_3_4x() -> None:
