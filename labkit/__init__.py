@@ -42,7 +42,10 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'labkit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    # labkit.doctor is a submodule named like its function, and ``import labkit.doctor`` puts
+    # the module here whatever we cache; that module is callable, so keep it
+    value = loaded if module == f"{__name__}.{name}" else getattr(loaded, name)
     globals()[name] = value
     return value
 

@@ -17,6 +17,7 @@ import importlib.util
 import os
 import platform
 import sys
+import types
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -184,3 +185,15 @@ def doctor(clean: bool = False) -> DoctorReport:
                                             "matplotlib")},
         strategies=registry.names(), notes=notes, cluster=cluster_status(clean),
         rank_start="forked" if forkserver.enabled() else "exec", runs_cleaned=runs_cleaned)
+
+
+class _CallableModule(types.ModuleType):
+    """``labkit.doctor`` names both this module and its function: importing the module (as
+    ``labkit doctor`` does) replaces the package's attribute with the module, so the module
+    itself answers ``labkit.doctor()`` and a notebook's call works whatever ran first."""
+
+    def __call__(self, clean: bool = False) -> DoctorReport:
+        return doctor(clean)
+
+
+sys.modules[__name__].__class__ = _CallableModule

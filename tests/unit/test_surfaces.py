@@ -4,6 +4,8 @@ doctor, the CLI's input errors, and how a failure is rendered in a notebook."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -60,6 +62,16 @@ def test_doctor_reports_cores_backends_and_packages():
     rep = doctor()
     assert rep.cpu_cores >= 1 and rep.backends["gloo"] and "ddp" in rep.strategies
     assert "jupyterlab" in rep.packages and "CPU cores" in str(rep)
+
+
+@pytest.mark.parametrize("first", ["package", "module"])
+def test_labkit_doctor_is_callable_whichever_import_came_first(first):
+    """Notebook 00 calls ``labkit.doctor()``; the CLI imports ``labkit.doctor`` the module.
+    Either order leaves one name that both calls and holds the module's parts."""
+    code = ("import labkit.doctor, labkit" if first == "module" else "import labkit") + (
+        "; r = labkit.doctor(); import labkit.doctor as m; from labkit import doctor as d"
+        "; assert d is m and r.cpu_cores >= 1 and callable(d.doctor) and d.SLOW_IMPORT_NOTE")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_doctor_names_the_parsers_every_jsonschema_import_builds(monkeypatch):
