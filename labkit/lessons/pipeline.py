@@ -84,8 +84,10 @@ def repeat_pipeline(variants: Mapping[Any, Mapping[str, Any]], repeats: int = 3,
     from labkit.lessons.measure import alternate
 
     def line(name: Any, round_: int, bubble: float) -> None:
-        if show:
-            print(f"  {name}: run {round_ + 1} of {repeats}, bubble {bubble:.2f}", flush=True)
+        if show:  # a variant keyed by a number is named by its settings ("microbatches=4")
+            said = name if isinstance(name, str) else ", ".join(
+                f"{k}={v}" for k, v in variants[name].items() if k != "schedule") or name
+            print(f"  {said}: run {round_ + 1} of {repeats}, bubble {bubble:.2f}", flush=True)
 
     common.setdefault("batch_size", TIMED_BATCH)
     stages = {kw.get("stages", common.get("stages", 2)) for kw in variants.values()}

@@ -18,6 +18,7 @@ with the noise it measured. A single run can never "hold".
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -120,12 +121,53 @@ def replayed(run: Any, plan: Any = None, *, dedicated: bool = True) -> float:
     return replayed_bubble(run.timeline, plan, dedicated=dedicated)
 
 
+def stage_costs(runs: Any) -> list[float] | None:
+    """Each stage's forward + backward a microbatch (ms), the mean of the repeats'
+    ``stage_time_ms``: the costs whose slowest stage paces a GPipe or 1F1B plan. None where
+    a run lacks them, one is not positive, or the plan has more than one chunk per rank."""
+    reps = _runs(runs)
+    first = reps[0].metrics
+    rows = [r.metrics.get("stage_time_ms") or [] for r in reps]
+    if first.get("virtual", 1) != 1 or any(
+            len(row) != first["stages"] or min(row) <= 0 for row in rows):
+        return None
+    return [statistics.fmean(col) for col in zip(*rows)]
+
+
+def sweep_stage_costs(runs: Mapping[int, Any]) -> dict[int, list[float]]:
+    """``stage_costs`` of each m of a sweep (where the runs have them): what
+    ``formula_verdict`` judges each m against and ``plot_bubble_sweep(..., stage_costs=)``
+    marks."""
+    return {m: c for m in sorted(runs) if (c := stage_costs(runs[m])) is not None}
+
+
+def stages_bubble(runs: Any) -> float | None:
+    """The bubble the repeats' own stages give their plan (``stage_costs``, the slowest
+    setting the pace: ``theory.uneven_bubble_fraction``); None without stage costs."""
+    from labkit.theory import uneven_bubble_fraction
+
+    costs = stage_costs(runs)
+    return None if costs is None else uneven_bubble_fraction(
+        costs, _runs(runs)[0].metrics["microbatches"])
+
+
 def formula_verdict(runs: Any, what: str) -> Verdict:
-    """The least measured bubble of the repeats against (p-1)/(m+p-1) +- ``SAME``."""
-    first = _runs(runs)[0].metrics
-    return judge(Sample.of(bubbles(runs), "min"),
-                 Claim.near(first["bubble_fraction_predicted"], SAME,
-                            "the bubble is the plan's (p-1)/(m+p-1)"), what, fmt=".2f")
+    """The least measured bubble of the repeats against the plan's bubble +- ``SAME``: with
+    the repeats' own stage costs (``stage_costs``), ``1 - m*sum(c) / (p*(sum(c) + (m-1)*
+    max(c)))``, the slowest stage setting the pace (``theory.uneven_bubble_fraction``);
+    without them, equal stages' ``(p-1)/(m+p-1)``.
+
+    The formula assumes equal stages. On lesson 03's MLP the last stage also computes the
+    classifier and the loss, and a stage's time moves from run to run (stage 1 / stage 0 read
+    0.88-1.58 in ten quiet sweeps); against equal stages the m = 8 bubble held in 2 of those
+    10 sweeps, against each m's own stages in 10 of 10 (m = 4: 9 and 10 of 10; residuals
+    -0.024 to +0.027, docs/benchmarks.md)."""
+    equal = _runs(runs)[0].metrics["bubble_fraction_predicted"]
+    yours = stages_bubble(runs)
+    claim = (Claim.near(equal, SAME, "the bubble is the plan's (p-1)/(m+p-1)") if yours is None
+             else Claim.near(yours, SAME, f"the slowest of your stages paces the plan (equal "
+                                          f"stages: (p-1)/(m+p-1) = {equal:.2f})"))
+    return judge(Sample.of(bubbles(runs), "min"), claim, what, fmt=".2f")
 
 
 def shrink_verdict(runs: Mapping[int, Any]) -> Verdict:
@@ -145,33 +187,38 @@ def sweep_verdicts(runs: Mapping[int, Any]) -> list[Verdict]:
 def stages_text(runs: Mapping[int, Any]) -> str:
     """The sweep's stages as measured and the bubble they predict at each m.
 
-    The formula assumes equal stages. Each stage's forward + backward a microbatch
-    (``stage_time_ms`` of the largest m's run the sweep's line shows, its least bubble)
-    gives the bubble unequal stages leave: the slowest stage paces the pipeline, so a step
-    takes ``sum(c) + (m-1) max(c)`` (``labkit.theory.uneven_bubble_fraction``; only the
-    stages' ratios matter), and equal stages give the formula back.
-    ``plot_bubble_sweep(..., stage_costs=c)`` draws the same curve. On lesson 03's MLP the
-    last stage also computes the classifier and the loss: 1.07-1.16x the first stage in 15
-    quiet sweeps, which puts GPipe's m = 4 bubble near 0.22 and m = 8's near 0.14
-    (docs/benchmarks.md). Empty where a run lacks its stages' times."""
+    The formula assumes equal stages. Each stage's forward + backward a microbatch (the mean
+    of each m's repeats, ``stage_costs``) gives the bubble unequal stages leave: the slowest
+    stage paces the pipeline, so a step takes ``sum(c) + (m-1) max(c)``
+    (``labkit.theory.uneven_bubble_fraction``; only the stages' ratios matter), and equal
+    stages give the formula back. ``formula_verdict`` judges each m against it, and
+    ``plot_bubble_sweep(..., stage_costs=sweep_stage_costs(runs))`` marks it. Empty where a
+    run lacks its stages' times."""
     from labkit.theory import uneven_bubble_fraction
 
+    costs = sweep_stage_costs(runs)
     ms = sorted(runs)
-    shown = {m: least(runs[m]) for m in ms}
-    p = shown[ms[0]].metrics["stages"]
-    c = list(shown[ms[-1]].metrics.get("stage_time_ms") or [])
-    if len(c) != p or min(c) <= 0:
+    if sorted(costs) != ms:
         return ""
-    slow, fast = c.index(max(c)), c.index(min(c))
-    why = " (the last stage also computes the classifier and the loss)" if slow == p - 1 else ""
-    uneven = ", ".join(f"m={m} {uneven_bubble_fraction(c, m):.2f}" for m in ms)
-    equal = ", ".join(f"{shown[m].metrics['bubble_fraction_predicted']:.2f}" for m in ms)
-    return (f"your stages' forward + backward a microbatch at m={ms[-1]}: "
-            + ", ".join(f"stage {s} {t:.1f} ms" for s, t in enumerate(c))
-            + f"; stage {slow} took {c[slow] / c[fast]:.2f}x stage {fast}{why}. The slowest "
-            f"stage paces the pipeline: with these stages, bubble = 1 - m*sum(c) / "
-            f"(p*(sum(c) + (m-1)*max(c))): {uneven} (the dotted curve; equal stages, the "
-            f"formula: {equal})")
+    p = len(costs[ms[0]])
+
+    def one(m: int) -> str:
+        c = costs[m]
+        slow, fast = c.index(max(c)), c.index(min(c))
+        than = f"stage {slow} {c[slow] / c[fast]:.2f}x stage {fast}" if slow != fast else "equal"
+        return f"m={m} " + " and ".join(f"{t:.1f}" for t in c) + f" ms ({than})"
+
+    last = all(max(c) == c[-1] > min(c) for c in costs.values())
+    why = "; the last stage also computes the classifier and the loss" if last else ""
+    reps = len(_runs(runs[ms[0]]))
+    uneven = ", ".join(f"m={m} {uneven_bubble_fraction(costs[m], m):.2f}" for m in ms)
+    equal = ", ".join(f"{_runs(runs[m])[0].metrics['bubble_fraction_predicted']:.2f}"
+                      for m in ms)
+    return (f"your {p} stages' forward + backward a microbatch (the mean of each m's {reps} "
+            f"runs): " + ", ".join(one(m) for m in ms) + f"{why}. The slowest stage paces "
+            f"the pipeline: a step takes sum(c) + (m-1)*max(c), so the bubble is 1 - "
+            f"m*sum(c) / (p*(sum(c) + (m-1)*max(c))): {uneven} (the diamonds; equal stages, "
+            f"the formula: {equal}). Each bubble below is judged against its own stages.")
 
 
 def sweep_text(runs: Mapping[int, Any]) -> str:
@@ -184,7 +231,9 @@ def sweep_text(runs: Mapping[int, Any]) -> str:
     p = _runs(runs[ms[0]])[0].metrics["stages"]
     want = {m: _runs(runs[m])[0].metrics["bubble_fraction_predicted"] for m in ms}
     got = {m: min(bubbles(runs[m])) for m in ms}
-    lines = ["  ".join(f"m={m}: {got[m]:.2f} (predicted {want[m]:.2f})" for m in ms)
+    yours = {m: "" if (b := stages_bubble(runs[m])) is None else f", your stages {b:.2f}"
+             for m in ms}
+    lines = ["  ".join(f"m={m}: {got[m]:.2f} (formula {want[m]:.2f}{yours[m]})" for m in ms)
              + f"  (least of {len(_runs(runs[ms[0]]))} runs each)"]
     if stages := stages_text(runs):
         lines.append(stages)

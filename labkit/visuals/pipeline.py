@@ -102,12 +102,15 @@ def plot_planned_vs_measured(plan: Plan, timeline: Timeline, step: int | None = 
 
 def plot_bubble_sweep(stages: int, measured: Mapping[int, float], *, schedule: str = "gpipe",
                       virtual: int = 1, max_microbatches: int = 16,
-                      stage_costs: Sequence[float] | None = None) -> Figure:
+                      stage_costs: Sequence[float] | Mapping[int, Sequence[float]] | None = None
+                      ) -> Figure:
     """Bubble fraction (share of total step time) vs microbatches: curve predicted, dots
     measured. ``measured`` maps microbatches -> the run's ``bubble_fraction``.
     ``stage_costs`` (each stage's time a microbatch, e.g. a run's ``stage_time_ms``) adds,
     dotted, the bubble those unequal stages give when the slowest sets the pace
-    (``labkit.theory.uneven_bubble_fraction``; GPipe and 1F1B, one chunk per rank)."""
+    (``labkit.theory.uneven_bubble_fraction``; GPipe and 1F1B, one chunk per rank); a mapping
+    m -> costs (``labkit.lessons.pipeline_text.sweep_stage_costs``: each m's own runs) marks
+    that bubble at each m with a diamond instead, the number lesson 03's verdict judges."""
     import matplotlib.pyplot as plt
 
     from labkit.theory import bubble_fraction, uneven_bubble_fraction
@@ -117,15 +120,25 @@ def plot_bubble_sweep(stages: int, measured: Mapping[int, float], *, schedule: s
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(ms, [bubble_fraction(stages, m, schedule, virtual, "total") for m in ms], "-",
             color="#555", label=f"predicted (p-1)/(m+p-1), p={stages}")
-    if stage_costs is not None:
-        if len(stage_costs) != stages or virtual != 1 or min(stage_costs) <= 0:
-            raise ConfigError(f"stage_costs ({list(stage_costs)!r}) must hold one positive "
+    by_m = (dict(stage_costs) if isinstance(stage_costs, Mapping)
+            else {} if stage_costs is None else {0: stage_costs})
+    for m, costs in by_m.items():
+        if len(costs) != stages or virtual != 1 or min(costs, default=0) <= 0:
+            name = f"stage_costs[{m}]" if isinstance(stage_costs, Mapping) else "stage_costs"
+            raise ConfigError(f"{name} ({list(costs)!r}) must hold one positive "
                               f"time per stage ({stages}) of a plan with one chunk per rank "
                               f"(virtual={virtual}); e.g. "
                               f"stage_costs=run.metrics['stage_time_ms']")
-        ratio = max(stage_costs) / min(stage_costs)
-        ax.plot(ms, [uneven_bubble_fraction(list(stage_costs), m) for m in ms], ":",
+    if 0 in by_m:
+        costs = list(by_m[0])
+        ratio = max(costs) / min(costs)
+        ax.plot(ms, [uneven_bubble_fraction(costs, m) for m in ms], ":",
                 color="#555", label=f"your stages (slowest {ratio:.2f}x the fastest) set the pace")
+    elif by_m:
+        at = sorted(by_m)
+        ax.plot(at, [uneven_bubble_fraction(list(by_m[m]), m) for m in at], "D", zorder=3,
+                markerfacecolor="none", color="#222", markersize=12, markeredgewidth=1.5,
+                label="your stages' bubble at each m (the slowest sets the pace)")
     xs = sorted(measured)
     ax.plot(xs, [measured[m] for m in xs], "o", color=COLORS[Ev.BACKWARD], markersize=8,
             label="measured (idle share of the step, your run)")

@@ -106,6 +106,23 @@ def test_bubble_sweep_draws_what_unequal_stages_give_dotted() -> None:
         plot_bubble_sweep(2, {4: 0.2}, stage_costs=[1.0, 2.0, 3.0])
 
 
+def test_bubble_sweep_marks_each_ms_own_stages_with_a_diamond() -> None:
+    """Each m's own stage costs (a sweep's ``sweep_stage_costs``): one diamond per m at the
+    bubble they give (what lesson 03's verdict judges), no dotted curve; a bad entry is
+    refused by its m."""
+    from labkit.base.errors import ConfigError
+
+    ax = plot_bubble_sweep(2, {4: 0.23, 8: 0.15}, max_microbatches=8,
+                           stage_costs={4: [10.0, 11.0], 8: [5.0, 6.0]}).axes[0]
+    assert not [line for line in ax.lines if line.get_linestyle() == ":"]
+    marks = next(line for line in ax.lines if line.get_marker() == "D")
+    assert list(marks.get_xdata()) == [4, 8]
+    assert list(marks.get_ydata()) == pytest.approx([1 - 4 * 21 / (2 * (21 + 3 * 11)),
+                                                     1 - 8 * 11 / (2 * (11 + 7 * 6))])
+    with pytest.raises(ConfigError, match=r"stage_costs\[8\] \(\[5.0, 0.0\]\)"):
+        plot_bubble_sweep(2, {4: 0.2}, stage_costs={4: [1.0, 1.0], 8: [5.0, 0.0]})
+
+
 def test_stage_balance_marks_the_slowest_stage_and_speedup() -> None:
     fig = plot_stage_balance({"by layer count": [2.0, 7.0], "by measured cost": [3.0, 6.0]},
                              {"by layer count": 70.0, "by measured cost": 60.0})

@@ -111,9 +111,9 @@ def lesson_02(ns: dict[str, Any]) -> None:
 
 def lesson_03(ns: dict[str, Any]) -> None:
     """The naive pipeline idles at least 0.4 of its step (predicted 0.5); the bubble at m = 1,
-    4 and 8, judged over three alternated repeats, holds the formula on a quiet machine (a
-    miss is replayed in the lesson's words); 8 microbatches shrink it; every rank held
-    exactly its plan's activations, 1F1B fewer than GPipe on rank 0; interleaving sends
+    4 and 8, judged over three alternated repeats, holds what its own stages give the plan
+    on a quiet machine (a miss is replayed in the lesson's words); 8 microbatches shrink it;
+    every rank held exactly its plan's activations, 1F1B fewer than GPipe on rank 0; interleaving sends
     (v*p-1)/(p-1) times 1F1B's messages; zero bubble ran I and W apart; balancing by cost took
     layers off the heavy last stage. Each timed sentence is a verdict (``judged``: no "holds"
     for numbers that miss, every miss replayed on dedicated cores and drawn). The
@@ -134,15 +134,13 @@ def lesson_03(ns: dict[str, Any]) -> None:
     sweep = ns["sweep"]
     assert sorted(sweep) == [1, 4, 8] and all(len(runs) == 3 for runs in sweep.values())
     sweep_verdicts = say.sweep_verdicts(sweep)
+    # each m is judged against its own stages (the last stage carries the head and the loss):
+    # in ten quiet sweeps m = 8 held 2 times against equal stages, 10 against its own, and m = 4
+    # 9 and 10. Both may still miss quiet: at 64 rows a microbatch m = 8's messages add
+    # 0.024-0.029 (bubble_breakdown's "communication", 4 quiet runs), and of four quiet notebook
+    # runs one read m = 8 at 0.170 +- 0.012 against 0.116 +- 0.05 and one m = 4 at 0.167 +- 0.036
+    # (a repeat below even equal stages' 0.20: its spans stretched) (docs/benchmarks.md, 2026-12-01)
     edges = [v for v in sweep_verdicts if v.what in ("the bubble at m=4", "the bubble at m=8")]
-    # m = 8's least bubble read 0.14-0.17 against 0.111 +- 0.05 in 4 of 5 quiet runs
-    # (2026-11-29): fixed costs per message at 64 rows a microbatch (docs/benchmarks.md).
-    # m = 4's read 0.236, 0.177, 0.227, 0.255 +- 0.011 against 0.20 +- 0.05 in four quiet runs
-    # (2026-12-01). Both sit above the formula for a reason the formula leaves out: the last
-    # stage carries the head and the loss, 1.07-1.16x the first stage's F + B a microbatch
-    # in 15 sweeps, and unequal stages c0 < c1 give GPipe 1 - m(c0 + c1) / 2((m-1)c1 + c0 + c1):
-    # 0.22 at m = 4, 0.14 at m = 8 for c1 = 1.1 c0; messages add 0.01-0.03 (measured 0.22-0.25
-    # and 0.14-0.21); the repeats of one run agree closer than runs do
     judged(sweep_verdicts, ns["said_sweep"], label="bubble sweep", may_miss_quiet=edges)
     for m in sweep:  # a missed bubble also says what uneven actions and messages added
         v = say.formula_verdict(sweep[m], f"the bubble at m={m}")
