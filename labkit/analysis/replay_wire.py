@@ -14,6 +14,15 @@ per kind of message adds up to a step that ran: one median per kind gave naive D
 measured median step. With an even count, each message costs the mean of its two middle steps,
 as the median step time is their mean. A message the median step lacks costs its kind's
 median (its op, bytes and ranks).
+
+A point-to-point message is different: each one is a copy between two ranks with a floor (the
+bytes moved), and what it measured above that floor is the receiver or the sender's thread
+waiting for a core -- on a busy laptop the median step's messages carry that wait, and a
+pipeline replayed with them idled *more* than the busy run did (lesson 03 at m = 8 beside two
+CPU hogs: replayed bubble 0.22-0.42 against measured 0.17-0.26). Every message costs its
+kind's lower quartile over the run (``P2P_QUANTILE``): beside two hogs those replays read
+0.20-0.33 against measured 0.20-0.32, and on a quiet machine both rules put the replayed step
+within 3 % of the measured one (docs/benchmarks.md, 2026-12-01).
 """
 
 from __future__ import annotations
@@ -34,6 +43,10 @@ from labkit.theory.comm import (
 
 P2P = {Op.SEND, Op.RECV}
 SCATTERING = {Op.REDUCE_SCATTER, Op.ALL_GATHER, Op.ALL_TO_ALL}
+
+P2P_QUANTILE = 0.25
+"""A point-to-point message's cost in the replay: this quantile of its kind's times over the
+run (the floor of a copy, without the waits for a core above it; see the module's text)."""
 
 Key = tuple[object, ...]
 """One communication instance: ("p2p", k) for the k-th message, (op, ranks, n) for the n-th
@@ -91,10 +104,10 @@ class Instance:
 
 
 def own_costs(instances: Sequence[Instance]) -> dict[Key, int]:
-    """Per instance, ns: what the same message (its kind's n-th in its step) took in the run's
-    median step by message time (the first step, the warm-up, left out as
-    ``Timeline.median_step_s`` leaves it); its kind's median where that step has no such
-    message."""
+    """Per instance, ns: a collective, what the same collective (its kind's n-th in its step)
+    took in the run's median step by message time (the first step, the warm-up, left out as
+    ``Timeline.median_step_s`` leaves it), its kind's median where that step has none; a
+    point-to-point message, its kind's ``P2P_QUANTILE`` over the run."""
     took = {i.key: i.took_ns() for i in instances}
     by_kind: dict[tuple[object, ...], list[int]] = defaultdict(list)
     slots: dict[Key, Slot] = {}  # instance -> (kind, its place among its step's)
@@ -108,6 +121,8 @@ def own_costs(instances: Sequence[Instance]) -> dict[Key, int]:
         slots[inst.key] = slot
         per_step[step][slot] = took[inst.key]
     fallback = {kind: int(statistics.median(t)) for kind, t in by_kind.items()}
+    low = {kind: sorted(t)[int(P2P_QUANTILE * len(t))] for kind, t in by_kind.items()
+           if kind[0] == "p2p"}
     steps = sorted(s for s in per_step if s is not None)
     timed = steps[1:] if len(steps) > 1 else steps
     ranked = sorted(timed, key=lambda s: (sum(per_step[s].values()), s))
@@ -115,4 +130,5 @@ def own_costs(instances: Sequence[Instance]) -> dict[Key, int]:
     typical = {slot: int(statistics.fmean(per_step[s][slot] for s in middle))
                for slot in per_step[middle[0]] if all(slot in per_step[s] for s in middle)
                } if middle else {}
-    return {key: typical.get(slot, fallback[slot[0]]) for key, slot in slots.items()}
+    return {key: low[slot[0]] if key[0] == "p2p" else typical.get(slot, fallback[slot[0]])
+            for key, slot in slots.items()}

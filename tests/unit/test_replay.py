@@ -142,6 +142,24 @@ def test_a_message_the_median_step_lacks_costs_its_kinds_median():
         MS, MS, 0.2 * MS, MS, MS, MS, 0.2 * MS]
 
 
+def test_a_message_costs_its_kinds_lower_quartile_not_a_wait_for_a_core():
+    """Eight 64 KB sends from rank 0 to rank 1, measured 1 ms each but two stretched to 9 and
+    12 ms (the receiver waited for a core): each costs the kind's lower quartile, 1 ms, even
+    in the step the stretched ones fell in; a 4 KB message is its own kind."""
+    from labkit.analysis.replay_wire import Instance, own_costs
+
+    def inst(n, took_ms, step, nbytes=65536):
+        return Instance(key=("p2p", n), events=[
+            ev(0, Op.SEND, 10 * n, took_ms, bytes=nbytes, step=step),
+            ev(1, Op.RECV, 10 * n, took_ms, bytes=nbytes, step=step)])
+
+    took = [1, 1, 9, 12, 1, 1, 1, 1.5]
+    costs = own_costs([inst(n, ms, n // 4) for n, ms in enumerate(took)]
+                      + [inst(8, 0.3, 1, nbytes=4096)])
+    assert [costs[("p2p", n)] for n in range(8)] == [MS] * 8
+    assert costs[("p2p", 8)] == 0.3 * MS
+
+
 def test_a_bucket_queued_behind_the_one_before_is_not_charged_its_queue():
     """Three 1 MB buckets issued together at 5 ms inside backward; the backend moves one at a
     time, 2 ms each, so they end at 7, 9 and 11 ms and measure 2, 4 and 6 ms from their issue.

@@ -146,8 +146,11 @@ def lesson_03(ns: dict[str, Any]) -> None:
         v = say.formula_verdict(sweep[m], f"the bubble at m={m}")
         assert v.holds or f"m={m} replayed with this run's own action times" in ns["said_sweep"]
     pair, il, zbr = ns["pair"], ns["il"], ns["zbr"]
-    judged([say.same_bubble_verdict(pair["gpipe"], pair["1f1b"])], ns["said_pair"],
-           label="gpipe vs 1f1b")
+    same = say.same_bubble_verdict(pair["gpipe"], pair["1f1b"])  # quiet, 2026-12-01: 2 of 5
+    judged([same], ns["said_pair"], label="gpipe vs 1f1b",  # notebook runs inconclusive
+           may_miss_quiet=[same])  # (0.036 +- 0.047, -0.019 +- 0.062), 7 of 8 pairs alone held
+    # (benchmarks.md): one pair's two bubbles move 0.02-0.04 apart, and neither plan's stages
+    # explain it
     judged([say.interleave_verdict(il["1f1b"], il["interleaved"])], ns["said_inter"],
            label="interleaving")
     zb = say.zero_bubble_verdict(zbr["1f1b"], zbr["zb"])  # both inconclusive in 1 of 3 quiet
