@@ -194,8 +194,6 @@ def stages_text(runs: Mapping[int, Any]) -> str:
     stages give the formula back. ``formula_verdict`` judges each m against it, and
     ``plot_bubble_sweep(..., stage_costs=sweep_stage_costs(runs))`` marks it. Empty where a
     run lacks its stages' times."""
-    from labkit.theory import uneven_bubble_fraction
-
     costs = sweep_stage_costs(runs)
     ms = sorted(runs)
     if sorted(costs) != ms:
@@ -211,7 +209,7 @@ def stages_text(runs: Mapping[int, Any]) -> str:
     last = all(max(c) == c[-1] > min(c) for c in costs.values())
     why = "; the last stage also computes the classifier and the loss" if last else ""
     reps = len(_runs(runs[ms[0]]))
-    uneven = ", ".join(f"m={m} {uneven_bubble_fraction(costs[m], m):.2f}" for m in ms)
+    uneven = ", ".join(f"m={m} {stages_bubble(runs[m]):.2f}" for m in ms)
     equal = ", ".join(f"{_runs(runs[m])[0].metrics['bubble_fraction_predicted']:.2f}"
                       for m in ms)
     return (f"your {p} stages' forward + backward a microbatch (the mean of each m's {reps} "

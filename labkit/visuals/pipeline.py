@@ -120,23 +120,26 @@ def plot_bubble_sweep(stages: int, measured: Mapping[int, float], *, schedule: s
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(ms, [bubble_fraction(stages, m, schedule, virtual, "total") for m in ms], "-",
             color="#555", label=f"predicted (p-1)/(m+p-1), p={stages}")
-    by_m = (dict(stage_costs) if isinstance(stage_costs, Mapping)
-            else {} if stage_costs is None else {0: stage_costs})
-    for m, costs in by_m.items():
+    marks: dict[int, list[float]] = {}  # each m's own stages: a diamond at each m
+    curve: list[float] | None = None  # one list of stages: the dotted curve
+    if isinstance(stage_costs, Mapping):
+        marks = {m: list(c) for m, c in stage_costs.items()}
+    elif stage_costs is not None:
+        curve = list(stage_costs)
+    checked = [(f"stage_costs[{m}]", c) for m, c in marks.items()]
+    for name, costs in checked + ([("stage_costs", curve)] if curve is not None else []):
         if len(costs) != stages or virtual != 1 or min(costs, default=0) <= 0:
-            name = f"stage_costs[{m}]" if isinstance(stage_costs, Mapping) else "stage_costs"
-            raise ConfigError(f"{name} ({list(costs)!r}) must hold one positive "
+            raise ConfigError(f"{name} ({costs!r}) must hold one positive "
                               f"time per stage ({stages}) of a plan with one chunk per rank "
                               f"(virtual={virtual}); e.g. "
                               f"stage_costs=run.metrics['stage_time_ms']")
-    if 0 in by_m:
-        costs = list(by_m[0])
-        ratio = max(costs) / min(costs)
-        ax.plot(ms, [uneven_bubble_fraction(costs, m) for m in ms], ":",
+    if curve is not None:
+        ratio = max(curve) / min(curve)
+        ax.plot(ms, [uneven_bubble_fraction(curve, m) for m in ms], ":",
                 color="#555", label=f"your stages (slowest {ratio:.2f}x the fastest) set the pace")
-    elif by_m:
-        at = sorted(by_m)
-        ax.plot(at, [uneven_bubble_fraction(list(by_m[m]), m) for m in at], "D", zorder=3,
+    if marks:
+        at = sorted(marks)
+        ax.plot(at, [uneven_bubble_fraction(marks[m], m) for m in at], "D", zorder=3,
                 markerfacecolor="none", color="#222", markersize=12, markeredgewidth=1.5,
                 label="your stages' bubble at each m (the slowest sets the pace)")
     xs = sorted(measured)
