@@ -162,6 +162,9 @@ def test_ranks_step_only_once_rays_helpers_have_settled(monkeypatch):
 
     assert session.ONE_MACHINE_TRAIN == {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
     monkeypatch.setenv(session.SESSION_ENV, "lkray-this-test")
+    # four spinners beside a busy suite (or a CI run) got under a quarter of a core each
+    # here, which read as "settled": a spinner gets a twentieth unless 40 share 2 cores
+    monkeypatch.setattr(launcher, "SETTLE_BUSY", 0.05)
 
     def spin(title: str, mark: str) -> subprocess.Popen:
         env = {**os.environ, session.SESSION_ENV: mark}
