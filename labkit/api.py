@@ -45,14 +45,16 @@ def run(config: RunConfig | None = None, /, **kwargs: Any) -> RunResult:
 
 def launch(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: str = "gloo",
            timeout_s: float = 60.0, seed: int = 0, threads_per_rank: int | None = None,
-           trace: bool = True) -> LaunchResult:
+           trace: bool = True, progress: bool | None = None) -> LaunchResult:
     """Run ``fn(ctx, *args)`` on ``world_size`` real ranks; ``fn`` may be defined in a notebook.
 
     ``ctx`` is a ``labkit.rank.context.RankContext``: ``ctx.rank``, ``ctx.world_size``, ``ctx.comm``
     (traced send / recv / collectives) and ``ctx.tracer``. Return plain values, numpy arrays
     or tensors (of any size: results travel by value). A rank that returns nothing but
-    exits (``os._exit``, ``sys.exit``) is reported as that rank's failure.
+    exits (``os._exit``, ``sys.exit``) is reported as that rank's failure. ``progress``: the
+    time so far (and the steps marked with ``ctx.step``), shown as ``labkit.run``'s bar is
+    (None: where one can see it, once the launch has lasted two seconds).
     """
     job = launch_job(fn, world_size, args, backend=backend, timeout_s=timeout_s, seed=seed,
-                     threads_per_rank=threads_per_rank, trace=trace)
-    return launch_with(job, world_size, supervise)
+                     threads_per_rank=threads_per_rank, trace=trace, progress=progress)
+    return launch_with(job, world_size, supervise, progress)

@@ -51,6 +51,22 @@ def bar(total: int | None, enabled: bool | None, desc: str, unit: str = "step",
                 file=sys.stderr)
 
 
+CLOCK_FORMAT = "{desc}: {elapsed}{postfix}"
+"""A wait that counts no steps of its own shows its time so far (and steps, once known)."""
+
+
+def clock(desc: str, enabled: bool | None, delay: float = 2.0) -> Any:
+    """A bar that shows how long a wait has lasted, by the module's rule (None where none
+    should show). Call ``update(0)`` often: each call redraws the time (at most ten times a
+    second); ``set_postfix_str`` adds what is known (the steps done)."""
+    if enabled is False or (enabled is None and not interactive()):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=None, desc=desc, delay=0 if enabled else delay, leave=False,
+                file=sys.stderr, bar_format=CLOCK_FORMAT)
+
+
 class Progress:
     """Steps of one wait (``total`` of them, or an unknown number), shown by the module's rule.
 
@@ -142,6 +158,25 @@ def every(seconds: float, call: Callable[[], None]) -> Iterator[None]:
 
 
 @contextmanager
+def ticking(shown: Any, every_s: float = 0.5) -> Iterator[None]:
+    """Redraw ``shown`` (a bar from ``bar`` or ``clock``, or None) from a thread while the
+    block runs, once its ``delay`` has passed: its time keeps moving through the waits
+    nobody counts (a fork server importing torch, ranks starting) and shows the bar on time.
+    ipykernel sends a redraw from a thread to the running cell's output."""
+    if shown is None:
+        yield
+        return
+    started, after = time.monotonic(), float(getattr(shown, "delay", 0.0) or 0.0)
+
+    def tick() -> None:
+        if time.monotonic() - started >= after:
+            shown.refresh()
+
+    with every(every_s, tick):
+        yield
+
+
+@contextmanager
 def waiting(what: str, *, after_s: float = 2.0, enabled: bool | None = None,
             tick_s: float = 1.0) -> Iterator[None]:
     """Say ``what`` is happening if the block is still running after ``after_s`` seconds: a
@@ -153,7 +188,7 @@ def waiting(what: str, *, after_s: float = 2.0, enabled: bool | None = None,
         yield
         return
     started = time.monotonic()
-    shown: list[Any] = [_elapsed(what)] if in_kernel() else []
+    shown: list[Any] = [clock(what, True)] if in_kernel() else []
     said = [bool(shown)]
 
     def tick() -> None:
@@ -162,7 +197,7 @@ def waiting(what: str, *, after_s: float = 2.0, enabled: bool | None = None,
         elif not said[0] and time.monotonic() - started >= after_s:
             said[0] = True
             if interactive():
-                shown.append(_elapsed(what))
+                shown.append(clock(what, True))
             else:
                 print(f"{what}...", file=sys.stderr, flush=True)
 
@@ -172,11 +207,3 @@ def waiting(what: str, *, after_s: float = 2.0, enabled: bool | None = None,
     finally:
         for bar_ in shown:
             bar_.close()
-
-
-def _elapsed(what: str) -> Any:
-    """A bar with no total that shows ``what`` and the seconds since it started."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=None, desc=what, bar_format="{desc}: {elapsed}", leave=False,
-                file=sys.stderr)

@@ -19,6 +19,7 @@ from labkit.base.errors import ConfigError
 from labkit.base.files import dir_problem
 from labkit.base.validate import (
     MAX_LOCAL_WORLD_SIZE,
+    bool_problem,
     comm_wait_problem,
     is_int,
     local_world_size_problem,
@@ -104,7 +105,7 @@ def launch_world_size_problem(world_size: Any) -> str | None:
 
 
 def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed: Any,
-                    threads_per_rank: Any, trace: Any) -> list[str]:
+                    threads_per_rank: Any, trace: Any, progress: Any = None) -> list[str]:
     """Every rule ``launch``'s arguments break: its own (a callable, a whole number of
     ranks, an explicit backend) and those it shares with ``RunConfig``
     (``labkit.config.rules.settings_problems``)."""
@@ -114,6 +115,7 @@ def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed
         f"backend {backend!r} must be 'gloo' or 'nccl' for launch",
         *settings_problems(timeout_s=timeout_s, seed=seed, threads_per_rank=threads_per_rank,
                            trace=trace),
+        bool_problem("progress", progress, optional=True),
         None if callable(fn) else f"fn ({fn!r}) must be callable as fn(ctx, *args)",
         cwd_problem(),
         comm_wait_problem(),
@@ -123,10 +125,11 @@ def launch_problems(fn: Any, world_size: Any, backend: Any, timeout_s: Any, seed
 
 def launch_job(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], *,
                backend: str, timeout_s: float, seed: int, threads_per_rank: int | None,
-               trace: bool) -> LaunchJob:
-    """The validated job of a ``launch`` (``ConfigError`` before any process starts)."""
+               trace: bool, progress: bool | None = None) -> LaunchJob:
+    """The validated job of a ``launch`` (``ConfigError`` before any process starts);
+    ``progress`` is checked here and shown by ``labkit.launchers.runner.launch_with``."""
     problems = launch_problems(fn, world_size, backend, timeout_s, seed, threads_per_rank,
-                               trace)
+                               trace, progress)
     if problems:
         raise ConfigError(problems)
     threads = threads_per_rank or devices.default_threads_per_rank(world_size)

@@ -224,11 +224,13 @@ class Pool:
         return run_config(config, self._execute)
 
     def launch(self, fn: Any, *args: Any, timeout_s: float = 60.0, seed: int = 0,
-               threads_per_rank: int | None = None, trace: bool = True) -> LaunchResult:
+               threads_per_rank: int | None = None, trace: bool = True,
+               progress: bool | None = None) -> LaunchResult:
         """``labkit.launch(fn, world_size, *args)`` on this pool's ranks."""
         job = launch_job(fn, self.world_size, args, backend=self.backend, timeout_s=timeout_s,
-                         seed=seed, threads_per_rank=threads_per_rank, trace=trace)
-        return launch_with(job, self.world_size, self._execute)
+                         seed=seed, threads_per_rank=threads_per_rank, trace=trace,
+                         progress=progress)
+        return launch_with(job, self.world_size, self._execute, progress)
 
     def _execute(self, job: Job, world_size: int, timeout_s: float, on_progress: Any
                  ) -> tuple[list[RankReport], list[str]]:

@@ -15,10 +15,12 @@ from typing import Any
 
 from labkit.base.errors import RunFailed
 from labkit.base.progress import bar as _progress_bar  # tests stub it here
+from labkit.base.progress import clock as _progress_clock
+from labkit.base.progress import ticking
 from labkit.config.run import RunConfig
 from labkit.launchers.jobs import check_local, job_for, warn_oversubscribed
 from labkit.launchers.results import LaunchResult, RunResult, collect, launch_result
-from labkit.rank.job import Job, RankReport
+from labkit.rank.job import Job, LaunchJob, RankReport
 
 Executor = Callable[[Job, int, float, Any], "tuple[list[RankReport], list[str]]"]
 """Runs a job on N ranks: ``(job, world_size, timeout_s, on_progress) -> (reports, logs)``
@@ -38,7 +40,8 @@ def run_config(config: RunConfig, execute: Executor, threads: int | None = None)
             bar.update(done - bar.n)
     t0 = time.monotonic()
     try:
-        reports, logs = execute(job, config.world_size, config.timeout_s, on_progress)
+        with ticking(bar):
+            reports, logs = execute(job, config.world_size, config.timeout_s, on_progress)
     except RunFailed as err:
         if err.timeline is not None:  # what the ranks recorded before the failure
             err.timeline.meta.update({"config": config.to_json(), "backend": job.backend})
@@ -51,8 +54,25 @@ def run_config(config: RunConfig, execute: Executor, threads: int | None = None)
     return result
 
 
-def launch_with(job: Job, world_size: int, execute: Executor) -> LaunchResult:
-    """Run a launch's job through ``execute`` and merge what the ranks returned."""
+def launch_with(job: LaunchJob, world_size: int, execute: Executor,
+                progress: bool | None = None) -> LaunchResult:
+    """Run a launch's job through ``execute`` and merge what the ranks returned. Where one can
+    see it, a launch that lasts over two seconds shows its time so far (and the steps its
+    ranks marked with ``ctx.step``): its start-up and its work may be seconds of silence
+    otherwise. ``progress`` follows ``labkit.base.progress``'s rule."""
+    name = getattr(job.fn, "__name__", "function")
+    shown = _progress_clock(f"{name} on {world_size} ranks", progress)
+    on_progress = None
+    if shown is not None:
+        def on_progress(done: int) -> None:
+            if done:
+                shown.set_postfix_str(f"{done} steps", refresh=False)
+            shown.update(0)  # redraws now (at most ten times a second)
     t0 = time.monotonic()
-    reports, logs = execute(job, world_size, job.timeout_s, None)
+    try:
+        with ticking(shown):  # the time moves on while ranks start, too
+            reports, logs = execute(job, world_size, job.timeout_s, on_progress)
+    finally:
+        if shown is not None:
+            shown.close()
     return launch_result(reports, world_size, time.monotonic() - t0, logs)

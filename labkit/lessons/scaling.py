@@ -121,7 +121,7 @@ def record_variants(named: dict[str, RunConfig], timeout_s: float = 120.0
         with waiting(f"training {len(names)} variant(s) on {world} rank(s): "
                      f"{', '.join(names)}", after_s=2.0):
             res = launch(run_variants, world, [named[n] for n in names], timeout_s=timeout_s,
-                         threads_per_rank=1, trace=False)
+                         threads_per_rank=1, trace=False, progress=False)  # said just above
         for i, name in enumerate(names):
             per_rank = [r[i] for r in res.results]
             cfg, first = named[name], per_rank[0]

@@ -89,6 +89,9 @@ class _Bar:
         if self.stop_after is not None and self.updates > self.stop_after:
             raise KeyboardInterrupt
 
+    def refresh(self) -> None:  # the runner's ticker redraws it from a thread
+        pass
+
     def close(self) -> None:
         pass
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -97,3 +98,55 @@ def test_a_process_that_only_imported_ipykernel_is_no_kernel(monkeypatch) -> Non
     monkeypatch.setattr("sys.stderr", io.StringIO())
     assert "ipykernel" in __import__("sys").modules
     assert not progress.in_kernel() and not progress.interactive()
+
+
+def _train_a_bit(ctx: Any) -> None:
+    """A launched function's stand-in (never run: the executor below fakes the ranks)."""
+
+
+class _Stop(Exception):
+    pass
+
+
+def _launch_that_reports(steps: list[int]) -> Any:
+    """An executor whose ranks report ``steps`` done, then fail (no ranks start); its watch
+    loop calls back every 0.2 s (a bar redraws at most every 0.1 s)."""
+    def execute(job: Any, world_size: int, timeout_s: float, on_progress: Any) -> Any:
+        for done in steps:
+            time.sleep(0.15)
+            if on_progress is not None:
+                on_progress(done)
+        raise _Stop
+    return execute
+
+
+def _launch(progress_: bool | None, steps: list[int]) -> None:
+    from labkit.launchers.jobs import launch_job
+    from labkit.launchers.runner import launch_with
+
+    job = launch_job(_train_a_bit, 2, (), backend="gloo", timeout_s=10, seed=0,
+                     threads_per_rank=1, trace=False, progress=progress_)
+    with pytest.raises(_Stop):
+        launch_with(job, 2, _launch_that_reports(steps), progress_)
+
+
+def test_a_launch_asked_for_progress_shows_its_time_and_steps_and_stdout_stays_clean(capsys
+                                                                                    ) -> None:
+    _launch(True, [0, 0, 3])
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "_train_a_bit on 2 ranks: 00:00" in err and ", 3 steps" in err, err
+
+
+def test_a_launch_off_a_terminal_or_refused_shows_nothing(capsys) -> None:
+    _launch(None, [0, 5])
+    _launch(False, [0, 5])
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_launchs_progress_is_checked_before_any_rank_starts() -> None:
+    import labkit
+    from labkit.base.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"progress \('yes'\) must be True, False or None"):
+        labkit.launch(_train_a_bit, 2, progress="yes")  # type: ignore[arg-type]
