@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, TextIO, TypeVar
 
 T = TypeVar("T")
@@ -80,6 +80,8 @@ class Progress:
         plain = bool(enabled) and not interactive()  # asked for, where no bar can redraw
         self._bar = None if plain else bar(total, enabled, desc, unit, delay)
         self._lines: TextIO | None = sys.stderr if plain else None
+        self._ticker = ExitStack()  # the bar shows on time and its clock moves between steps
+        self._ticker.enter_context(ticking(self._bar))
 
     def step(self, what: str = "", n: int = 1) -> None:
         """``n`` more steps done; ``what`` names the last one."""
@@ -107,6 +109,7 @@ class Progress:
             self._bar.set_description(desc)
 
     def close(self) -> None:
+        self._ticker.close()
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -123,8 +126,9 @@ class Progress:
         self.close()
 
 
-SWEEP_DELAY_S = 5.0
-"""A sweep's bar shows once the sweep has lasted this long (where nobody asked for it)."""
+SWEEP_DELAY_S = 3.0
+"""A sweep's bar shows once the sweep has lasted this long (where nobody asked for it):
+well before the 5 s a wait may last in silence, with the ticker's half second to spare."""
 
 
 def each(items: Sequence[T], desc: str, *, name: Callable[[T], str] = str, unit: str = "run",

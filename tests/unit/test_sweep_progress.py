@@ -150,3 +150,17 @@ def test_a_launchs_progress_is_checked_before_any_rank_starts() -> None:
 
     with pytest.raises(ConfigError, match=r"progress \('yes'\) must be True, False or None"):
         labkit.launch(_train_a_bit, 2, progress="yes")  # type: ignore[arg-type]
+
+
+def test_a_bar_shows_on_time_and_its_clock_moves_while_no_step_ends(monkeypatch) -> None:
+    """The first run of a sweep may last longer than the bar's delay: the ticker shows the
+    bar once the delay has passed and redraws its clock, before any step ends."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with progress.Progress("bucket sizes", total=4, unit="run", delay=0.3):
+        time.sleep(0.2)
+        assert terminal.getvalue() == ""  # not yet: a short wait shows nothing
+        time.sleep(1.5)
+        shown = terminal.getvalue()
+    assert "bucket sizes" in shown and "0/4" in shown, shown
+    assert "00:01" in shown, shown  # redrawn a second in, with no step done
