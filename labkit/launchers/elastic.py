@@ -31,6 +31,8 @@ from typing import Any
 
 from labkit.base.errors import ConfigError, RankFailure, RunFailed
 from labkit.base.files import write_json_atomic
+from labkit.base.progress import waiting
+from labkit.base.validate import bool_problem
 
 
 def _worker(argv: list[str] | None = None) -> int:
@@ -87,15 +89,18 @@ def _worker(argv: list[str] | None = None) -> int:
 def run_elastic(*, checkpoint_dir: str | Path, steps: int = 12, nproc: int = 2,
                 max_restarts: int = 1, checkpoint_every: int = 2,
                 inject_fault: str | None = "1:5:kill", strategy: str = "ddp", seed: int = 0,
-                timeout_s: float = 120.0) -> dict[str, Any]:
+                timeout_s: float = 120.0, progress: bool | None = None) -> dict[str, Any]:
     """Run the worker under ``torchrun --standalone --max-restarts`` and return rank 0's report.
 
     The report says which attempt finished (``attempt`` 1 = recovered after one restart),
-    where it resumed, and the final parameter hash.
+    where it resumed, and the final parameter hash. ``progress``: the time so far while
+    torchrun runs (``labkit.base.progress.waiting``'s rule).
     """
     if nproc < 1 or max_restarts < 0 or steps < 1:
         raise ConfigError(f"nproc ({nproc}) >= 1, max_restarts ({max_restarts}) >= 0 and steps "
                           f"({steps}) >= 1 are required; e.g. nproc=2, max_restarts=1, steps=12")
+    if (problem := bool_problem("progress", progress, optional=True)) is not None:
+        raise ConfigError(problem)
     ckpt = Path(checkpoint_dir)
     ckpt.mkdir(parents=True, exist_ok=True)
     report = ckpt / "elastic_report.json"
@@ -118,7 +123,9 @@ def run_elastic(*, checkpoint_dir: str | Path, steps: int = 12, nproc: int = 2,
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env, start_new_session=True)
         try:
-            log, _ = proc.communicate(timeout=timeout_s)
+            with waiting(f"torchrun: {nproc} rank(s), {steps} steps, up to {max_restarts} "
+                         f"restart(s)", enabled=progress):
+                log, _ = proc.communicate(timeout=timeout_s)
         except BaseException as exc:  # timeout, or Ctrl-C / the notebook's stop button
             log = _stop(proc)
             if not isinstance(exc, subprocess.TimeoutExpired):
