@@ -79,4 +79,6 @@ def pipeline_animation(timeline: Timeline, step: int | None = None, frames: int 
 def pipeline_animation_html(timeline: Timeline, step: int | None = None,
                             frames: int = 40) -> str:
     """The animation as a self-contained HTML/JavaScript player (``IPython.display.HTML``)."""
-    return str(pipeline_animation(timeline, step, frames).to_jshtml())
+    from labkit.visuals.player import jshtml
+
+    return jshtml(pipeline_animation(timeline, step, frames), "the pipeline")

@@ -282,5 +282,8 @@ def ring_animation(record: dict[str, Any], interval_ms: int = 200,
 
 def ring_animation_html(record: dict[str, Any], interval_ms: int = 200,
                         travel_frames: int = 5) -> str:
-    """The animation as self-contained HTML (``to_jshtml``): plays without a live kernel."""
-    return ring_animation(record, interval_ms, travel_frames).to_jshtml(default_mode="once")
+    """The animation as self-contained HTML (``to_jshtml``'s player, its frames counted on a
+    bar: ``labkit.visuals.player``): plays without a live kernel."""
+    from labkit.visuals.player import jshtml
+
+    return jshtml(ring_animation(record, interval_ms, travel_frames), "the ring", "once")

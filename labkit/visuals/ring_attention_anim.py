@@ -155,5 +155,9 @@ def ring_attention_animation(rows: Sequence[dict[str, Any]], interval_ms: int = 
 
 def ring_attention_animation_html(rows: Sequence[dict[str, Any]], interval_ms: int = 350,
                                   travel_frames: int = 4) -> str:
-    """The animation as self-contained HTML (``to_jshtml``): plays without a live kernel."""
-    return ring_attention_animation(rows, interval_ms, travel_frames).to_jshtml(default_mode="once")
+    """The animation as self-contained HTML (``to_jshtml``'s player, its frames counted on a
+    bar: ``labkit.visuals.player``): plays without a live kernel."""
+    from labkit.visuals.player import jshtml
+
+    return jshtml(ring_attention_animation(rows, interval_ms, travel_frames), "ring attention",
+                  "once")
