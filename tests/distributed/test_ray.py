@@ -34,11 +34,17 @@ def test_ray_launcher_gives_labkits_weights_and_timeline(ray_session, capsys, tm
     assert {e.rank for e in reduces} == {0, 1} and timeline.steps() == list(range(5))
 
 
-def test_ray_launcher_names_the_failing_rank(ray_session):
+def test_ray_launcher_names_the_failing_rank(ray_session, capfd):
+    """... and, asked for progress, shows its time and its workers starting (seconds of Ray
+    Train's start-up were silent: issue 39, item 3), on stderr only."""
     with pytest.raises(RunFailed) as err:
-        labkit.run(strategy="ddp", world_size=2, steps=5, launcher="ray", inject_fault="1:2:raise")
+        labkit.run(strategy="ddp", world_size=2, steps=5, launcher="ray", inject_fault="1:2:raise",
+                   progress=True)
     assert (err.value.failure.rank, err.value.failure.kind) == (1, "exception")
     assert "injected fault" in err.value.failure.message
+    out, shown = capfd.readouterr()
+    assert "Ray Train: ddp x2: 00:0" in shown and "2 of 2 workers started" in shown, shown[-2000:]
+    assert "Ray Train" not in out
 
 
 def test_ray_launcher_honours_the_timeout_and_names_the_hung_rank(ray_session):

@@ -37,10 +37,12 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from labkit.base.errors import RankFailure, RunFailed, RunTimeout
+from labkit.base.progress import clock, ticking
 from labkit.config.run import RunConfig
 from labkit.launchers import rundirs
 from labkit.launchers.ray.session import SESSION_ENV, ensure_ray, guard_removes
@@ -259,10 +261,21 @@ def run_on_ray(job: RunJob) -> Any:
         run_config=TrainRunConfig(storage_path=storage, name=f"labkit-{config.strategy}",
                                   failure_config=FailureConfig(max_failures=0)))
     t0 = time.monotonic()
+    # Ray Train takes seconds to start its workers: the time so far and how many started
+    shown = clock(f"Ray Train: {config.strategy} x{config.world_size}", config.progress)
+
+    def started(n: int) -> None:
+        if shown is not None:
+            shown.set_postfix_str(f"{n} of {config.world_size} workers started", refresh=False)
+
     try:
-        fit_error = _fit(trainer, inbox, config.world_size, config.timeout_s + _BACKSTOP_S)
+        with ticking(shown):
+            fit_error = _fit(trainer, inbox, config.world_size, config.timeout_s + _BACKSTOP_S,
+                             on_started=started)
         reports, errors, logs = ray.get(inbox.contents.remote())  # 3.
     finally:
+        if shown is not None:
+            shown.close()
         if ray.is_initialized():  # not after an interrupt shut Ray down (``_stop_now``)
             ray.kill(inbox)
         owner.close()
@@ -275,10 +288,12 @@ def run_on_ray(job: RunJob) -> Any:
     return result
 
 
-def _fit(trainer: Any, inbox: Any, world_size: int, limit_s: float) -> BaseException | None:
+def _fit(trainer: Any, inbox: Any, world_size: int, limit_s: float,
+         on_started: Callable[[int], None] | None = None) -> BaseException | None:
     """``trainer.fit()`` with a backstop: the error it raised, or None. The backstop is
     ``limit_s`` from when every worker started (starting them may take minutes on a busy
-    machine: up to ``START_LIMIT_S``), so a slow start is never taken for a hang."""
+    machine: up to ``START_LIMIT_S``), so a slow start is never taken for a hang.
+    ``on_started(n)`` hears how many workers have started, as the count grows."""
     import ray
 
     outcome: list[BaseException | None] = []
@@ -298,7 +313,10 @@ def _fit(trainer: Any, inbox: Any, world_size: int, limit_s: float) -> BaseExcep
             thread.join(1.0)
             if started < world_size:
                 with contextlib.suppress(Exception):  # a slow answer is asked again
-                    started = ray.get(inbox.started_count.remote(), timeout=10)
+                    now = ray.get(inbox.started_count.remote(), timeout=10)
+                    if on_started is not None and now > started:
+                        on_started(now)
+                    started = now
                 if started >= world_size:
                     deadline = time.monotonic() + limit_s
     except BaseException:  # Ctrl-C: stop every worker now, not at exit
