@@ -40,10 +40,12 @@ SHOWN = {"stream", "display_data", "update_display_data", "execute_result", "err
 """The kernel messages a student sees: output, and a widget's redraw (a tqdm bar's ``comm_msg``)."""
 
 
-def longest_silence(start: float, shown: list[float], end: float) -> float:
-    """The longest gap between ``start``, the times something was shown, and ``end``."""
+def longest_silence(start: float, shown: list[float], end: float) -> tuple[float, float]:
+    """The longest gap between ``start``, the times something was shown, and ``end``, and
+    when it began (seconds after ``start``)."""
     times = [start, *sorted(t for t in shown if start <= t <= end), end]
-    return max(b - a for a, b in zip(times, times[1:]))
+    gap, began = max((b - a, a) for a, b in zip(times, times[1:]))
+    return gap, began - start
 
 
 def budget_for(path: Path) -> float:
@@ -91,8 +93,10 @@ def run_notebook(path: Path, timeout_s: float) -> dict[str, Any]:
                     t1 = time.monotonic()
                     cell_s.append((t1 - t0, index, cell.source.splitlines()[0]
                                    if cell.source else ""))
-                    if (quiet := longest_silence(t0, shown, t1)) > SILENCE_S:
-                        silent.append({"cell": index, "s": t1 - t0, "silent_s": quiet})
+                    quiet, since = longest_silence(t0, shown, t1)
+                    if quiet > SILENCE_S:
+                        silent.append({"cell": index, "s": t1 - t0, "silent_s": quiet,
+                                       "from_s": since})
         wall = time.monotonic() - start
     slowest = sorted(cell_s, reverse=True)[:3]
     return {"notebook": path.name, "wall_s": wall, "budget_s": budget_for(path),
@@ -108,7 +112,8 @@ def table(rows: list[dict[str, Any]]) -> str:
            f"| silent > {SILENCE_S:.0f} s |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = ", ".join(f"#{c['cell']} {c['s']:.1f} s" for c in r["slowest_cells"])
-        quiet = ", ".join(f"#{c['cell']} {c['silent_s']:.1f} of {c['s']:.1f} s"
+        quiet = ", ".join(f"#{c['cell']} {c['silent_s']:.1f} s from {c['from_s']:.1f} s of "
+                          f"{c['s']:.1f} s"
                           for c in r["silent_cells"]) or "none"
         verdict = "yes" if r["within"] else ("ERROR " + r["error"] if r["error"] else "**no**")
         out.append(f"| {r['notebook']} | {r['wall_s']:.1f} s | {r['budget_s']:.0f} s | {verdict} "
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{path.name:<32} {row['wall_s']:7.1f} s  budget {row['budget_s']:.0f} s  "
               f"{'ok' if row['within'] else 'OVER' if not row['error'] else row['error']}"
-              + "".join(f"  cell #{c['cell']} silent {c['silent_s']:.1f} s"
+              + "".join(f"  cell #{c['cell']} silent {c['silent_s']:.1f} s from {c['from_s']:.1f} s"
                         for c in row["silent_cells"]), flush=True)
     print()
     print(table(rows))

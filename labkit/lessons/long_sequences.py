@@ -34,14 +34,16 @@ DEEPSEEK_V3 = {"hidden": 7168, "experts": 256, "top_k": 8, "ep": 64, "expert_inn
 """DeepSeek-V3's MoE layer and its expert parallelism (DeepSeek-V3 report, sections 2-3)."""
 
 
-def run_hybrid(steps: int = 2, batch_size: int = 8, **options: Any) -> Any:
-    """``labkit.run(strategy="hybrid")`` on the lesson's GPT, checked against one process."""
+def run_hybrid(steps: int = 2, batch_size: int = 8, progress: bool | None = None,
+               **options: Any) -> Any:
+    """``labkit.run(strategy="hybrid")`` on the lesson's GPT, checked against one process
+    (its bar as ``labkit.run``'s: the check's one-process run makes it seconds)."""
     import labkit
     from labkit.lessons.machine import sharing_cores
 
     with sharing_cores():
         return labkit.run(strategy="hybrid", model=LESSON_GPT, steps=steps,
-                          batch_size=batch_size, check_reference=True, progress=False,
+                          batch_size=batch_size, check_reference=True, progress=progress,
                           options={"microbatches": 2, **options})
 
 

@@ -29,8 +29,8 @@ BATCH, MICROBATCHES = 8, 2
 def run_3d(dp: int = 1, pp: int = 1, tp: int = 1, *, zero_stage: int = 0, steps: int = 3,
            model: ModelConfig = LESSON_GPT, batch_size: int = BATCH,
            microbatches: int = MICROBATCHES, **run_kwargs: Any) -> RunResult:
-    """Train the lesson GPT on a dp x pp x tp grid of real ranks."""
-    run_kwargs.setdefault("progress", False)
+    """Train the lesson GPT on a dp x pp x tp grid of real ranks (a bar where one can see it,
+    as ``labkit.run``'s, unless ``progress=False``)."""
     with sharing_cores():  # 4 ranks on a 2-core laptop: the lesson says so, once
         return run(strategy="hybrid", model=model, steps=steps, batch_size=batch_size,
                    options={"dp": dp, "pp": pp, "tp": tp, "microbatches": microbatches,

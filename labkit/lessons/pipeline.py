@@ -51,9 +51,10 @@ def run_pipeline(schedule: str = "1f1b", stages: int = 2, microbatches: int = 4,
                  model: ModelConfig = LESSON_MODEL, layer_costs: tuple[int, ...] = (),
                  balance: str = "count", runner: Any = None, **run_kwargs: Any) -> RunResult:
     """Train the lesson model with one schedule on ``stages`` real ranks (fresh ones, or
-    ``runner``'s: a ``labkit.Pool`` of ``stages`` warm ranks)."""
+    ``runner``'s: a ``labkit.Pool`` of ``stages`` warm ranks). One run shows its own bar
+    (``progress``, as ``labkit.run``); the lesson's sweeps pass ``progress=False`` and count
+    their runs on one bar instead."""
     run_kwargs.setdefault("timeout_s", 120)
-    run_kwargs.setdefault("progress", False)
     start = run if runner is None else runner.run
     return start(strategy="pipeline", world_size=stages, steps=steps, batch_size=batch_size,
                model=model, options={"schedule": schedule, "stages": stages,
@@ -90,6 +91,7 @@ def repeat_pipeline(variants: Mapping[Any, Mapping[str, Any]], repeats: int = 3,
             print(f"  {said}: run {round_ + 1} of {repeats}, bubble {bubble:.2f}", flush=True)
 
     common.setdefault("batch_size", TIMED_BATCH)
+    common.setdefault("progress", False)  # alternate's bar counts the runs
     stages = {kw.get("stages", common.get("stages", 2)) for kw in variants.values()}
     if "runner" not in common and len(stages) == 1:  # one pool holds one world size
         common["runner"] = warm_ranks(stages.pop())
@@ -110,6 +112,8 @@ def balance_demo(layer_costs: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 4, 4), stages
     ``only``: one split's run (its label), not the dict of both."""
     model = kwargs.pop("model", pipeline_model(1024, len(layer_costs)))
     kwargs.setdefault("batch_size", TIMED_BATCH)
+    if only is None:
+        kwargs.setdefault("progress", False)  # the bar over both splits counts them
     splits = [(k, v) for k, v in (("by layer count", "count"), ("by measured cost", "cost"))
               if only is None or k == only]
     out = {label: run_pipeline(schedule, stages, microbatches, model=model,
@@ -129,6 +133,7 @@ def balance_repeats(layer_costs: tuple[int, ...] = (1, 1, 1, 1, 1, 1, 4, 4), sta
 
     if "runner" not in kwargs:
         kwargs["runner"] = warm_ranks(stages)
+    kwargs.setdefault("progress", False)  # alternate's bar counts the runs
     _, runs = alternate({label: partial(balance_demo, layer_costs, stages, microbatches,
                                         only=label, **kwargs)
                          for label in ("by layer count", "by measured cost")},

@@ -232,7 +232,8 @@ def measure_comms(sizes: tuple[int, ...] = COMM_SIZES, calls: int = COMM_CALLS,
 
     fits = []
     for n in ranks:
-        per_rank = labkit.launch(time_comms, n, sizes, calls, timeout_s=300).results
+        per_rank = labkit.launch(time_comms, n, sizes, calls, timeout_s=300,
+                                 progress=False).results  # its caller's bar ticks
         for op in COMM_OPS:
             rows = [(size, max(r[f"{op}:{size}"][0] for r in per_rank),
                      statistics.fmean(r[f"{op}:{size}"][1] for r in per_rank)) for size in sizes]

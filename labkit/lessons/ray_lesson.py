@@ -53,18 +53,25 @@ def resources_text(resources: dict[str, float]) -> str:
 
 
 @contextlib.contextmanager
-def ray_up() -> Iterator[Any]:
+def ray_up(what: str | None = None) -> Iterator[Any]:
     """The ``ray`` module with this kernel's cluster up for the block: the running one, or
     (once ``stop_ray`` has run: a cell run again after the closing cell) one started for the
-    block and stopped, with every process it started, when the block ends."""
+    block and stopped, with every process it started, when the block ends. ``what``: the
+    block's work, said with its time so far once it has lasted two seconds
+    (``labkit.base.progress.waiting``)."""
     import sys
 
+    from labkit.base.progress import waiting
     from labkit.launchers.ray import shutdown_ray
 
     running = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     ray = start_ray()
     try:
-        yield ray
+        if what is None:
+            yield ray
+        else:
+            with waiting(what):
+                yield ray
     finally:
         if not running:
             shutdown_ray()

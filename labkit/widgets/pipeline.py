@@ -115,6 +115,7 @@ class PipelinePanel:
             kw = {"model": None, **self.run_kwargs}
             if kw["model"] is None:
                 kw.pop("model")
+            kw.setdefault("progress", False)  # the status line above says it runs
             self.result = run_pipeline(
                 plan.schedule, plan.stages, plan.microbatches, virtual=plan.virtual,
                 runner=warm_runner(self._runner, plan.stages), **kw)
