@@ -57,8 +57,8 @@ CLOCK_FORMAT = "{desc}: {elapsed}{postfix}"
 
 def clock(desc: str, enabled: bool | None, delay: float = 2.0) -> Any:
     """A bar that shows how long a wait has lasted, by the module's rule (None where none
-    should show). Call ``update(0)`` often: each call redraws the time (at most ten times a
-    second); ``set_postfix_str`` adds what is known (the steps done)."""
+    should show). ``ticking`` keeps its time moving; ``update(0)`` redraws it now (at most ten
+    times a second); ``set_postfix_str`` adds what is known (the steps done)."""
     if enabled is False or (enabled is None and not interactive()):
         return None
     from tqdm.auto import tqdm
