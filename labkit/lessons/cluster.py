@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from labkit.base.netsupport import support
-from labkit.base.progress import waiting
+from labkit.base.progress import each, waiting
 from labkit.config.links import LinkWarning, parse_link
 from labkit.config.run import ModelConfig
 from labkit.lessons import cluster_predict as predict
@@ -127,7 +127,7 @@ def measure_links(links: Sequence[str] = ("infiniband_hdr", "ethernet_100g", "et
     from labkit.launchers.cluster.launcher import measure_link
 
     rows = []
-    for text in links:
+    for text in each(list(links), "measuring shaped links", unit="link"):
         spec = parse_link(text)
         row: dict[str, Any] = {"link": text, **spec.to_json(), "measured_bps": None,
                                "measured_latency_s": None, "rate_error": None}
