@@ -80,8 +80,8 @@ class Progress:
         plain = bool(enabled) and not interactive()  # asked for, where no bar can redraw
         self._bar = None if plain else bar(total, enabled, desc, unit, delay)
         self._lines: TextIO | None = sys.stderr if plain else None
-        self._ticker = ExitStack()  # the bar shows on time and its clock moves between steps
-        self._ticker.enter_context(ticking(self._bar))
+        self._shown = ExitStack()  # the bar shows on time and its clock moves between steps
+        self._shown.enter_context(showing(self._bar))
 
     def step(self, what: str = "", n: int = 1) -> None:
         """``n`` more steps done; ``what`` names the last one."""
@@ -109,11 +109,8 @@ class Progress:
             self._bar.set_description(desc)
 
     def close(self) -> None:
-        self._ticker.close()
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-        self._lines = None
+        self._shown.close()  # stops the ticker, closes the bar
+        self._bar = self._lines = None
 
     def _say(self, line: str) -> None:
         assert self._lines is not None
@@ -178,6 +175,18 @@ def ticking(shown: Any, every_s: float = 0.5) -> Iterator[None]:
 
     with every(every_s, tick):
         yield
+
+
+@contextmanager
+def showing(shown: Any) -> Iterator[None]:
+    """``ticking(shown)`` for the block, then ``shown`` closed (None: nothing at all): one bar
+    for one wait, gone when the wait is over, however it ends."""
+    try:
+        with ticking(shown):
+            yield
+    finally:
+        if shown is not None:
+            shown.close()
 
 
 @contextmanager

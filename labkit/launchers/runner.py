@@ -16,7 +16,7 @@ from typing import Any
 from labkit.base.errors import RunFailed
 from labkit.base.progress import bar as _progress_bar  # tests stub it here
 from labkit.base.progress import clock as _progress_clock
-from labkit.base.progress import ticking
+from labkit.base.progress import showing
 from labkit.config.run import RunConfig
 from labkit.launchers.jobs import check_local, job_for, warn_oversubscribed
 from labkit.launchers.results import LaunchResult, RunResult, collect, launch_result
@@ -40,15 +40,12 @@ def run_config(config: RunConfig, execute: Executor, threads: int | None = None)
             bar.update(done - bar.n)
     t0 = time.monotonic()
     try:
-        with ticking(bar):
+        with showing(bar):
             reports, logs = execute(job, config.world_size, config.timeout_s, on_progress)
     except RunFailed as err:
         if err.timeline is not None:  # what the ranks recorded before the failure
             err.timeline.meta.update({"config": config.to_json(), "backend": job.backend})
         raise
-    finally:
-        if bar is not None:
-            bar.close()
     result = collect(job, reports, time.monotonic() - t0)
     result.logs = logs
     return result
@@ -69,10 +66,6 @@ def launch_with(job: LaunchJob, world_size: int, execute: Executor,
                 shown.set_postfix_str(f"{done} steps", refresh=False)
             shown.update(0)  # redraws now (at most ten times a second)
     t0 = time.monotonic()
-    try:
-        with ticking(shown):  # the time moves on while ranks start, too
-            reports, logs = execute(job, world_size, job.timeout_s, on_progress)
-    finally:
-        if shown is not None:
-            shown.close()
+    with showing(shown):  # the time moves on while ranks start, too
+        reports, logs = execute(job, world_size, job.timeout_s, on_progress)
     return launch_result(reports, world_size, time.monotonic() - t0, logs)

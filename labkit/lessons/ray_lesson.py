@@ -67,11 +67,8 @@ def ray_up(what: str | None = None) -> Iterator[Any]:
     running = "ray" in sys.modules and sys.modules["ray"].is_initialized()
     ray = start_ray()
     try:
-        if what is None:
+        with waiting(what) if what else contextlib.nullcontext():
             yield ray
-        else:
-            with waiting(what):
-                yield ray
     finally:
         if not running:
             shutdown_ray()

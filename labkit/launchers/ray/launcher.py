@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.base.errors import RankFailure, RunFailed, RunTimeout
-from labkit.base.progress import clock, ticking
+from labkit.base.progress import clock, showing
 from labkit.config.run import RunConfig
 from labkit.launchers import rundirs
 from labkit.launchers.ray.session import SESSION_ENV, ensure_ray, guard_removes
@@ -269,13 +269,11 @@ def run_on_ray(job: RunJob) -> Any:
             shown.set_postfix_str(f"{n} of {config.world_size} workers started", refresh=False)
 
     try:
-        with ticking(shown):
+        with showing(shown):
             fit_error = _fit(trainer, inbox, config.world_size, config.timeout_s + _BACKSTOP_S,
                              on_started=started)
         reports, errors, logs = ray.get(inbox.contents.remote())  # 3.
     finally:
-        if shown is not None:
-            shown.close()
         if ray.is_initialized():  # not after an interrupt shut Ray down (``_stop_now``)
             ray.kill(inbox)
         owner.close()
