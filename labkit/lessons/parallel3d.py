@@ -195,6 +195,13 @@ def project_text(rows: list[dict[str, Any]]) -> str:
             lines.append(f"more than {n}x: the 1-rank run was slower per sample than a rank of "
                          f"the 2-rank run, which on a laptop means it waited for a core: "
                          + why_not(load_now(), n))
+        one = rows[0]  # the same steps, but every rank takes a batch of its own each step
+        if r["samples_seen"] != one["samples_seen"] and abs(r["accuracy"] - one["accuracy"]) >= 5e-4:
+            lines.append(f"why the accuracies differ ({r['accuracy']:.1%} against 1 rank's "
+                         f"{one['accuracy']:.1%}): every rank takes a batch of its own each step, "
+                         f"so in the same steps {n} ranks trained on {r['samples_seen']:,} "
+                         f"samples and 1 rank on {one['samples_seen']:,}; one process on "
+                         f"{n} ranks' global batch would train these weights (to float rounding)")
     return "\n".join(lines)
 
 
@@ -258,8 +265,9 @@ def rows_text(rows: list[dict[str, Any]]) -> str:
 
 def project_rows(runs: dict[int, RunResult]) -> list[dict[str, Any]]:
     """Seed 000's project (a classifier made data parallel): speedup over one rank,
-    utilisation (shares of one step computing and in exposed communication, and MFU) and
-    held-out accuracy, per world size."""
+    utilisation (shares of one step computing and in exposed communication, and MFU),
+    held-out accuracy and the samples trained on (every rank takes its own batch each step),
+    per world size."""
     from labkit.lessons.dp_lesson import step_split_ms
 
     one = runs[min(runs)].metrics["samples_per_s"]
@@ -277,5 +285,6 @@ def project_rows(runs: dict[int, RunResult]) -> list[dict[str, Any]]:
                      "speedup": m["samples_per_s"] / one,
                      "compute_share": split["compute_ms"] / step_ms,
                      "comm_share": split["exposed_ms"] / step_ms,
-                     "mfu": m.get("mfu", 0.0), "accuracy": m["accuracy"]})
+                     "mfu": m.get("mfu", 0.0), "accuracy": m["accuracy"],
+                     "samples_seen": int(m["samples_per_step"]) * r.config.steps})
     return rows

@@ -503,7 +503,9 @@ def test_lesson09_shares_are_of_the_same_step_and_never_add_past_one() -> None:
                 events.append(Event(r, Lane.STEP, Op.STEP, t, 10 * MS, step=s))
         tl = Timeline(events, n)
         return SimpleNamespace(timeline=tl, step_time_s=tl.median_step_s(),
-                               metrics={"samples_per_s": 100.0 * n, "accuracy": 0.9})
+                               config=SimpleNamespace(steps=3),
+                               metrics={"samples_per_s": 100.0 * n, "accuracy": 0.9,
+                                        "samples_per_step": 32 * n})
 
     rows = project_rows({1: run(1, 9.0, 0.0), 2: run(2, 6.0, 2.0)})
     assert rows[1]["compute_share"] == pytest.approx(0.6)
@@ -522,10 +524,27 @@ def test_lesson09_shares_are_of_the_same_step_and_never_add_past_one() -> None:
                    Event(r, Lane.COMM, Op.ALL_REDUCE, 2 * 10 * MS + 6 * MS, 2 * MS, step=2),
                    Event(r, Lane.STEP, Op.STEP, 2 * 10 * MS, 10 * MS, step=2)]
     tl = Timeline(events, 2)
-    slow = SimpleNamespace(timeline=tl, step_time_s=tl.median_step_s(), metrics=slow.metrics)
+    slow = SimpleNamespace(timeline=tl, step_time_s=tl.median_step_s(), metrics=slow.metrics,
+                           config=slow.config)
     row = project_rows({1: run(1, 9.0, 0.0), 2: slow})[1]
     assert row["compute_share"] + row["comm_share"] <= 1.0, row
     assert row["comm_share"] == pytest.approx((2 + 2 + 22) / 3 / ((10 + 10 + 30) / 3))
+
+
+def test_lesson09_says_why_two_ranks_reach_another_accuracy() -> None:
+    """Lesson 09 printed 1 rank's 89.9 % beside 2 ranks' 96.0 % with no word on why: the same
+    300 steps, but two ranks trained on twice the samples. The sentence reads both runs'
+    counts, and says nothing where the accuracies agree."""
+    from labkit.lessons.parallel3d import project_text
+
+    def row(n: int, accuracy: float) -> dict[str, Any]:
+        return {"ranks": n, "speedup": 1.6 * (n > 1) or 1.0, "comm_share": 0.2,
+                "accuracy": accuracy, "samples_seen": 300 * 32 * n}
+
+    text = project_text([row(1, 0.899), row(2, 0.96)])
+    assert "96.0% against 1 rank's 89.9%" in text, text
+    assert "2 ranks trained on 19,200 samples and 1 rank on 9,600" in text, text
+    assert "why the accuracies differ" not in project_text([row(1, 0.9), row(2, 0.9)])
 
 
 def test_lesson01_the_bucket_sweep_is_judged_over_its_repeats(
