@@ -51,6 +51,40 @@ def zero_text(runs: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def peak_text(run: Any) -> str:
+    """A ZeRO run's model states inside a step against what it keeps between steps, per rank,
+    and, for the MLP, the difference set beside its largest layer (``layer_sizes``; each
+    element the run's parameter width, padded to a multiple of the ranks as the shards are):
+    under ZeRO-3, that layer's parameters gathered whole, alive one layer at a time."""
+    from labkit.strategies.zero.options import layer_sizes
+
+    m, c = run.metrics, run.config
+    kept = [sum(int(b[k]) for k in STATES) for b in m["per_rank_bytes"]]
+    peaks = [int(p) for p in m["peak_model_state_bytes"]]
+    extra = [p - k for p, k in zip(peaks, kept)]
+    line = (f"kept between steps: {', '.join(f'{k / 1e3:,.1f}' for k in kept)} kB per rank; "
+            f"inside a step the ranks peaked at {', '.join(f'{p / 1e3:,.1f}' for p in peaks)} kB")
+    if c.model.kind not in ("mlp", "digits"):
+        return line
+    numel = max(layer_sizes(c.model))
+    width = 2 if getattr(c.options, "precision", "fp32") == "bf16" else 4
+    padded = -(-numel // c.world_size) * c.world_size
+    more = ", ".join(f"{e / 1e3:,.1f}" for e in extra)
+    if getattr(c.options, "stage", None) == 3 and {numel * width, padded * width} >= set(extra):
+        return (f"{line}: {more} kB more, exactly the largest layer gathered whole "
+                f"({numel:,} parameters x {width} B), held only from its all-gather to the end "
+                f"of that layer's work")
+    return (f"{line}: {more} kB more (the largest layer, whole, is {numel * width / 1e3:,.1f} kB: "
+            f"{numel:,} parameters x {width} B)")
+
+
+def reference_text(label: str, run: Any) -> str:
+    """How far ``run``'s weights ended from one process's, beside the lab's tolerance."""
+    diff = run.metrics["max_abs_diff_vs_reference"]
+    return (f"{label} vs one process: |w - w1| = {diff:.1g} (rounding reaches "
+            f"{_rounding(run):.0e}, labkit.theory.rounding)")
+
+
 def precision_text(runs: Mapping[str, Any]) -> str:
     """fp32, bf16 and bf16 + checkpointing (keys of ``runs``, in that order): the saved
     activations (counted, beside the formula) and the step times (measured)."""

@@ -547,6 +547,35 @@ def test_lesson09_says_why_two_ranks_reach_another_accuracy() -> None:
     assert "why the accuracies differ" not in project_text([row(1, 0.9), row(2, 0.9)])
 
 
+def test_lesson05_names_what_zero3s_peak_adds_and_only_when_it_is_that() -> None:
+    """Lesson 05 printed two raw byte lists for ZeRO-3's peak ([12947548, 12947548] vs
+    8749148). The sentence reads kB and says the difference is the largest layer gathered
+    whole only where it is (padded to the ranks as the shards are), under ZeRO-3 only."""
+    from labkit.config import ModelConfig
+    from labkit.lessons.zero_text import peak_text, reference_text
+
+    def run(extra: int, stage: int = 3, ranks: int = 2) -> SimpleNamespace:
+        kept = {"params": 2_187_284, "grads": 2_187_284, "optimizer": 4_374_580}
+        return SimpleNamespace(
+            config=SimpleNamespace(model=ModelConfig(width=1024, depth=2), world_size=ranks,
+                                   options=SimpleNamespace(stage=stage, precision="fp32"),
+                                   optimizer="adam", lr=0.01, steps=3),
+            metrics={"per_rank_bytes": [kept, kept],
+                     "peak_model_state_bytes": [sum(kept.values()) + extra] * 2,
+                     "max_abs_diff_vs_reference": 2.8e-05})
+
+    layer = (1024 * 1024 + 1024) * 4
+    text = peak_text(run(layer))
+    assert "8,749.1, 8,749.1 kB per rank" in text and "12,947.5, 12,947.5 kB" in text, text
+    assert "exactly the largest layer gathered whole (1,049,600 parameters x 4 B)" in text, text
+    assert "gathered whole" not in peak_text(run(layer + 8)), peak_text(run(layer + 8))
+    assert "gathered whole" not in peak_text(run(layer, stage=2))
+    padded = (1024 * 1024 + 1024 + 1) * 4  # 1,049,600 parameters padded to 3 equal shards
+    assert "gathered whole" in peak_text(run(padded, ranks=3))
+    assert reference_text("FSDP2", run(0)).startswith("FSDP2 vs one process: |w - w1| = 3e-05 "
+                                                      "(rounding reaches ")
+
+
 def test_lesson01_the_bucket_sweep_is_judged_over_its_repeats(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Four sizes, three alternated repeats: hiding more and a shorter step hold when every

@@ -29,6 +29,10 @@ def lesson_05(ns: dict[str, Any]) -> None:
     assert [round(c, 3) for c in comm] == [1.0, 1.0, 1.0, 1.5], comm
     for name, r in {**runs, "FSDP2": ns["fsdp"]}.items():  # Adam: 3 steps, lr 0.01
         assert r.metrics["max_abs_diff_vs_reference"] < 5e-4, name
+    from labkit.lessons.zero_text import peak_text
+
+    # ZeRO-3's peak inside a step: what it keeps plus its largest layer gathered whole
+    assert "exactly the largest layer gathered whole" in peak_text(runs["stage 3"])
     from labkit.lessons.zero_text import recompute_verdict
 
     judged([recompute_verdict(ns["mp"])], ns["said_precision"], label="recompute")
