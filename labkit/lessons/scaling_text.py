@@ -84,7 +84,7 @@ def reading(runs: Mapping[str, Curve]) -> str:
     if clipped is not None:
         line = f"- {clipped.name!r} {_blowup(clipped)}"
         if single is not None and not clipped.diverged:
-            line += f"; against {single.name!r} it {_versus(clipped, single).split(':')[0]}"
+            line += f"; it {_versus(clipped, single).split(':')[0]}"
         lines.append(line + ".")
     if warm is not None and linear is not None:
         a, b = warm.final_loss(), linear.final_loss()

@@ -31,7 +31,7 @@ def test_the_sentences_follow_the_losses_the_table_shows() -> None:
     assert "'4 ranks, linear scaling' lands close to '1 rank'" in text
     assert "'4 ranks, LR x16 too large' blew up: its loss was not a number from step 2 on" in text
     assert "'4 ranks, LR x16 + clipping' stayed finite at LR 12.8: final loss 2.000" in text
-    assert "against '1 rank' it lags behind" in text
+    assert "final loss 2.000; it lags behind '1 rank'." in text  # its name once, not twice
     assert "Warmup costs 0.050 in final loss here (1.100 with it, 1.050 without)." in text
 
 
