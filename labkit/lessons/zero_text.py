@@ -78,13 +78,6 @@ def peak_text(run: Any) -> str:
             f"{numel:,} parameters x {width} B)")
 
 
-def reference_text(label: str, run: Any) -> str:
-    """How far ``run``'s weights ended from one process's, beside the lab's tolerance."""
-    diff = run.metrics["max_abs_diff_vs_reference"]
-    return (f"{label} vs one process: |w - w1| = {diff:.1g} (rounding reaches "
-            f"{_rounding(run):.0e}, labkit.theory.rounding)")
-
-
 def precision_text(runs: Mapping[str, Any]) -> str:
     """fp32, bf16 and bf16 + checkpointing (keys of ``runs``, in that order): the saved
     activations (counted, beside the formula) and the step times (measured)."""
