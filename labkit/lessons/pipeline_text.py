@@ -304,8 +304,8 @@ def zero_bubble_text(one_f: Any, zb: Any) -> str:
     the repeats (pipeline window: first action to last, per step)."""
     fast_o, fast_z = least(one_f, "pipeline_ms"), least(zb, "pipeline_ms")
     o, z = fast_o.metrics, fast_z.metrics
-    ops = op_times_ms(fast_z.timeline.events)
-    b = op_times_ms(fast_o.timeline.events).get("backward", 0.0)
+    ops, ops_o = op_times_ms(fast_z.timeline.events), op_times_ms(fast_o.timeline.events)
+    b = ops_o.get("backward", 0.0)
     i, w = ops.get("backward_input", 0.0), ops.get("backward_weight", 0.0)
     lines = [f"1F1B's backward took {b:.1f} ms; split, I took {i:.1f} ms and W {w:.1f} ms "
              + ("(about halves)" if abs(i - w) <= 0.25 * max(i, w) else
@@ -316,6 +316,8 @@ def zero_bubble_text(one_f: Any, zb: Any) -> str:
                  f"{o['bubble_fraction']:.2f}, zero bubble {z['bubble_fraction']:.2f} "
                  f"(predicted {o['bubble_fraction_predicted']:.2f} and "
                  f"{z['bubble_fraction_predicted']:.3f})")
+    lines.append(_work_and_bubble(ops_o.get("forward", 0.0) + b,
+                                  ops.get("forward", 0.0) + i + w, o, z))
     verdict = zero_bubble_verdict(one_f, zb)
     lines.append(verdict.sentence())
     if not verdict.holds:
@@ -325,6 +327,25 @@ def zero_bubble_text(one_f: Any, zb: Any) -> str:
                                         _runs(zb), verdict.sample.value, key="pipeline_ms",
                                         ratio=True))
     return "\n".join(lines)
+
+
+def _work_and_bubble(work_o: float, work_z: float, o: Mapping[str, Any],
+                     z: Mapping[str, Any]) -> str:
+    """Zero bubble's pipeline over 1F1B's, split in its two factors: a rank is busy
+    ``1 - bubble`` of the pipeline, doing m microbatches' work, so the pipeline lasts
+    m x work / (1 - bubble); the ratio is the work ratio times the busy-share ratio."""
+    if not work_o or not o.get("pipeline_ms"):
+        return "no actions to compare the two schedules' work per microbatch"
+    wr = work_z / work_o
+    br = (1 - o["bubble_fraction"]) / max(1 - z["bubble_fraction"], 1e-9)
+    line = (f"zero bubble's pipeline / 1F1B's = its work per microbatch (F + I + W "
+            f"{work_z:.1f} ms / F + B {work_o:.1f} ms = {wr:.2f}) x the busy shares ((1 - "
+            f"{o['bubble_fraction']:.2f}) / (1 - {z['bubble_fraction']:.2f}) = {br:.2f}) = "
+            f"{wr * br:.2f}; measured {z['pipeline_ms'] / o['pipeline_ms']:.2f}")
+    if wr > 1.02 and wr * br >= 0.97:
+        line += (": splitting B cost about as much extra compute as the smaller bubble saved "
+                 "(the plan counts I + W as one B)")
+    return line
 
 
 def balance_text(runs: Mapping[str, Any], predicted: Mapping[str, float],
