@@ -121,7 +121,26 @@ def overlap_row(name: str, timeline: Any) -> dict[str, Any]:
             "step_times_s": timeline.step_times_s()[1:],
             "overlap_per_step": [timeline.window([s]).overlap_fraction()
                                  for s in timeline.steps()[1:]],
-            "comm_spans_rank0": step_comm_spans}
+            "comm_spans_rank0": step_comm_spans, "peer_wait_s": peer_wait_s(timeline)}
+
+
+def peer_wait_s(timeline: Any) -> float | None:
+    """Of a step's all-reduce time, the part a rank spent waiting for the last rank to enter
+    each call (the k-th all-reduce of a step pairs across ranks): per step, the mean over
+    ranks, then the mean over the steady steps, so it is a share of ``comm_s``. None where
+    the ranks issued different numbers of all-reduces in a step."""
+    from labkit.base.events import Op
+
+    waits = []
+    for s in timeline.steps()[1:]:
+        starts = [[e.start_ns for e in timeline.select(rank=r, step=s) if e.op is Op.ALL_REDUCE]
+                  for r in timeline.ranks]
+        if not starts or len({len(x) for x in starts}) != 1:
+            return None
+        last = [max(call) for call in zip(*(sorted(x) for x in starts))]
+        waits.append(sum(sum(t - mine for t, mine in zip(last, sorted(x))) for x in starts)
+                     / len(starts) / 1e9)
+    return sum(waits) / len(waits) if waits else None
 
 
 def ddp_overlap_sweep(bucket_caps_mb: Sequence[float] = (0.05, 1.0, 25.0), *,

@@ -423,6 +423,39 @@ def test_step_sentence_names_overlap_or_waiting() -> None:
     assert "took 60.0 ms where the fitted wire needs 10.0" in slow and "holds" not in slow
     one = comm_text.step_text(pred, {"step_time_s": 0.055, "comm_s": 0.012, "overlap_fraction": 0.0})
     assert "one run cannot tell" in one
+    # lesson 06: 70.0 +- 7.6 ms against 50.5 predicted (inconclusive), its 34.4 ms all-reduce
+    # against a 17.0 ms wire: most of the difference was one rank waiting for the other
+    pred = SimpleNamespace(total_s=0.0505, comm_s=0.017)
+    late = {"step_time_s": 0.070, "step_times_s": [0.0624, 0.0776], "comm_s": 0.0344,
+            "overlap_fraction": 0.0, "peer_wait_s": 0.0162}
+    text = comm_text.step_text(pred, late)
+    assert "inconclusive on this machine" in text, text
+    assert ("the all-reduce took 34.4 ms a step where the fitted wire needs 17.0: 16.2 ms of it a "
+            "rank waited for the other to reach the call, 18.2 ms the call took once both were "
+            "in it; the wire behaved as fitted") in text, text
+    slower = comm_text.step_text(pred, {**late, "peer_wait_s": 0.002})
+    assert "32.4 ms the call took once both were in it -- " in slower, slower
+    assert "behaved as fitted" not in slower
+
+
+def test_peer_wait_pairs_each_ranks_kth_all_reduce() -> None:
+    """Rank 1 reaches the step's two all-reduces 4 and 2 ms after rank 0: rank 0 waited 6 ms
+    of its step, rank 1 none, so 3 ms a step on average over the ranks; unequal call counts
+    give None (nothing to pair)."""
+    from labkit.lessons.compression import peer_wait_s
+
+    events = []
+    for step in (0, 1, 2):
+        t = step * 100 * MS
+        events.append(Event(0, Lane.STEP, Op.STEP, t, 100 * MS, step=step))
+        events.append(Event(1, Lane.STEP, Op.STEP, t, 100 * MS, step=step))
+        for rank, starts in ((0, (10, 40)), (1, (14, 42))):
+            for k, at in enumerate(starts):
+                events.append(Event(rank, Lane.COMM, Op.ALL_REDUCE, t + at * MS, 20 * MS,
+                                    step=step, bucket=k))
+    assert peer_wait_s(Timeline(events, 2)) == pytest.approx(0.003)
+    fewer = [e for e in events if not (e.rank == 1 and e.step == 2 and e.bucket == 1)]
+    assert peer_wait_s(Timeline(fewer, 2)) is None
 
 
 def _ddp(n: int, compute_ms: float, comm_ms: float) -> SimpleNamespace:
