@@ -133,12 +133,12 @@ def peer_wait_s(timeline: Any) -> float | None:
 
     waits = []
     for s in timeline.steps()[1:]:
-        starts = [[e.start_ns for e in timeline.select(rank=r, step=s) if e.op is Op.ALL_REDUCE]
-                  for r in timeline.ranks]
+        starts = [sorted(e.start_ns for e in timeline.select(rank=r, step=s)
+                         if e.op is Op.ALL_REDUCE) for r in timeline.ranks]
         if not starts or len({len(x) for x in starts}) != 1:
             return None
-        last = [max(call) for call in zip(*(sorted(x) for x in starts))]
-        waits.append(sum(sum(t - mine for t, mine in zip(last, sorted(x))) for x in starts)
+        last = [max(call) for call in zip(*starts)]
+        waits.append(sum(t - mine for x in starts for t, mine in zip(last, x))
                      / len(starts) / 1e9)
     return sum(waits) / len(waits) if waits else None
 

@@ -154,10 +154,10 @@ def one_process_text(run: Any, label: str) -> str:
     """How far ``run``'s weights ended from one process's on the global batch, beside what
     float rounding reaches for its optimizer, lr and steps (``labkit.theory.rounding``):
     within it, or more -- a bug to report, not rounding."""
-    from labkit.theory.rounding import same_weights_tolerance
+    from labkit.theory.rounding import run_tolerance
 
     c, diff = run.config, float(run.metrics["max_abs_diff_vs_reference"])
-    tol = same_weights_tolerance(c.optimizer, c.lr, c.steps)
+    tol = run_tolerance(c)
     if diff <= tol:
         return (f"{label}: |w - one process| = {diff:.1g}, within what float rounding reaches "
                 f"({tol:.0e} after {c.steps} steps of {c.optimizer} at lr {c.lr:g}; "

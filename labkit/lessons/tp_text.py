@@ -14,7 +14,7 @@ from typing import Any
 
 from labkit.base.events import Op
 from labkit.lessons.machine import load_now, why_not
-from labkit.theory.rounding import same_weights_tolerance
+from labkit.theory.rounding import run_tolerance
 from labkit.visuals.comm import rank_shares
 
 SAME_FUNCTION = 1e-5
@@ -30,10 +30,8 @@ def tp_text(tp: Any) -> str:
     lines = []
     diffs = {k: m[k] for k in ("max_abs_diff_output", "max_abs_diff_loss",
                                "max_abs_diff_vs_reference")}
-    c = tp.config  # the trained weights: the lab's rounding tolerance (labkit.theory.rounding)
-    bars = {k: SAME_FUNCTION for k in diffs}
-    bars["max_abs_diff_vs_reference"] = max(SAME_FUNCTION,
-                                            same_weights_tolerance(c.optimizer, c.lr, c.steps))
+    bars = {k: SAME_FUNCTION for k in diffs}  # the trained weights: the lab's rounding
+    bars["max_abs_diff_vs_reference"] = max(SAME_FUNCTION, run_tolerance(tp.config))
     worst = max(diffs, key=lambda k: diffs[k] / bars[k])
     if all(diffs[k] < bars[k] for k in diffs):
         lines.append(f"same function: every difference from the unsharded blocks is below "

@@ -22,7 +22,7 @@ from typing import Any
 from labkit.base.devices import cpu_count
 from labkit.lessons.dp_lesson import step_split_ms
 from labkit.lessons.machine import load_now, why_not
-from labkit.theory.rounding import same_weights_tolerance
+from labkit.theory.rounding import run_tolerance
 
 
 def welcome_text(*runs: Any) -> str:
@@ -43,8 +43,7 @@ def welcome_text(*runs: Any) -> str:
                      "memory copies between ranks, or a slow core)")
         diff = r.metrics.get("max_abs_diff_vs_reference")
         if diff is not None:
-            c = r.config
-            tol = same_weights_tolerance(c.optimizer, c.lr, c.steps)
+            tol = run_tolerance(r.config)
             line += (f"; weights equal one process's up to {diff:.0e} (rounding reaches "
                      f"{tol:.0e}: labkit.theory.rounding)" if diff < tol
                      else f"; weights differ from one process's by {diff:.1g}, more than "

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from labkit.lessons.machine import load_now
+from labkit.theory.rounding import run_tolerance
 
 if TYPE_CHECKING:
     from labkit.analysis.claims import Verdict
@@ -41,7 +42,7 @@ def zero_text(runs: Mapping[str, Any]) -> str:
         lines.append(f"{label}: {got / 1e6:.2f} MB per rank = {got / base[0]:.2f} of DDP's "
                      f"(predicted {want / base[1]:.2f}), comm {m['comm_ratio_vs_ddp']:.2f}x DDP"
                      + (f", |w - one process| {diff:.1g} (rounding reaches "
-                        f"{_rounding(r):.0e})" if diff is not None else ""))
+                        f"{run_tolerance(r.config):.0e})" if diff is not None else ""))
     ratios = [model_states(r.metrics)[0] for r in runs.values()]
     if all(b < a for a, b in zip(ratios, ratios[1:])):
         lines.append("each stage kept fewer bytes than the one before, as ZeRO says")
@@ -54,7 +55,7 @@ def zero_text(runs: Mapping[str, Any]) -> str:
 def peak_text(run: Any) -> str:
     """A ZeRO run's model states inside a step against what it keeps between steps, per rank,
     and, for the MLP, the difference set beside its largest layer (``layer_sizes``; each
-    element the run's parameter width, padded to a multiple of the ranks as the shards are):
+    element the run's ``bytes_per_param`` of parameters, padded to a multiple of the ranks as the shards are):
     under ZeRO-3, that layer's parameters gathered whole, alive one layer at a time."""
     from labkit.strategies.zero.options import layer_sizes
 
@@ -67,7 +68,7 @@ def peak_text(run: Any) -> str:
     if c.model.kind not in ("mlp", "digits"):
         return line
     numel = max(layer_sizes(c.model))
-    width = 2 if getattr(c.options, "precision", "fp32") == "bf16" else 4
+    width = int(m["bytes_per_param"]["params"])  # 2 under bf16, 4 in fp32
     padded = -(-numel // c.world_size) * c.world_size
     more = ", ".join(f"{e / 1e3:,.1f}" for e in extra)
     if getattr(c.options, "stage", None) == 3 and {numel * width, padded * width} >= set(extra):
@@ -174,14 +175,6 @@ def recompute_verdict(runs: Mapping[str, Any]) -> Verdict:
     return judge(one_run_ratio(forward_s(rck)[0] / forward_s(r16)[0]),
                  Claim.above(1.0, "checkpointing runs the forward again inside backward"),
                  RECOMPUTE, fmt=".2f")
-
-
-def _rounding(run: Any) -> float:
-    """The lab's tolerance for "equals one process" for this run (``labkit.theory.rounding``)."""
-    from labkit.theory.rounding import same_weights_tolerance
-
-    c = run.config
-    return same_weights_tolerance(c.optimizer, c.lr, c.steps)
 
 
 def plan_table(params: float, *, gpus: int, gpu_gb: float, shape: Any,

@@ -31,6 +31,8 @@ with SGD; on an H200, ZeRO's GPT ended 2.6e-3 from the CPU reference the same wa
 
 from __future__ import annotations
 
+from typing import Any
+
 PER_LR_STEP = {"sgd": 1e-5, "momentum": 1e-5, "lars": 1e-5, "adam": 1e-3, "lamb": 1e-3}
 """Rounding's reach per unit of lr x steps, by optimizer (see the module's measurements)."""
 FLOOR = 1e-6
@@ -45,6 +47,12 @@ def same_weights_tolerance(optimizer: str, lr: float, steps: int) -> float:
     if not lr > 0 or steps < 0:
         raise ValueError(f"lr ({lr}) must be > 0 and steps ({steps}) >= 0")
     return max(FLOOR, PER_LR_STEP[optimizer] * lr * steps)
+
+
+def run_tolerance(config: Any) -> float:
+    """``same_weights_tolerance`` for a run's own settings (anything with ``optimizer``,
+    ``lr`` and ``steps``: a ``RunConfig``): what a lesson sets beside its |w - one process|."""
+    return same_weights_tolerance(config.optimizer, config.lr, config.steps)
 
 
 def rounding_text(optimizer: str, lr: float, steps: int) -> str:

@@ -621,6 +621,7 @@ def test_lesson05_names_what_zero3s_peak_adds_and_only_when_it_is_that() -> None
                                    optimizer="adam", lr=0.01, steps=3),
             metrics={"per_rank_bytes": [kept, kept],
                      "peak_model_state_bytes": [sum(kept.values()) + extra] * 2,
+                     "bytes_per_param": {"params": 4, "grads": 4, "optimizer": 8},
                      "max_abs_diff_vs_reference": 2.8e-05})
 
     layer = (1024 * 1024 + 1024) * 4
