@@ -201,8 +201,13 @@ def _waited(wire: float, row: Mapping[str, Any]) -> str:
             f"ms the call took once both were in it")
     if inside > STEP_FACTOR * wire:
         return line + " -- " + why_not(load_now(), 2)
-    return (line + "; the wire behaved as fitted: the ranks reached the all-reduce at "
-            "different times, and the model, which starts both at once, leaves that out")
+    if wait >= inside - wire:  # the larger part of the excess names the cause
+        call = ("the wire behaved as fitted" if inside <= 1.1 * wire else
+                f"the call took {inside / wire:.2f}x the fitted wire")
+        return (line + f"; {call}: most of the excess was the ranks reaching the all-reduce at "
+                "different times, which the model, starting both at once, leaves out")
+    return (line + f"; most of the excess was inside the call ({inside / wire:.2f}x the fitted "
+            f"wire) -- " + why_not(load_now(), 2))
 
 
 def step_text(predicted: Any, row: Mapping[str, Any]) -> str:

@@ -436,6 +436,16 @@ def test_step_sentence_names_overlap_or_waiting() -> None:
     slower = comm_text.step_text(pred, {**late, "peer_wait_s": 0.002})
     assert "32.4 ms the call took once both were in it -- " in slower, slower
     assert "behaved as fitted" not in slower
+    # beside two hogs: 39.3 ms, 7.4 of it waiting, 31.9 inside against a 26.0 ms wire: the
+    # wait is the larger part of the 13.3 ms excess, but the call was not "as fitted"
+    pred = SimpleNamespace(total_s=0.065, comm_s=0.026)
+    busy = {**late, "step_times_s": [0.069, 0.1075], "comm_s": 0.0393, "peer_wait_s": 0.0074}
+    text = comm_text.step_text(pred, busy)
+    assert ("; the call took 1.23x the fitted wire: most of the excess was the ranks reaching "
+            "the all-reduce at different times") in text, text
+    assert "behaved as fitted" not in text
+    inside = comm_text.step_text(pred, {**busy, "peer_wait_s": 0.003})  # 36.3 ms inside
+    assert "most of the excess was inside the call (1.40x the fitted wire) -- " in inside, inside
 
 
 def test_peer_wait_pairs_each_ranks_kth_all_reduce() -> None:
